@@ -1,0 +1,95 @@
+"""Look GPU models up by id, alias, or what `nvidia-smi` reports about a GPU (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from migplan.catalog.model import GpuModel
+from migplan.errors import CatalogError
+
+_ADD_HINT = (
+    "add the model in a catalog file (see README, 'Catalog overrides') and pass it with --catalog, "
+    "or list the known models with 'migplan catalog list'"
+)
+
+
+def normalise_name(name: str) -> str:
+    """Compare names as nvidia-smi prints them: R450 drivers omit the 'NVIDIA ' prefix."""
+    n = " ".join(name.strip().split()).lower()
+    if n.startswith("nvidia "):
+        n = n[len("nvidia ") :]
+    return n.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    models: tuple[GpuModel, ...]
+
+    def __iter__(self) -> Iterator[GpuModel]:
+        return iter(self.models)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def ids(self) -> list[str]:
+        return [m.id for m in self.models]
+
+    def _names(self, model: GpuModel) -> set[str]:
+        return {normalise_name(n) for n in (model.id, *model.aliases, *model.smi_names)}
+
+    def find(self, name: str) -> GpuModel | None:
+        key = normalise_name(name)
+        for model in self.models:
+            if key in self._names(model):
+                return model
+        return None
+
+    def get(self, name: str) -> GpuModel:
+        """A model by id or alias (case-insensitive, `NVIDIA ` prefix optional)."""
+        model = self.find(name)
+        if model is None:
+            raise CatalogError(f"unknown GPU model {name!r}", hint=_ADD_HINT)
+        return model
+
+    def match(
+        self,
+        name: str,
+        *,
+        memory_total_mib: int | None = None,
+        pci_device_id: str | None = None,
+    ) -> GpuModel:
+        """The model of a GPU from `nvidia-smi --query-gpu=name,memory.total,pci.device_id`.
+
+        The product name decides; the PCI device ID is used when the name is unknown; the total
+        memory separates models that share a name (a MIG GPU's total is at least its full
+        profile's memory and within 10% of it).
+        """
+        candidates = [m for m in self.models if normalise_name(name) in self._names(m)]
+        if not candidates and pci_device_id:
+            pid = _pci_device(pci_device_id)
+            candidates = [m for m in self.models if pid in m.pci_device_ids]
+        if memory_total_mib is not None and len(candidates) > 1:
+            fitting = [m for m in candidates if m.memory_mib <= memory_total_mib <= m.memory_mib * 1.1]
+            candidates = fitting or candidates
+        if not candidates:
+            extra = f" (PCI device {pci_device_id})" if pci_device_id else ""
+            raise CatalogError(f"GPU {name!r}{extra} is not in the MIG catalog", hint=_ADD_HINT)
+        return candidates[0]
+
+    def merged(self, overrides: Iterable[GpuModel]) -> Catalog:
+        """This catalog with models replaced (same id) or added by an override file."""
+        models = {m.id: m for m in self.models}
+        for m in overrides:
+            models[m.id] = m
+        return Catalog(tuple(models.values()))
+
+
+def _pci_device(raw: str) -> str:
+    """`0x20B010DE` (nvidia-smi pci.device_id: device then vendor) or `0x20b0` -> `0x20b0`."""
+    r = raw.strip().lower()
+    if r.startswith("0x"):
+        r = r[2:]
+    if len(r) == 8 and r.endswith("10de"):
+        r = r[:4]
+    return "0x" + r

@@ -1,0 +1,239 @@
+"""MIG layouts: the GPU instances on one GPU, each a profile at an explicit start slot (pure).
+
+Rules enforced (MIG User Guide, "Concepts" and "Supported MIG Profiles"; nvml.h on
+nvmlGpuInstancePlacement_t: "Creation of new GPU instance will fail if there is overlap with
+the already occupied memory slices"):
+  * a profile may only start at the slots `nvidia-smi mig -lgipp` lists for it;
+  * no two instances share a memory slice;
+  * the compute slices of all instances fit in the GPU's total (7 on A100/H100, 4 on A30);
+  * no profile exceeds its "Instances Total" (`-lgip`);
+  * at most one instance with media extensions (UG: "A single 1g profile can include media
+    extensions").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from migplan.catalog.model import GiProfile, GpuModel
+from migplan.errors import CatalogError, InputError, LayoutError
+
+
+@dataclass(frozen=True, order=True)
+class Instance:
+    """A GPU instance: a profile placed at a start memory slice."""
+
+    start: int
+    profile: str
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start}"
+
+    @classmethod
+    def parse(cls, text: str) -> Instance:
+        """`3g.20gb@4` -> Instance(4, '3g.20gb')."""
+        name, sep, start = text.strip().partition("@")
+        if not sep or not name or not start.strip().isdigit():
+            raise InputError(f"{text!r} is not an instance; write PROFILE@START, e.g. 3g.20gb@4")
+        return cls(int(start), name.strip())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The set of GPU instances on one GPU, kept sorted so equal layouts compare equal."""
+
+    instances: tuple[Instance, ...] = ()
+
+    @classmethod
+    def of(cls, instances: Iterable[Instance]) -> Layout:
+        return cls(tuple(sorted(instances)))
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> Layout:
+        return cls.of(Instance.parse(i) for i in items)
+
+    def __str__(self) -> str:
+        return " ".join(str(i) for i in self.instances) or "(empty)"
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    def as_list(self) -> list[str]:
+        return [str(i) for i in self.instances]
+
+    def profile_counts(self) -> Counter[str]:
+        return Counter(i.profile for i in self.instances)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One broken rule, with the instances involved."""
+
+    rule: str  # unknown-profile | bad-start | overlap | compute | max-count | media-extensions
+    message: str
+    instances: tuple[Instance, ...]
+
+
+def _profiles(model: GpuModel, layout: Layout) -> tuple[list[tuple[Instance, GiProfile]], list[Conflict]]:
+    known, conflicts = [], []
+    for inst in layout.instances:
+        try:
+            known.append((inst, model.profile(inst.profile)))
+        except CatalogError:
+            names = ", ".join(p.name for p in model.profiles)
+            conflicts.append(Conflict("unknown-profile", f"{inst}: {model.id} has no profile "
+                                      f"{inst.profile!r} (profiles: {names})", (inst,)))
+    return known, conflicts
+
+
+def check_layout(model: GpuModel, layout: Layout) -> list[Conflict]:
+    """Every rule the layout breaks on this model (empty when valid)."""
+    known, conflicts = _profiles(model, layout)
+    for inst, prof in known:
+        if inst.start not in prof.starts:
+            allowed = ",".join(str(s) for s in prof.starts)
+            conflicts.append(Conflict("bad-start", f"{inst}: {prof.name} may start only at "
+                                      f"{{{allowed}}} on {model.id}", (inst,)))
+    owner: dict[int, Instance] = {}
+    for inst, prof in known:
+        for slot in prof.slots(inst.start):
+            if slot >= model.memory_slices:
+                continue  # reported as bad-start above
+            if slot in owner:
+                other = owner[slot]
+                conflicts.append(Conflict("overlap", f"{other} and {inst} both use memory slice {slot}",
+                                          (other, inst)))
+                break
+            owner[slot] = inst
+    used = sum(p.compute_slices for _, p in known)
+    if used > model.compute_slices:
+        conflicts.append(Conflict("compute", f"instances use {used} compute slices; {model.id} has "
+                                  f"{model.compute_slices}", tuple(i for i, _ in known)))
+    counts = Counter(p.name for _, p in known)
+    for name, n in sorted(counts.items()):
+        prof = model.profile(name)
+        if n > prof.max_count:
+            conflicts.append(Conflict("max-count", f"{n} x {name}; {model.id} allows at most "
+                                      f"{prof.max_count}", tuple(i for i, p in known if p.name == name)))
+    me = [i for i, p in known if p.media_extensions]
+    if len(me) > 1:
+        conflicts.append(Conflict("media-extensions", "more than one instance with media extensions (+me)",
+                                  tuple(me)))
+    return conflicts
+
+
+def validate_layout(model: GpuModel, layout: Layout, *, where: str = "") -> None:
+    """Raise LayoutError listing every conflict, or return when the layout is valid."""
+    conflicts = check_layout(model, layout)
+    if conflicts:
+        lines = "; ".join(c.message for c in conflicts)
+        prefix = f"{where}: " if where else ""
+        raise LayoutError(f"{prefix}invalid layout {layout} on {model.id}: {lines}",
+                          hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
+
+
+# --- enumeration -------------------------------------------------------------------------
+
+def _candidates(model: GpuModel, profiles: Sequence[GiProfile]) -> list[tuple[Instance, GiProfile, int]]:
+    """Every (instance, profile, memory-slice bitmask), in a fixed order."""
+    out = []
+    for prof in profiles:
+        for start in prof.starts:
+            mask = 0
+            for slot in prof.slots(start):
+                mask |= 1 << slot
+            out.append((Instance(start, prof.name), prof, mask))
+    out.sort(key=lambda c: (c[0].start, -c[1].memory_slices, -c[1].compute_slices, c[1].name))
+    return out
+
+
+def _select(model: GpuModel, include: Iterable[str] | None) -> list[GiProfile]:
+    if include is None:
+        return list(model.plain_profiles)
+    return [model.profile(n) for n in include]
+
+
+def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
+                      maximal: bool = False) -> list[Layout]:
+    """All valid layouts (or only the maximal ones) built from `profiles`.
+
+    By default the plain profiles are used: a `+me` variant is interchangeable with one plain
+    instance of the same size, so it adds no new geometry. A layout is maximal when no further
+    instance of the chosen profiles fits (memory slices, compute slices and max counts).
+    Sorted deterministically (by instance list).
+    """
+    cands = _candidates(model, _select(model, profiles))
+    out: list[Layout] = []
+    chosen: list[Instance] = []
+    counts: Counter[str] = Counter()
+
+    def fits(prof: GiProfile, mask: int, used_mask: int, used_g: int) -> bool:
+        return (not mask & used_mask and used_g + prof.compute_slices <= model.compute_slices
+                and counts[prof.name] < prof.max_count)
+
+    def walk(first: int, used_mask: int, used_g: int) -> None:
+        if not maximal or not any(fits(p, m, used_mask, used_g) for _, p, m in cands):
+            out.append(Layout.of(chosen))
+        for idx in range(first, len(cands)):
+            inst, prof, mask = cands[idx]
+            if fits(prof, mask, used_mask, used_g):
+                chosen.append(inst)
+                counts[prof.name] += 1
+                walk(idx + 1, used_mask | mask, used_g + prof.compute_slices)
+                counts[prof.name] -= 1
+                chosen.pop()
+
+    walk(0, 0, 0)
+    return sorted(out, key=lambda lay: [(i.start, i.profile) for i in lay.instances])
+
+
+def free_placements(model: GpuModel, layout: Layout) -> list[Instance]:
+    """Instances that could be added to `layout` one at a time, keeping it valid."""
+    out = []
+    for prof in model.profiles:
+        for start in prof.starts:
+            cand = Instance(start, prof.name)
+            if cand in layout.instances:
+                continue
+            if not check_layout(model, Layout.of((*layout.instances, cand))):
+                out.append(cand)
+    return sorted(out)
+
+
+def used_compute(model: GpuModel, layout: Layout) -> int:
+    return sum(model.profile(i.profile).compute_slices for i in layout.instances)
+
+
+def used_memory_slices(model: GpuModel, layout: Layout) -> int:
+    return sum(model.profile(i.profile).memory_slices for i in layout.instances)
+
+
+# --- picture -------------------------------------------------------------------------------
+
+SLOT_WIDTH = 2
+
+
+def picture(model: GpuModel, layout: Layout | None) -> str:
+    """One cell per memory slice, merged across an instance: `|3g.20gb    |2g.10|1g|  |`.
+
+    `None` means MIG is disabled (the whole GPU is one device).
+    """
+    if layout is None:
+        width = model.memory_slices * (SLOT_WIDTH + 1) - 1
+        return "|" + "MIG disabled".center(width)[:width] + "|"
+    at = {i.start: i for i in layout.instances}
+    cells = []
+    slot = 0
+    while slot < model.memory_slices:
+        inst = at.get(slot)
+        if inst is None or not model.has_profile(inst.profile):
+            cells.append(" " * SLOT_WIDTH)
+            slot += 1
+            continue
+        size = min(model.profile(inst.profile).memory_slices, model.memory_slices - slot)
+        width = size * (SLOT_WIDTH + 1) - 1
+        cells.append(inst.profile[:width].ljust(width))
+        slot += size
+    return "|" + "|".join(cells) + "|"
