@@ -7,6 +7,7 @@ error can say `inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -110,7 +111,7 @@ class Node:
         return v
 
     # -- containers ----------------------------------------------------------------
-    def items(self) -> Iterator[tuple[str, Node]]:
+    def items(self) -> Iterator[tuple[builtins.str, Node]]:
         """Key/value pairs of a mapping, refusing duplicate keys."""
         if not self.is_map:
             self.fail(f"expected a mapping, got {_describe_value(self.value())}")
@@ -131,7 +132,8 @@ class Node:
             self.fail(f"expected a list, got {_describe_value(self.value())}")
         return [Node(v, self.source, self._child_path(i)) for i, v in enumerate(self._node.value)]
 
-    def fields(self, allowed: set[str] | frozenset[str], required: set[str] | frozenset[str] = frozenset()) -> dict[str, Node]:
+    def fields(self, allowed: set[builtins.str] | frozenset[builtins.str],
+               required: set[builtins.str] | frozenset[builtins.str] = frozenset()) -> dict[builtins.str, Node]:
         """A mapping's entries, checked against the allowed and required key sets."""
         out = dict(self.items())
         for key in out:
@@ -185,8 +187,15 @@ def parse(text: str, source: str) -> Node | None:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         line = mark.line + 1 if mark is not None else None
+        ctx = err.context_mark
+        began = ""
+        if ctx is not None and err.context:
+            # An unclosed bracket or quote is reported at the end of the stream; the line where
+            # the construct began is the one to fix.
+            began = f" ({err.context} at line {ctx.line + 1})"
+            line = ctx.line + 1
         raise InputError(
-            f"not valid YAML: {err.problem}", source=source, line=line,
+            f"not valid YAML: {err.problem}{began}", source=source, line=line,
             hint="check indentation and quoting around this line",
         ) from None
     except yaml.YAMLError as err:

@@ -83,7 +83,7 @@ def _model(node: Node) -> GpuModel:
         f["profiles"].fail("a model needs at least one profile")
     names: dict[str, int] = {}
     ids: dict[int, int] = {}
-    for pnode, p in zip(f["profiles"].list(), profiles):
+    for pnode, p in zip(f["profiles"].list(), profiles, strict=True):
         if p.name in names:
             pnode.fail(f"profile name {p.name!r} listed twice (first at line {names[p.name]})")
         if p.id in ids:
@@ -92,7 +92,7 @@ def _model(node: Node) -> GpuModel:
         ids[p.id] = pnode.line
     if not any(p.memory_slices == mem and not p.media_extensions for p in profiles):
         f["profiles"].fail(f"no profile spans all {mem} memory slices (the whole-GPU profile is required)")
-    for pnode, p in zip(f["profiles"].list(), profiles):
+    for pnode, p in zip(f["profiles"].list(), profiles, strict=True):
         if p.media_extensions and p.base_name not in names:
             pnode.fail(f"'+me' profile {p.name!r} has no plain profile {p.base_name!r}")
     return GpuModel(

@@ -1,0 +1,1 @@
+"""The `migplan` command line (typer). Each command group lives in its own module."""

@@ -1,0 +1,110 @@
+"""`migplan catalog ...`: the GPU models migplan knows and the layouts they allow."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from migplan.catalog import GpuModel
+from migplan.cli.context import build_context
+from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
+from migplan.cli.render import emit, grid, handle_errors
+from migplan.layout import enumerate_layouts, picture, used_compute
+
+app = typer.Typer(help="GPU models, their MIG profiles and valid layouts.", no_args_is_help=True)
+
+
+def model_summary(m: GpuModel) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "architecture": m.architecture,
+        "memory_mib": m.memory_mib,
+        "memory_slices": m.memory_slices,
+        "compute_slices": m.compute_slices,
+        "sm_count": m.sm_total,
+        "profiles": [p.name for p in m.profiles],
+        "verified": m.verified,
+        "aliases": list(m.aliases),
+    }
+
+
+def model_detail(m: GpuModel) -> dict[str, Any]:
+    out = model_summary(m)
+    out.update({
+        "smi_names": list(m.smi_names),
+        "pci_device_ids": list(m.pci_device_ids),
+        "confidence": m.confidence,
+        "source": m.source,
+        "profiles": [{
+            "name": p.name, "id": p.id, "compute_slices": p.compute_slices, "memory_slices": p.memory_slices,
+            "memory_mib": p.memory_mib, "max_count": p.max_count, "sm_count": p.sm_count,
+            "starts": list(p.starts), "media_extensions": p.media_extensions,
+            "ci_default_id": p.ci_default_id, "confidence": p.confidence,
+        } for p in m.profiles],
+    })
+    return out
+
+
+@app.command("list")
+@handle_errors
+def list_models(output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
+    """List the GPU models in the catalog."""
+    ctx = build_context(config, catalog, output)
+    data = [model_summary(m) for m in ctx.catalog]
+
+    def table() -> str:
+        rows = [[d["id"], d["architecture"], d["memory_mib"], d["compute_slices"], d["memory_slices"],
+                 " ".join(str(p) for p in d["profiles"]), "yes" if d["verified"] else "NO (unverified)"] for d in data]
+        return grid(rows, ["MODEL", "ARCH", "MIG MiB", "COMPUTE", "MEMORY", "PROFILES", "VERIFIED"])
+
+    emit(data, ctx.output, table)
+
+
+@app.command("show")
+@handle_errors
+def show(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.")],
+         output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
+    """Show one model's MIG profiles and placements."""
+    ctx = build_context(config, catalog, output)
+    m = ctx.catalog.get(model)
+    data = model_detail(m)
+
+    def table() -> str:
+        head = (f"{m.id} ({m.architecture}): {m.compute_slices} compute slices, {m.memory_slices} memory "
+                f"slices, {m.memory_mib} MiB under MIG, {m.sm_total} SMs"
+                + ("" if m.verified else "\nWARNING: unverified model; values partly inferred (see 'confidence')"))
+        rows = [[p["name"], p["id"], p["compute_slices"], p["memory_slices"], p["memory_mib"], p["max_count"],
+                 p["sm_count"], "{" + ",".join(map(str, p["starts"])) + "}", p["confidence"]]
+                for p in data["profiles"]]
+        return head + "\n\n" + grid(rows, ["PROFILE", "ID", "COMPUTE", "MEMORY", "MiB", "MAX", "SM", "STARTS",
+                                           "CONFIDENCE"])
+
+    emit(data, ctx.output, table)
+
+
+@app.command("layouts")
+@handle_errors
+def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.")],
+            maximal: Annotated[bool, typer.Option("--maximal", help="Only layouts where nothing more fits.")] = False,
+            profiles: Annotated[Optional[str], typer.Option(  # noqa: UP045
+                "--profiles", help="Comma-separated profiles to build from [default: all without +me].")] = None,
+            output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
+    """Enumerate the valid layouts of a model (explicit placements)."""
+    ctx = build_context(config, catalog, output)
+    m = ctx.catalog.get(model)
+    chosen = [p.strip() for p in profiles.split(",") if p.strip()] if profiles else None
+    if chosen:
+        for p in chosen:
+            m.profile(p)  # a clear error for an unknown profile
+    found = enumerate_layouts(m, profiles=chosen, maximal=maximal)
+    data: list[dict[str, Any]] = [
+        {"instances": lay.as_list(), "compute_slices": used_compute(m, lay), "picture": picture(m, lay)}
+        for lay in found]
+
+    def table() -> str:
+        rows = [[i + 1, picture(m, lay), used_compute(m, lay), str(lay)] for i, lay in enumerate(found)]
+        kind = "maximal layouts" if maximal else "valid layouts"
+        return grid(rows, ["#", "SLOTS", "COMPUTE", "INSTANCES"]) + f"\n\n{len(data)} {kind} of {m.id}"
+
+    emit(data, ctx.output, table)

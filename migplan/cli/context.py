@@ -1,0 +1,39 @@
+"""Build what a command needs from its options, the config file and the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from migplan.catalog import Catalog, load_catalog
+from migplan.config import Config, load_config
+from migplan.errors import InputError
+from migplan.inventory import Inventory, load_inventory
+from migplan.profiles import ProfileSet, load_profiles
+
+
+@dataclass(frozen=True)
+class Context:
+    config: Config
+    catalog: Catalog
+    output: str
+
+    def inventory(self, path: str | None) -> Inventory:
+        chosen = path or self.config.inventory
+        if not chosen:
+            raise InputError("no inventory given",
+                             hint="pass --inventory FILE, set MIGPLAN_INVENTORY, or 'inventory:' in the config file")
+        return load_inventory(chosen, self.catalog)
+
+    def profiles(self, path: str | None) -> ProfileSet:
+        chosen = path or self.config.profiles
+        if not chosen:
+            raise InputError("no workload profiles given",
+                             hint="pass --profiles DIR, set MIGPLAN_PROFILES, or 'profiles:' in the config file")
+        return load_profiles(chosen)
+
+
+def build_context(config_path: str | None, catalog_paths: list[str] | None, output: object) -> Context:
+    config = load_config(config_path)
+    catalog = load_catalog([*config.catalog, *(catalog_paths or [])])
+    fmt = getattr(output, "value", output) or config.output or "table"
+    return Context(config=config, catalog=catalog, output=str(fmt))

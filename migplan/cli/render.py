@@ -1,0 +1,58 @@
+"""Rendering: data to stdout as a table, JSON or YAML; messages and progress to stderr."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import typer
+import yaml
+from tabulate import tabulate
+
+from migplan.errors import EXIT_FAILURE, EXIT_USAGE, MigplanError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def emit(data: Any, fmt: str, table: Callable[[], str]) -> None:
+    """Print `data` as JSON/YAML, or the text `table()` builds, on stdout."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    elif fmt == "yaml":
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=120))
+    else:
+        sys.stdout.write(table().rstrip("\n") + "\n")
+
+
+def grid(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def info(message: str) -> None:
+    """Progress and notes for people: stderr, never mixed into data."""
+    typer.echo(message, err=True)
+
+
+def handle_errors(fn: F) -> F:
+    """Map migplan's errors to a message on stderr and exit 1 (failure) or 2 (input); no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MigplanError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(err.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except BrokenPipeError:
+            raise typer.Exit(EXIT_FAILURE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "emit", "grid", "handle_errors", "info"]

@@ -1,0 +1,133 @@
+"""The shipped catalog: every model loads, matches what nvidia-smi prints, and overrides work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migplan.catalog import builtin_catalog, load_catalog
+from migplan.errors import CatalogError, InputError
+
+CAT = builtin_catalog()
+
+# Figures from the reference catalog (real nvidia-smi -lgip output).
+EXPECTED = {
+    "A30": ("ampere", 4, 4, {"1g.6gb": 14, "1g.6gb+me": 21, "2g.12gb": 5, "2g.12gb+me": 6, "4g.24gb": 0}),
+    "A100-SXM4-40GB": ("ampere", 7, 8, {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14,
+                                        "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0}),
+    "A100-SXM4-80GB": ("ampere", 7, 8, {"1g.10gb": 19, "3g.40gb": 9, "7g.80gb": 0}),
+    "H100-SXM5-80GB": ("hopper", 7, 8, {"1g.10gb": 19, "1g.20gb": 15, "2g.20gb": 14, "7g.80gb": 0}),
+    "H100-NVL": ("hopper", 7, 8, {"1g.12gb": 19, "3g.47gb": 9, "7g.94gb": 0}),
+    "H200-141GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.141gb": 0}),
+    "GH200-96GB": ("hopper", 7, 8, {"1g.12gb": 19, "7g.96gb": 0}),
+    "GH200-144GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.144gb": 0}),
+    "B200": ("blackwell", 7, 8, {"1g.23gb": 19, "7g.180gb": 0}),
+}
+
+
+@pytest.mark.parametrize("model_id", sorted(EXPECTED))
+def test_model_profiles(model_id: str) -> None:
+    arch, compute, memory, ids = EXPECTED[model_id]
+    m = CAT.get(model_id)
+    assert (m.architecture, m.compute_slices, m.memory_slices) == (arch, compute, memory)
+    for name, pid in ids.items():
+        assert m.profile(name).id == pid
+        assert m.profile(pid).name == name
+        assert m.profile(f"MIG {name}").id == pid
+
+
+def test_unverified_models_are_marked() -> None:
+    assert {m.id for m in CAT if not m.verified} == {"GH200-144GB", "B200"}
+
+
+def test_real_values_from_lgip() -> None:
+    a100 = CAT.get("A100-SXM4-40GB")
+    p = a100.profile("1g.10gb")
+    assert (p.memory_mib, p.lgip_gib, p.max_count, p.starts) == (9856, "9.62", 4, (0, 2, 4, 6))
+    assert a100.profile("3g.20gb").starts == (0, 4)
+    assert a100.profile("7g.40gb").sm_count == 98
+    h100 = CAT.get("H100-SXM5-80GB")
+    assert h100.profile("1g.20gb").sm_count == 26  # not 16*g: real output (mig-geometry.md §4)
+    assert h100.profile("1g.20gb").ci_default_id == 7  # GH200/Hopper: 1_SLICE_REV1
+    assert CAT.get("A30").profile("2g.12gb").starts == (0, 2)
+
+
+@pytest.mark.parametrize(("name", "memory", "pci", "expected"), [
+    ("NVIDIA A100-SXM4-40GB", 40960, None, "A100-SXM4-40GB"),
+    ("A100-SXM4-40GB", 40537, None, "A100-SXM4-40GB"),  # R450 drivers print no 'NVIDIA ' prefix
+    ("NVIDIA A100-PCIE-40GB", None, None, "A100-SXM4-40GB"),
+    ("NVIDIA A100 80GB PCIe", 81920, None, "A100-SXM4-80GB"),
+    ("NVIDIA A100-SXM4-80GB", 81251, None, "A100-SXM4-80GB"),
+    ("NVIDIA H100 80GB HBM3", 81559, None, "H100-SXM5-80GB"),
+    ("NVIDIA H100 NVL", 95830, None, "H100-NVL"),
+    ("NVIDIA H200", 143771, None, "H200-141GB"),
+    ("NVIDIA A30", 24576, None, "A30"),
+    ("Some Future Name", None, "0x233510DE", "H200-141GB"),
+    ("GH200 renamed", None, "0x2342", "GH200-96GB"),
+])
+def test_match_what_nvidia_smi_reports(name: str, memory: int | None, pci: str | None, expected: str) -> None:
+    assert CAT.match(name, memory_total_mib=memory, pci_device_id=pci).id == expected
+
+
+def test_unknown_model_says_how_to_add_it() -> None:
+    with pytest.raises(CatalogError) as err:
+        CAT.match("NVIDIA RTX 4090", memory_total_mib=24564, pci_device_id="0x268410DE")
+    assert "--catalog" in str(err.value) and "RTX 4090" in str(err.value)
+
+
+def test_unknown_profile_lists_the_known_ones() -> None:
+    with pytest.raises(CatalogError, match="1g.5gb"):
+        CAT.get("A100-SXM4-40GB").profile("5g.30gb")
+
+
+OVERRIDE = """\
+version: 1
+models:
+  - id: RTX-PRO-6000
+    architecture: blackwell
+    memory_slices: 4
+    compute_slices: 4
+    smi_names: ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+    profiles:
+      - {name: 1g.24gb, id: 14, compute_slices: 1, memory_slices: 1, memory_mib: 24064, max_count: 4,
+         starts: [0, 1, 2, 3]}
+      - {name: 2g.48gb, id: 5, compute_slices: 2, memory_slices: 2, memory_mib: 48384, max_count: 2, starts: [0, 2]}
+      - {name: 4g.96gb, id: 0, compute_slices: 4, memory_slices: 4, memory_mib: 96896, max_count: 1, starts: [0]}
+  - id: A30
+    architecture: ampere
+    memory_slices: 4
+    compute_slices: 4
+    profiles:
+      - {name: 4g.24gb, id: 0, compute_slices: 4, memory_slices: 4, memory_mib: 24000, max_count: 1, starts: [0]}
+"""
+
+
+def test_override_adds_and_replaces_models(tmp_path: Path) -> None:
+    f = tmp_path / "extra.yaml"
+    f.write_text(OVERRIDE)
+    cat = load_catalog([f])
+    assert cat.match("NVIDIA RTX PRO 6000 Blackwell Server Edition").id == "RTX-PRO-6000"
+    assert [p.name for p in cat.get("A30").profiles] == ["4g.24gb"]
+    assert len(cat) == len(CAT) + 1
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("starts: [0, 2]}", "starts: [0, 3]}", "runs past memory slice 3"),
+    ("memory_mib: 48384", "memory_mib: -5", "must be at least 1"),
+    ("compute_slices: 2,", "compute_slices: 9,", "exceeds the model's 4 compute slices"),
+    ("architecture: blackwell", "architecture: volta", "unknown architecture"),
+    ("max_count: 2,", "max_count: 2, colour: red,", "unknown key 'colour'"),
+    ("id: 5,", "id: 14,", "profile id 14 listed twice"),
+    ("memory_slices: 4\n    compute_slices: 4\n    smi", "memory_slices: four\n    compute_slices: 4\n    smi",
+     "expected an integer"),
+])
+def test_override_is_validated_strictly(tmp_path: Path, old: str, new: str, message: str) -> None:
+    f = tmp_path / "bad.yaml"
+    assert old in OVERRIDE
+    f.write_text(OVERRIDE.replace(old, new, 1))
+    with pytest.raises(InputError) as err:
+        load_catalog([f])
+    text = str(err.value)
+    assert message in text and str(f) in text
+    assert err.value.line is not None

@@ -1,0 +1,162 @@
+"""The CLI conventions on the foundation commands: formats, exit codes, stdout vs stderr, config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from migplan.cli.app import app
+
+ROOT = Path(__file__).resolve().parent.parent
+INV = str(ROOT / "inventory" / "example.yaml")
+PROF = str(ROOT / "profiles" / "example")
+
+
+@pytest.fixture()
+def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # never read the developer's config
+    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
+        monkeypatch.delenv(var, raising=False)
+    runner = CliRunner()
+
+    def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        return runner.invoke(app, list(args), env=env)
+
+    return invoke
+
+
+def test_layouts_json(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "layouts", "A100-SXM4-40GB", "--maximal", "-o", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert len(data) == 78
+    assert {"instances", "compute_slices", "picture"} <= set(data[0])
+    r = run("catalog", "layouts", "A30", "--maximal", "-o", "json")
+    assert len(json.loads(r.stdout)) == 5
+
+
+def test_layouts_restricted_profiles(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "layouts", "A100-40GB", "--maximal", "--profiles", "1g.5gb,2g.10gb,3g.20gb,4g.20gb,7g.40gb",
+            "-o", "yaml")
+    assert r.exit_code == 0 and len(yaml.safe_load(r.stdout)) == 19
+
+
+def test_list_and_show(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "list", "-o", "json")
+    ids = [m["id"] for m in json.loads(r.stdout)]
+    assert "A100-SXM4-40GB" in ids and "H100-SXM5-80GB" in ids and "A30" in ids
+    r = run("catalog", "show", "h100-80gb")
+    assert r.exit_code == 0 and "1g.20gb" in r.stdout and "{0,2,4,6}" in r.stdout
+    r = run("catalog", "show", "B200")
+    assert "unverified" in r.stdout
+
+
+def test_unknown_model_is_exit_2_on_stderr(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "show", "V100")
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "unknown GPU model 'V100'" in r.stderr and "--catalog" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_unknown_profile_in_layouts(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "layouts", "A30", "--profiles", "9g.9gb")
+    assert r.exit_code == 2 and "has no MIG profile '9g.9gb'" in r.stderr
+
+
+def test_usage_error_is_exit_2(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("catalog", "list", "-o", "xml").exit_code == 2
+    assert run("catalog", "nope").exit_code == 2
+
+
+def test_inventory_check(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("inventory", "check", "--inventory", INV)
+    assert r.exit_code == 0
+    assert "|3g.20gb    |2g.10|1g|  |" in r.stdout and "24 GPUs" in r.stdout
+    data = json.loads(run("inventory", "check", "-i", INV, "-o", "json").stdout)
+    assert len(data["hosts"]) == 4 and data["hosts"][0]["gpus"][0]["layout"] == ["3g.20gb@0", "2g.10gb@4",
+                                                                                  "1g.5gb@6"]
+
+
+def test_inventory_missing(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("inventory", "check")
+    assert r.exit_code == 2 and "no inventory given" in r.stderr
+    r = run("inventory", "check", "-i", "/nonexistent/inv.yaml")
+    assert r.exit_code == 2 and "/nonexistent/inv.yaml: file not found" in r.stderr
+
+
+def test_profiles_show(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("profiles", "show", "--profiles", PROF)
+    assert r.exit_code == 0 and "40 workloads from 5 file(s)" in r.stdout
+    data = yaml.safe_load(run("profiles", "show", "-p", PROF, "-o", "yaml").stdout)
+    assert len(data) == 40 and {"name", "memory_mib", "compute", "observed"} <= set(data[0])
+
+
+# Each bad-input case the foundation issue names, through the CLI: exit 2, file + key + line.
+BAD_CASES = [
+    ("inventory", "version: 1\nhosts:\n  h1:\n    gpus: [{index: 0, model: A100-SXM4-40GB}\n", ":4:", None),
+    ("inventory", "version: 1\nhosts:\n  h1:\n    colour: red\n    discover: true\n", ":4:", "hosts.h1.colour"),
+    ("inventory", "version: 1\nhosts:\n  h1:\n    port: ssh\n    discover: true\n", ":4:", "hosts.h1.port"),
+    ("inventory", "version: 1\nhosts:\n  h1:\n    gpus: [{index: 0, model: Z100}]\n", ":4:",
+     "hosts.h1.gpus[0].model"),
+    ("inventory", "version: 1\nhosts:\n  h1: {discover: true}\n  h1: {discover: true}\n", ":4:", "hosts.h1"),
+    ("inventory", "version: 1\nhosts:\n  h1:\n    gpus:\n    - {index: 0, model: A30}\n    - {index: 0, model: A30}\n",
+     ":6:", "hosts.h1.gpus[1]"),
+    ("profiles", "version: 1\nworkloads:\n- name: a\n  memory_mib: {p50: -1, p95: 1, p99: 1, max: 1}\n"
+     "  compute: {p50: 0, p95: 0, max: 0}\n", ":4:", "workloads[0].memory_mib.p50"),
+    ("profiles", "version: 1\nworkloads:\n- name: a\n  memory_mib: {p50: 1, p95: 1, p99: 1, max: 1}\n"
+     "  compute: {p50: 0, p95: 0, max: 0}\n- name: a\n  memory_mib: {p50: 1, p95: 1, p99: 1, max: 1}\n"
+     "  compute: {p50: 0, p95: 0, max: 0}\n", ":6:", "workloads"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "line", "key"), BAD_CASES)
+def test_bad_input_through_cli(run, tmp_path: Path, kind: str, text: str, line: str, key: str | None) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    args = ("inventory", "check", "-i", str(f)) if kind == "inventory" else ("profiles", "show", "-p", str(f))
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == ""
+    assert f"{f}{line}" in r.stderr
+    if key:
+        assert f": {key}:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_config_file_and_env_precedence(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"version: 1\ninventory: {INV}\noutput: json\n")
+    r = run("inventory", "check", "--config", str(cfg))
+    assert r.exit_code == 0 and json.loads(r.stdout)["hosts"]
+    r = run("inventory", "check", "--config", str(cfg), "-o", "yaml")  # flag beats config
+    assert yaml.safe_load(r.stdout)["hosts"]
+    r = run("inventory", "check", env={"MIGPLAN_CONFIG": str(cfg), "MIGPLAN_OUTPUT": "table"})  # env beats config
+    assert r.exit_code == 0 and "24 GPUs" in r.stdout
+    default = tmp_path / "xdg" / "migplan" / "config.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text(f"version: 1\nprofiles: {PROF}\n")
+    assert run("profiles", "show").exit_code == 0
+    cfg.write_text("version: 1\noutput: xml\n")
+    r = run("inventory", "check", "--config", str(cfg))
+    assert r.exit_code == 2 and "unknown output format 'xml'" in r.stderr
+
+
+def test_catalog_override_from_cli(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    extra = tmp_path / "cat.yaml"
+    extra.write_text("version: 1\nmodels:\n- id: TOY\n  architecture: hopper\n  memory_slices: 2\n"
+                     "  compute_slices: 2\n  profiles:\n  - {name: 1g.1gb, id: 1, compute_slices: 1, memory_slices: 1,"
+                     " memory_mib: 1024, max_count: 2, starts: [0, 1]}\n"
+                     "  - {name: 2g.2gb, id: 0, compute_slices: 2, memory_slices: 2, memory_mib: 2048, max_count: 1,"
+                     " starts: [0]}\n")
+    r = run("catalog", "layouts", "TOY", "--maximal", "--catalog", str(extra), "-o", "json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)) == 2
+
+
+def test_version(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("migplan ")
