@@ -160,3 +160,15 @@ def test_catalog_override_from_cli(run, tmp_path: Path) -> None:  # type: ignore
 def test_version(run) -> None:  # type: ignore[no-untyped-def]
     r = run("--version")
     assert r.exit_code == 0 and r.stdout.startswith("migplan ")
+
+
+def test_catalog_check(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("catalog", "check", "A100-SXM4-40GB", "3g.20gb@0", "2g.10gb@4", "-o", "json")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["valid"] and set(data["free"]) == {"1g.5gb@6", "1g.5gb+me@6", "1g.10gb@6"}
+    r = run("catalog", "check", "A100-SXM4-40GB", "3g.20gb@1", "4g.20gb@0")
+    assert r.exit_code == 1
+    assert "[bad-start] 3g.20gb@1" in r.stdout and "[overlap] 4g.20gb@0 and 3g.20gb@1" in r.stdout
+    r = run("catalog", "check", "A30", "3g.20gb")
+    assert r.exit_code == 2 and "PROFILE@START" in r.stderr

@@ -10,7 +10,7 @@ from migplan.catalog import GpuModel
 from migplan.cli.context import build_context
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors
-from migplan.layout import enumerate_layouts, picture, used_compute
+from migplan.layout import Layout, check_layout, enumerate_layouts, free_placements, picture, used_compute
 
 app = typer.Typer(help="GPU models, their MIG profiles and valid layouts.", no_args_is_help=True)
 
@@ -108,3 +108,36 @@ def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A
         return grid(rows, ["#", "SLOTS", "COMPUTE", "INSTANCES"]) + f"\n\n{len(data)} {kind} of {m.id}"
 
     emit(data, ctx.output, table)
+
+
+@app.command("check")
+@handle_errors
+def check(model: Annotated[str, typer.Argument(help="Model id or alias.")],
+          instances: Annotated[list[str], typer.Argument(help="Instances as PROFILE@START, e.g. 3g.20gb@4.")],
+          output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
+    """Check a layout against NVIDIA's rules and show what could still be added, and where."""
+    ctx = build_context(config, catalog, output)
+    m = ctx.catalog.get(model)
+    lay = Layout.parse(instances)
+    conflicts = check_layout(m, lay)
+    free = [] if conflicts else free_placements(m, lay)
+    data = {
+        "model": m.id, "instances": lay.as_list(), "valid": not conflicts,
+        "conflicts": [{"rule": c.rule, "message": c.message, "instances": [str(i) for i in c.instances]}
+                      for c in conflicts],
+        "free": [str(i) for i in free],
+    }
+
+    def table() -> str:
+        if conflicts:
+            return "invalid layout:\n" + "\n".join(f"  [{c.rule}] {c.message}" for c in conflicts)
+        by_profile: dict[str, list[str]] = {}
+        for i in free:
+            by_profile.setdefault(i.profile, []).append(str(i.start))
+        rows = [[p, "{" + ",".join(s) + "}"] for p, s in by_profile.items()]
+        return (f"{picture(m, lay)}  valid, {used_compute(m, lay)}/{m.compute_slices} compute slices used\n\n"
+                + (grid(rows, ["CAN ADD", "AT START"]) if rows else "nothing more fits"))
+
+    emit(data, ctx.output, table)
+    if conflicts:
+        raise typer.Exit(1)
