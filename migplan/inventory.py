@@ -59,9 +59,18 @@ class Host:
     gpus: tuple[GpuSpec, ...] = ()
     discover: bool = False
     hooks: Hooks = field(default_factory=Hooks)
+    # As declared, so that they also apply to GPUs found by discovery (`discover: true`).
+    reserved_gpus: tuple[int, ...] = ()
+    excluded_gpus: tuple[int, ...] = ()
 
     def gpu(self, index: int) -> GpuSpec | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+    def is_reserved(self, index: int) -> bool:
+        return index in self.reserved_gpus
+
+    def is_excluded(self, index: int) -> bool:
+        return index in self.excluded_gpus
 
 
 @dataclass(frozen=True)
@@ -267,6 +276,8 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
         gpus=tuple(gpus),
         discover=discover,
         hooks=v.get("hooks", Hooks()),
+        reserved_gpus=tuple(sorted(reserved)),
+        excluded_gpus=tuple(sorted(excluded)),
     )
 
 

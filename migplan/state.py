@@ -26,6 +26,7 @@ class GpuState:
     mig_pending: bool | None = None  # the mode after the next reset, when it differs from the current one
     layout: Layout | None = None  # None when MIG is disabled
     busy: tuple[Instance, ...] = ()  # instances with running processes: never destroyed without consent
+    whole_gpu_busy: bool = False  # MIG disabled and processes running: enabling MIG would stop them
     reserved: bool = False
     excluded: bool = False
 
@@ -44,6 +45,7 @@ class GpuState:
             "mig_pending": self.mig_pending,
             "layout": self.layout.as_list() if self.layout is not None else None,
             "busy": [str(i) for i in self.busy],
+            "whole_gpu_busy": self.whole_gpu_busy,
         }
 
 

@@ -163,3 +163,9 @@ def test_unknown_migplan_var_in_ansible(tmp_path: Path) -> None:
     f = write(tmp_path, "all:\n  hosts:\n    h1:\n      migplan_discovr: true\n")
     with pytest.raises(InputError, match="unknown migplan variable 'migplan_discovr'"):
         load_inventory(f, CAT)
+
+
+def test_reserved_and_excluded_apply_to_discovered_hosts(tmp_path: Path) -> None:
+    f = write(tmp_path, "version: 1\nhosts:\n  h1: {discover: true, reserved_gpus: [1], excluded_gpus: [6, 7]}\n")
+    (h,) = load_inventory(f, CAT).hosts
+    assert h.gpus == () and h.is_reserved(1) and h.is_excluded(7) and not h.is_excluded(1)

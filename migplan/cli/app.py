@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from migplan import __version__
-from migplan.cli import catalog_cmd, inventory_cmd, profiles_cmd
+from migplan.cli import catalog_cmd, fleet, inventory_cmd, profiles_cmd, propose
 
 app = typer.Typer(
     name="migplan",
@@ -21,6 +21,8 @@ app.add_typer(catalog_cmd.app, name="catalog")
 app.add_typer(inventory_cmd.app, name="inventory")
 app.add_typer(profiles_cmd.app, name="profiles")
 # Command modules register here, one line each.
+app.command("propose")(propose.propose)
+fleet.register(app)  # discover, status, catalog learn
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,118 @@
+"""Seeded benchmark instances (documented in bench/README.md).
+
+Every instance is a (FleetState, ProfileSet) built from `random.Random(seed)` only, so the same
+name and seed always give the same fleet and workloads.
+
+* fleet: `gpus` GPUs, 8 per host; `single` = A100-SXM4-40GB only; `mixed` = hosts cycle through
+  A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB and A30.
+* demand mix (p99 memory in MiB, p95 compute share of an A100-40GB):
+    small      80%  1-4.5 GB,  20%  5-9 GB;          compute ~ memory share +-50%
+    large      10-38 GB;                              compute ~ memory share +-50%
+    bimodal    half 1-4 GB, half 14-36 GB
+    inference  memory-bound: 4-30 GB, compute 0.02-0.10
+* workloads: `workloads` of them (priorities 1-10).
+* current state: `empty` (MIG disabled everywhere), `random` (30% MIG disabled, the rest a uniformly
+  drawn valid layout, nothing running), `previous` (built by the runner: the migplan plan of the empty
+  state applied, then 10% of the workloads' demand scaled by 0.5-1.6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+
+from migplan.catalog import builtin_catalog
+from migplan.layout import enumerate_layouts
+from migplan.profiles import ComputeStats, MemoryStats, Observation, ProfileSet, Workload
+from migplan.state import FleetState, GpuState
+
+MIXED = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "A30")
+MIXES = ("small", "large", "bimodal", "inference")
+
+
+@dataclass(frozen=True)
+class Spec:
+    gpus: int
+    workloads: int
+    models: str = "single"  # single | mixed
+    mix: str = "small"
+    state: str = "empty"  # empty | random | previous
+    seed: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpus}g-{self.workloads}w-{self.models}-{self.mix}-{self.state}-s{self.seed}"
+
+
+def fleet(spec: Spec, rng: random.Random) -> FleetState:
+    cat = builtin_catalog()
+    gpus = []
+    for i in range(spec.gpus):
+        host, idx = f"node{i // 8:05d}", i % 8
+        model = MIXED[(i // 8) % len(MIXED)] if spec.models == "mixed" else "A100-SXM4-40GB"
+        g = GpuState(host=host, index=idx, model=model)
+        if spec.state == "random" and rng.random() >= 0.3:
+            layouts = _all_layouts(model)
+            g = dataclasses.replace(g, mig_enabled=True, layout=layouts[rng.randrange(len(layouts))])
+        gpus.append(g)
+    _ = cat
+    return FleetState(tuple(gpus), source="bench")
+
+
+_LAYOUTS: dict[str, list] = {}
+
+
+def _all_layouts(model: str) -> list:
+    if model not in _LAYOUTS:
+        _LAYOUTS[model] = enumerate_layouts(builtin_catalog().get(model))
+    return _LAYOUTS[model]
+
+
+def _draw(mix: str, rng: random.Random) -> tuple[int, float]:
+    if mix == "small":
+        mem = rng.uniform(1000, 4500) if rng.random() < 0.8 else rng.uniform(5000, 9000)
+    elif mix == "large":
+        mem = rng.uniform(10000, 38000)
+    elif mix == "bimodal":
+        mem = rng.uniform(1000, 4000) if rng.random() < 0.5 else rng.uniform(14000, 36000)
+    else:
+        return int(rng.uniform(4000, 30000)), rng.uniform(0.02, 0.10)
+    share = min(1.0, mem / 40960 * rng.uniform(0.5, 1.5))
+    return int(mem), share
+
+
+def workload(name: str, mem: int, share: float, priority: int) -> Workload:
+    return Workload(name=name, observed=Observation(gpu_model="A100-SXM4-40GB"),
+                    memory=MemoryStats(int(mem * 0.8), int(mem * 0.95), mem, int(mem * 1.05)),
+                    compute=ComputeStats(round(share * 0.6, 4), round(share, 4), round(min(1.0, share * 1.3), 4)),
+                    priority=priority)
+
+
+def profiles(spec: Spec, rng: random.Random) -> ProfileSet:
+    ws = []
+    for i in range(spec.workloads):
+        mem, share = _draw(spec.mix, rng)
+        ws.append(workload(f"w{i:05d}", mem, share, rng.randint(1, 10)))
+    return ProfileSet(tuple(ws))
+
+
+def generate(spec: Spec) -> tuple[FleetState, ProfileSet]:
+    rng = random.Random(f"{spec.name}")
+    return fleet(spec, rng), profiles(spec, rng)
+
+
+def change_demand(ps: ProfileSet, fraction: float, seed: int) -> ProfileSet:
+    """Scale the memory and compute of `fraction` of the workloads by 0.5-1.6 (the 'previous' scenario)."""
+    rng = random.Random(seed)
+    out = []
+    for w in ps.workloads:
+        if rng.random() < fraction:
+            f = rng.uniform(0.5, 1.6)
+            m = w.memory
+            c = w.compute
+            w = dataclasses.replace(
+                w, memory=MemoryStats(int(m.p50 * f), int(m.p95 * f), int(m.p99 * f), int(m.max * f)),
+                compute=ComputeStats(min(1.0, c.p50 * f), min(1.0, c.p95 * f), min(1.0, c.max * f)))
+        out.append(w)
+    return ProfileSet(tuple(out))

@@ -1,0 +1,102 @@
+"""`migplan propose`: plan a MIG layout for every GPU and an instance for every workload."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Annotated, Any, Optional
+
+import typer
+
+from migplan.cli.context import Context, build_context
+from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt
+from migplan.cli.render import emit, grid, handle_errors, info
+from migplan.files import write_atomic
+from migplan.layout import picture
+from migplan.planner import Plan, Policy, plan, plan_to_dict
+from migplan.planner.demand import policy_from_mapping
+from migplan.planner.solver import SOLVERS, PulpSolver
+from migplan.state import FleetState, state_from_inventory
+
+
+def _policy(ctx: Context, overrides: dict[str, Any]) -> Policy:
+    base = policy_from_mapping(dict(ctx.config.planner), source=ctx.config.source or "config")
+    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _state(ctx: Context, inventory: str | None, snapshot: str | None) -> FleetState:
+    chosen = snapshot or ctx.config.snapshot
+    if chosen:
+        from migplan.snapshot import load_snapshot
+
+        return load_snapshot(chosen, ctx.catalog)
+    return state_from_inventory(ctx.inventory(inventory))
+
+
+def _table(p: Plan, catalog: Any) -> str:
+    by_gpu: dict[tuple[str | None, int | None], list[str]] = defaultdict(list)
+    for w in p.workloads:
+        if w.status == "placed":
+            mark = "" if w.kept else (" (moved)" if w.moved else " (new)")
+            by_gpu[(w.host, w.gpu)].append(f"{w.name}@{w.instance.split('@')[0] if w.instance else 'whole'}{mark}")
+    rows = []
+    for g in p.gpus:
+        model = catalog.get(g.model)
+        change = g.note or ("change" if g.actions else "")
+        rows.append([g.host, g.index, g.model, picture(model, g.current), picture(model, g.target), change,
+                     ", ".join(by_gpu.get((g.host, g.index), []))])
+    out = [grid(rows, ["HOST", "GPU", "MODEL", "CURRENT", "TARGET", "", "WORKLOADS"])]
+    left = [w for w in p.workloads if w.status != "placed"]
+    if left:
+        out.append("\nLeft out:\n" + grid([[w.name, w.memory_mib, w.reason] for w in left],
+                                          ["WORKLOAD", "NEEDS MiB", "REASON"]))
+    s, v = p.summary, p.solve
+    gap = f"{v.gap:.2%}" if v.gap is not None else "n/a"
+    out.append(
+        f"\nGPUs used {s.gpus_used} of {s.gpus_planned} planned (lower bound {s.gpus_lower_bound}), "
+        f"free whole GPUs {s.free_whole_gpus}, stranded slices {s.stranded_slices}\n"
+        f"workloads placed {s.workloads_placed}, left out {s.workloads_unplaced}, disrupted {s.workloads_disrupted}\n"
+        f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
+        f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
+    return "\n".join(out)
+
+
+@handle_errors
+def propose(
+    inventory: InventoryOpt = None,
+    profiles: ProfilesOpt = None,
+    output: OutputOpt = None,
+    config: ConfigOpt = None,
+    catalog: CatalogOpt = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Write the plan document here (JSON).")] = None,  # noqa: UP045
+    snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Plan from a discovery snapshot instead of the inventory's layouts.")] = None,  # noqa: UP045, E501
+    solver: Annotated[Optional[str], typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,  # noqa: UP045, E501
+    time_limit: Annotated[Optional[float], typer.Option("--time-limit", help="Solver time limit, seconds [60].")] = None,  # noqa: UP045, E501
+    gap: Annotated[Optional[float], typer.Option("--gap", help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045
+    allow_disrupt: Annotated[Optional[bool], typer.Option("--allow-disrupt/--no-allow-disrupt", help="Allow moving running workloads (each move is counted).")] = None,  # noqa: UP045, E501
+    keep_free: Annotated[Optional[int], typer.Option("--keep-free", help="Keep N whole GPUs free.")] = None,  # noqa: UP045
+    memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="p50|p95|p99|max [p99].")] = None,  # noqa: UP045, E501
+    compute_percentile: Annotated[Optional[str], typer.Option("--compute-percentile", help="p50|p95|p99|max [p95].")] = None,  # noqa: UP045, E501
+    headroom: Annotated[Optional[float], typer.Option("--headroom", help="Memory headroom fraction [0.10].")] = None,  # noqa: UP045, E501
+    headroom_min_mib: Annotated[Optional[int], typer.Option("--headroom-min-mib", help="Least memory headroom, MiB [512].")] = None,  # noqa: UP045, E501
+    anti_affinity_scope: Annotated[Optional[str], typer.Option("--anti-affinity-scope", help="gpu|host [gpu].")] = None,  # noqa: UP045, E501
+) -> None:
+    """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
+    ctx = build_context(config, catalog, output)
+    pol = _policy(ctx, {"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
+                        "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
+                        "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
+    cfg = ctx.config.planner
+    sv = PulpSolver(name=solver or str(cfg.get("solver", "cbc")),
+                    time_limit=time_limit if time_limit is not None else float(cfg.get("time_limit", 60)),  # type: ignore[arg-type]
+                    gap=gap if gap is not None else float(cfg.get("gap", 0.0001)),  # type: ignore[arg-type]
+                    gap_abs=0.99 * pol.weights.gpu)
+    state = _state(ctx, inventory, snapshot)
+    result = plan(state, ctx.profiles(profiles), ctx.catalog, pol, sv, progress=info)
+    doc = plan_to_dict(result)
+    if out:
+        import json
+
+        write_atomic(out, json.dumps(doc, indent=2) + "\n")
+        info(f"plan written to {out}")
+    emit(doc, ctx.output, lambda: _table(result, ctx.catalog))

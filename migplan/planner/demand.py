@@ -1,0 +1,152 @@
+"""Right-sizing: from a workload's measured history to the MIG profiles that can hold it (pure).
+
+Memory is a hard limit (an out-of-memory error on a MIG instance kills the workload):
+
+    need_mib = max(ceil(m_q * (1 + headroom)), m_q + headroom_min_mib)      m_q = memory percentile q
+
+Compute is a floor, measured as a share of the GPU the workload ran on and converted to compute slices
+of the target model by streaming-multiprocessor (SM) counts from the catalog:
+
+    need_sm = c_q * SM(measured model)        slices(target) = max(1, ceil(need_sm / SM(1 slice of target)))
+
+A profile P of a model fits when  mem(P) >= need_mib,  g(P) >= slices(target)  and P is at least the
+user's `min_profile` (compute slices and memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from migplan.catalog.model import GiProfile, GpuModel
+from migplan.errors import InputError
+from migplan.names import profile_size
+from migplan.profiles import Workload
+
+MEMORY_PERCENTILES = ("p50", "p95", "p99", "max")
+COMPUTE_PERCENTILES = ("p50", "p95", "p99", "max")
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Objective weights (minimised): each tier's unit cost. Defaults make each tier dominate the next
+    for any realistic trade (docs/model.md, "Objective")."""
+
+    unplaced: float = 10000.0  # per priority-weighted demanded slice left out
+    disrupt: float = 1000.0  # per running workload moved or busy instance destroyed
+    gpu: float = 100.0  # per GPU hosting at least one instance
+    change: float = 5.0  # per GPU whose layout changes
+    fragment: float = 1.0  # per instance in a used GPU's layout pattern
+    waste: float = 0.5  # per allocated but not demanded slice (compute + memory)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Every knob of a plan; recorded in the plan document."""
+
+    memory_percentile: str = "p99"
+    compute_percentile: str = "p95"
+    headroom: float = 0.10
+    headroom_min_mib: int = 512
+    allow_disrupt: bool = False
+    keep_free: int = 0
+    anti_affinity_scope: str = "gpu"  # gpu | host
+    weights: Weights = field(default_factory=Weights)
+
+    def __post_init__(self) -> None:
+        if self.memory_percentile not in MEMORY_PERCENTILES:
+            raise InputError(f"memory percentile {self.memory_percentile!r} is not one of {MEMORY_PERCENTILES}")
+        if self.compute_percentile not in COMPUTE_PERCENTILES:
+            raise InputError(f"compute percentile {self.compute_percentile!r} is not one of {COMPUTE_PERCENTILES}")
+        if not 0 <= self.headroom <= 10:
+            raise InputError(f"headroom {self.headroom} must be a fraction between 0 and 10 (0.1 = 10%)")
+        if self.headroom_min_mib < 0 or self.keep_free < 0:
+            raise InputError("headroom_min_mib and keep_free must not be negative")
+        if self.anti_affinity_scope not in ("gpu", "host"):
+            raise InputError(f"anti-affinity scope {self.anti_affinity_scope!r} must be 'gpu' or 'host'")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one workload needs: memory in MiB (hard) and compute as SMs (floor)."""
+
+    memory_mib: int
+    compute_sm: float
+
+
+def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fallback: GpuModel) -> Demand:
+    """need_mib and need_sm as in the module docstring; `fallback` is used when the measured model is unknown."""
+    m_q = workload.memory.percentile(policy.memory_percentile)
+    need = max(math.ceil(m_q * (1 + policy.headroom)), m_q + policy.headroom_min_mib)
+    share = workload.compute.percentile(policy.compute_percentile)
+    base = measured if measured is not None else fallback
+    return Demand(memory_mib=need, compute_sm=share * base.sm_total)
+
+
+def sm_per_slice(model: GpuModel) -> int:
+    """SMs of the smallest one-slice profile (16 on H100 although 132/7 is 18.9): a conservative slice."""
+    ones = [p.sm_count for p in model.plain_profiles if p.compute_slices == 1 and p.sm_count > 0]
+    return min(ones) if ones else max(1, model.sm_total // model.compute_slices)
+
+
+def slices_needed(demand: Demand, model: GpuModel) -> int:
+    """slices(target) = max(1, ceil(need_sm / SM per slice))."""
+    return max(1, math.ceil(demand.compute_sm / sm_per_slice(model) - 1e-9))
+
+
+def _at_least(model: GpuModel, prof: GiProfile, min_profile: str | None) -> bool:
+    if min_profile is None:
+        return True
+    if model.has_profile(min_profile):
+        floor = model.profile(min_profile)
+        return prof.compute_slices >= floor.compute_slices and prof.memory_slices >= floor.memory_slices
+    size = profile_size(min_profile)
+    if size is None:
+        return True
+    g, gb = size
+    return prof.compute_slices >= g and prof.memory_mib >= gb * 1000 * 0.9
+
+
+def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = None) -> tuple[str, ...]:
+    """Plain profiles of `model` that hold the demand, smallest first (memory slices, then compute)."""
+    g = slices_needed(demand, model)
+    fits = [p for p in model.plain_profiles
+            if p.memory_mib >= demand.memory_mib and p.compute_slices >= g and _at_least(model, p, min_profile)]
+    fits.sort(key=lambda p: (p.memory_slices, p.compute_slices, p.name))
+    return tuple(p.name for p in fits)
+
+
+def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
+    """Why no instance of any model holds the demand (for the report)."""
+    biggest = max(models, key=lambda m: m.memory_mib)
+    if demand.memory_mib > biggest.memory_mib:
+        return (f"needs {demand.memory_mib} MiB; the largest instance in the fleet ({biggest.full_profile.name} on "
+                f"{biggest.id}) has {biggest.memory_mib} MiB")
+    return "no profile of any model in the fleet meets its memory, compute and minimum profile together"
+
+
+_POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
+                "keep_free", "anti_affinity_scope", "weights"}
+
+
+def policy_from_mapping(doc: dict[str, object], base: Policy | None = None, *, source: str = "config") -> Policy:
+    """A Policy from a config file's `planner:` section (unknown keys are errors); `base` gives the rest."""
+    base = base or Policy()
+    unknown = set(doc) - _POLICY_KEYS - {"solver", "time_limit", "gap"}
+    if unknown:
+        raise InputError(f"unknown planner setting(s) {', '.join(sorted(unknown))}", source=source, key="planner",
+                         hint=f"known: {', '.join(sorted(_POLICY_KEYS | {'solver', 'time_limit', 'gap'}))}")
+    values = asdict(base)
+    values.update({k: v for k, v in doc.items() if k in _POLICY_KEYS and k != "weights"})
+    weights = dict(values.pop("weights"))
+    wdoc = doc.get("weights", {})
+    if not isinstance(wdoc, dict) or set(wdoc) - set(weights):
+        raise InputError("planner.weights takes " + ", ".join(weights), source=source, key="planner.weights")
+    weights.update(wdoc)
+    try:
+        return Policy(**values, weights=Weights(**{k: float(v) for k, v in weights.items()}))
+    except (TypeError, ValueError) as err:
+        raise InputError(f"bad planner setting: {err}", source=source, key="planner") from err

@@ -1,0 +1,159 @@
+"""Aggregation: identical GPUs into groups and identical movable workloads into classes (pure).
+
+Two GPUs share a group when the model sees no difference between them: same model, current layout,
+instances that must stay, running workloads (by class) on which instances, and the same pin / host
+tag. Two items share a class when they fit the same profiles, need the same slices, have the same
+value, pin and anti-affinity sets. The integer program then counts GPUs per (group, pattern) and
+items per (class, model or group, profile).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from migplan.layout import Instance, Layout
+from migplan.planner.patterns import Key, key
+from migplan.planner.problem import GpuKey, Item, PGpu, Problem
+
+ClassKey = tuple[object, ...]
+
+
+@dataclass
+class Klass:
+    idx: int
+    key: ClassKey
+    sample: Item
+    free: list[Item] = field(default_factory=list)  # movable items not running anywhere kept
+
+    @property
+    def special(self) -> bool:
+        """Pinned or anti-affine classes are planned per GPU group, the rest per model."""
+        return bool(self.sample.pin_host or self.sample.groups)
+
+
+@dataclass
+class Group:
+    idx: int
+    model: str
+    current: Layout | None
+    hard: frozenset[Key]  # instances that must stay (running workloads, busy) without --allow-disrupt
+    hard_whole: bool  # a workload runs on the whole GPU and must stay
+    soft: tuple[tuple[Key, int], ...]  # (instance, class idx) of running workloads that may move
+    soft_busy: frozenset[Key]  # busy instances that may be destroyed (with --allow-disrupt)
+    soft_whole: int  # class idx of a movable whole-GPU workload, or -1
+    host: str | None  # set when the group is tied to one host
+    gpu: int | None  # set when the group is tied to one GPU
+    present: frozenset[str]  # anti-affinity sets with a kept member here
+    gpus: list[PGpu] = field(default_factory=list)
+
+
+@dataclass
+class Split:
+    """Every item and GPU, sorted into what the program decides and what it does not."""
+
+    classes: list[Klass]
+    groups: list[Group]
+    kept: dict[str, tuple[GpuKey, Instance | None]]  # hard-kept items and items on frozen GPUs
+    unplaced: dict[str, str]  # item -> reason, decided before solving
+    forced: list[str]  # running items that must move (counted as disruptions)
+    running: dict[GpuKey, list[Item]]  # items running per GPU
+
+
+def class_key(it: Item) -> ClassKey:
+    return (it.fits, it.need, round(it.value, 6), it.pin_host, it.pin_gpu, it.groups)
+
+
+def fits_where_it_runs(it: Item, gpu: PGpu, model_full: str) -> bool:
+    """Its instance (or the whole GPU) is a profile it fits, and its pin allows this GPU."""
+    if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
+        return False
+    prof = model_full if it.running_on is None else it.running_on.profile.removesuffix("+me")
+    return prof in it.profiles(gpu.model)
+
+
+def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
+    hosts = {it.pin_host for it in problem.items if it.pin_host and it.pin_gpu is None}
+    gpus = {(it.pin_host, it.pin_gpu) for it in problem.items if it.pin_host and it.pin_gpu is not None}
+    if problem.policy.anti_affinity_scope == "host" and any(it.groups for it in problem.items):
+        hosts |= {g.host for g in problem.gpus}
+    return hosts, {(h, i) for h, i in gpus if h is not None and i is not None}
+
+
+class _Splitter:
+    def __init__(self, problem: Problem) -> None:
+        self.p = problem
+        self.classes: dict[ClassKey, Klass] = {}
+        self.kept: dict[str, tuple[GpuKey, Instance | None]] = {}
+        self.unplaced: dict[str, str] = {}
+        self.forced: list[str] = []
+        self.running: dict[GpuKey, list[Item]] = defaultdict(list)
+        self.soft: dict[GpuKey, list[tuple[Key | None, int]]] = defaultdict(list)
+        self.hard: dict[GpuKey, set[Key | None]] = defaultdict(set)
+
+    def klass(self, it: Item) -> Klass:
+        k = class_key(it)
+        if k not in self.classes:
+            self.classes[k] = Klass(len(self.classes), k, it)
+        return self.classes[k]
+
+    def item(self, it: Item) -> None:
+        gpu = self.p.gpu(it.running) if it.running else None
+        if gpu is None:
+            self.klass(it).free.append(it)
+            return
+        self.running[gpu.key].append(it)
+        model = self.p.models[gpu.model]
+        ikey = key(model, it.running_on) if it.running_on else None
+        if gpu.frozen:
+            self.kept[it.name] = (gpu.key, it.running_on)
+        elif fits_where_it_runs(it, gpu, model.full_profile.name):
+            if self.p.policy.allow_disrupt:
+                self.soft[gpu.key].append((ikey, self.klass(it).idx))
+            else:
+                self.kept[it.name] = (gpu.key, it.running_on)
+                self.hard[gpu.key].add(ikey)
+        elif self.p.policy.allow_disrupt:
+            self.forced.append(it.name)
+            self.klass(it).free.append(it)
+        else:
+            self.hard[gpu.key].add(ikey)
+            where = it.running_on or "the whole GPU"
+            self.unplaced[it.name] = (f"outgrown: its instance {where} no longer fits its demand or pin; "
+                                      "moving it needs --allow-disrupt")
+
+
+def split(problem: Problem) -> Split:
+    s = _Splitter(problem)
+    for it in problem.items:
+        s.item(it)
+    host_tags, gpu_tags = _tags(problem)
+    groups: dict[tuple[object, ...], Group] = {}
+    for gpu in problem.gpus:
+        if gpu.frozen:
+            continue
+        g = _group_of(problem, s, gpu, host_tags, gpu_tags, groups)
+        g.gpus.append(gpu)
+    return Split(sorted(s.classes.values(), key=lambda k: k.idx), list(groups.values()), s.kept, s.unplaced,
+                 s.forced, dict(s.running))
+
+
+def _group_of(problem: Problem, s: _Splitter, gpu: PGpu, host_tags: set[str], gpu_tags: set[GpuKey],
+              groups: dict[tuple[object, ...], Group]) -> Group:
+    model = problem.models[gpu.model]
+    busy = frozenset(key(model, i) for i in gpu.busy)
+    hard = {k for k in s.hard.get(gpu.key, set()) if k is not None}
+    hard_whole = None in s.hard.get(gpu.key, set())
+    soft = tuple(sorted((k, c) for k, c in s.soft.get(gpu.key, []) if k is not None))
+    soft_whole = next((c for k, c in s.soft.get(gpu.key, []) if k is None), -1)
+    if not problem.policy.allow_disrupt:
+        hard |= busy
+    soft_busy = busy if problem.policy.allow_disrupt else frozenset()
+    host = gpu.host if gpu.host in host_tags or gpu.key in gpu_tags else None
+    idx = gpu.index if gpu.key in gpu_tags else None
+    present = frozenset(grp for it in s.running.get(gpu.key, []) for grp in it.groups)
+    gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, host, idx, present)
+    if gk not in groups:
+        groups[gk] = Group(len(groups), gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy,
+                           soft_whole, host, idx, present)
+    return groups[gk]

@@ -1,0 +1,184 @@
+"""From counts to concrete GPUs and workloads (pure, deterministic).
+
+GPUs of a group take the group's patterns in pattern order, in (host, index) order. Running items
+whose instance the pattern keeps stay on it; the rest join their class's queue. Pinned and anti-affine
+classes are placed first (lowest free start on the first GPU of the group that breaks no spread rule),
+then every other class fills free instances of its profile model-wide in GPU order. Each GPU's target
+is its kept instances plus the instances that received a workload; a GPU whose pattern is its current
+layout keeps that layout as it is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from migplan.catalog.model import GpuModel
+from migplan.layout import Instance, Layout
+from migplan.planner.groups import Group, Klass, class_key
+from migplan.planner.model import Formulation, PatternInfo
+from migplan.planner.patterns import WHOLE, Key, key, keys
+from migplan.planner.problem import GpuKey, Item, PGpu
+
+Where = tuple[GpuKey, Instance | None]
+
+
+@dataclass
+class Mapped:
+    targets: dict[GpuKey, Layout | None] = field(default_factory=dict)
+    placed: dict[str, Where] = field(default_factory=dict)
+    unplaced: dict[str, str] = field(default_factory=dict)
+    kept: set[str] = field(default_factory=set)  # items that stay where they run
+
+
+@dataclass
+class _Slots:
+    gpu: PGpu
+    keep: list[Instance]  # current instances that stay
+    free: dict[str, list[Instance]]  # profile -> free instances, lowest start first
+    used: list[Instance] = field(default_factory=list)
+    whole: bool = False
+    same: bool = False  # pattern is the current layout: keep it as it is
+
+
+def _slots(model: GpuModel, g: Group, gpu: PGpu, info: PatternInfo, running: list[Item],
+           m: Mapped, queue: dict[int, list[Item]], klass: dict[tuple[object, ...], Klass], skip: set[str]) -> _Slots:
+    if info.pattern is WHOLE:
+        for it in running:
+            if it.name not in m.placed and it.name not in m.unplaced and it.running_on is None:
+                m.placed[it.name] = (gpu.key, None)
+                m.kept.add(it.name)
+        return _Slots(gpu, [], {}, whole=True)
+    pk = keys(model, info.pattern)
+    current = {key(model, i): i for i in (gpu.current.instances if gpu.current else ())}
+    occupied: set[Key] = set(g.hard) | (set(g.soft_busy) & pk)
+    for it in running:
+        if it.name in m.placed or it.name in m.unplaced or it.name in skip:
+            continue
+        k = key(model, it.running_on) if it.running_on else None
+        if k is not None and k in pk and class_key(it) in klass:
+            m.placed[it.name] = (gpu.key, it.running_on)
+            m.kept.add(it.name)
+            occupied.add(k)
+        elif class_key(it) in klass:
+            queue[klass[class_key(it)].idx].append(it)
+    free: dict[str, list[Instance]] = defaultdict(list)
+    for inst in info.pattern.instances:
+        if key(model, inst) not in occupied:
+            free[key(model, inst)[1]].append(inst)
+    keep = [current[k] for k in sorted(occupied) if k in current]
+    return _Slots(gpu, keep, dict(free), same=not info.change and len(info.pattern) > 0)
+
+
+def _conflict(it: Item, gpu: PGpu, where: dict[str, set[object]], scope: str) -> bool:
+    spot: object = gpu.host if scope == "host" else gpu.key
+    return any(spot in where[a] for a in it.groups)
+
+
+def _take(slots: _Slots, q: str) -> Instance:
+    inst = slots.free[q].pop(0)
+    slots.used.append(inst)
+    return inst
+
+
+class _Mapper:
+    def __init__(self, f: Formulation, values: tuple[float, ...]) -> None:
+        self.f, self.values = f, values
+        self.m = Mapped()
+        self.queue: dict[int, list[Item]] = defaultdict(list)
+        self.klass = {c.key: c for c in f.split.classes}
+        self.slots: dict[int, list[_Slots]] = {}
+        self.spots: dict[str, set[object]] = defaultdict(set)
+        self.scope = f.problem.policy.anti_affinity_scope
+
+    def count(self, var: int) -> int:
+        return int(round(self.values[var]))
+
+    def lay_out(self) -> None:
+        p, s = self.f.problem, self.f.split
+        for name, where in s.kept.items():
+            self.m.placed[name] = where
+            self.m.kept.add(name)
+        self.m.unplaced.update(s.unplaced)
+        for c in s.classes:
+            self.queue[c.idx].extend(c.free)
+        for g in s.groups:
+            pats = self.f.patterns[g.idx]
+            order = [pi for pi in range(len(pats)) for _ in range(self.count(self.f.x[(g.idx, pi)]))]
+            gpus = sorted(g.gpus, key=lambda x: x.key)
+            self.slots[g.idx] = [
+                _slots(p.models[g.model], g, gpu, pats[pi], s.running.get(gpu.key, []), self.m, self.queue,
+                       self.klass, set(s.forced)) for gpu, pi in zip(gpus, order, strict=True)]
+        for name, (gk, _) in self.m.placed.items():
+            for a in next((it.groups for it in s.running.get(gk, []) if it.name == name), ()):
+                self.spots[a].add(gk[0] if self.scope == "host" else gk)
+
+    def place(self, it: Item, sl: _Slots, q: str) -> None:
+        inst = _take(sl, q)
+        self.m.placed[it.name] = (sl.gpu.key, inst)
+        for a in it.groups:
+            self.spots[a].add(sl.gpu.host if self.scope == "host" else sl.gpu.key)
+
+    def _scarcity(self, req: tuple[int, int, str]) -> tuple[int, int, int, str]:
+        c, gi, q = req
+        return (sum(1 for x in self.slots[gi] if x.free.get(q)), c, gi, q)
+
+    def special(self) -> None:
+        """Pinned / anti-affine items, scarcest profile first (fewest GPUs offering it)."""
+        reqs = [k for k, var in sorted(self.f.y_group.items()) for _ in range(self.count(var))]
+        for c, gi, q in sorted(reqs, key=self._scarcity):
+            if self.queue[c]:
+                it = self.queue[c][0]
+                sl = next((x for x in self.slots[gi] if x.free.get(q) and not _conflict(it, x.gpu, self.spots,
+                                                                                           self.scope)), None)
+                if sl is not None:
+                    self.queue[c].pop(0)
+                    self.place(it, sl, q)
+
+    def pool(self) -> None:
+        by_model: dict[str, list[_Slots]] = defaultdict(list)
+        for g in self.f.split.groups:
+            by_model[g.model].extend(self.slots[g.idx])
+        for (c, model_id, q), var in sorted(self.f.y_pool.items()):
+            todo = self.count(var)
+            for sl in by_model[model_id]:
+                while todo and self.queue[c] and sl.free.get(q):
+                    self.place(self.queue[c].pop(0), sl, q)
+                    todo -= 1
+
+    def finish(self) -> Mapped:
+        for items in self.queue.values():
+            for it in items:
+                self.m.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand "
+                                                    f"(priority {it.priority})")
+        p = self.f.problem
+        for gpu in p.gpus:
+            if gpu.frozen:
+                self.m.targets[gpu.key] = gpu.current
+        for sls in self.slots.values():
+            for sl in sls:
+                self.m.targets[sl.gpu.key] = _target(p.models[sl.gpu.model], sl)
+        return self.m
+
+
+def _target(model: GpuModel, sl: _Slots) -> Layout | None:
+    cur = sl.gpu.current
+    if sl.whole:
+        return None
+    if sl.same:
+        return cur
+    insts = sl.keep + sl.used
+    if not insts:
+        return None if cur is None else Layout()
+    target = Layout.of(insts)
+    if cur is not None and keys(model, cur) == keys(model, target):
+        return cur
+    return target
+
+
+def map_solution(f: Formulation, values: tuple[float, ...]) -> Mapped:
+    mp = _Mapper(f, values)
+    mp.lay_out()
+    mp.special()
+    mp.pool()
+    return mp.finish()

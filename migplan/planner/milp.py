@@ -1,0 +1,109 @@
+"""A small solver-neutral mixed-integer program and the Solver interface (pure).
+
+The formulation is built here as plain data; `migplan.planner.solver` (the only module that imports
+PuLP) turns it into a PuLP problem. Tests can pass any object with the `Solver` shape.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Terms = dict[int, float]
+
+
+@dataclass
+class Milp:
+    """minimise  c.x  s.t.  each labelled row  a.x (<=|>=|==) b,  lb <= x <= ub,  some x integer."""
+
+    names: list[str] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float | None] = field(default_factory=list)
+    integer: list[bool] = field(default_factory=list)
+    rows: list[tuple[str, Terms, str, float]] = field(default_factory=list)
+    objective: Terms = field(default_factory=dict)
+    constant: float = 0.0
+
+    def var(self, name: str, *, lb: float = 0.0, ub: float | None = None, integer: bool = True) -> int:
+        self.names.append(name)
+        self.lower.append(lb)
+        self.upper.append(ub)
+        self.integer.append(integer)
+        return len(self.names) - 1
+
+    def add(self, label: str, terms: Iterable[tuple[int, float]], sense: str, rhs: float) -> None:
+        """One labelled row; coefficients of a repeated variable are summed."""
+        row: Terms = {}
+        for v, c in terms:
+            row[v] = row.get(v, 0.0) + c
+        row = {v: c for v, c in row.items() if c != 0}
+        if not row:
+            ok = {"<=": rhs >= 0, ">=": rhs <= 0, "==": rhs == 0}[sense]
+            if not ok:
+                row = {}
+                self.rows.append((label, row, sense, rhs))  # kept so the solver reports infeasible
+            return
+        self.rows.append((label, row, sense, rhs))
+
+    def cost(self, v: int, c: float) -> None:
+        self.objective[v] = self.objective.get(v, 0.0) + c
+
+    def evaluate(self, values: list[float]) -> float:
+        return self.constant + sum(c * values[v] for v, c in self.objective.items())
+
+    def violations(self, values: list[float], tol: float = 1e-6) -> list[str]:
+        """Labels of rows or bounds the values break (a plain-Python re-check of the solver's answer)."""
+        bad = []
+        for label, row, sense, rhs in self.rows:
+            lhs = sum(c * values[v] for v, c in row.items())
+            if (sense == "<=" and lhs > rhs + tol) or (sense == ">=" and lhs < rhs - tol) or (
+                    sense == "==" and abs(lhs - rhs) > tol):
+                bad.append(label)
+        for v, x in enumerate(values):
+            ub = self.upper[v]
+            if x < self.lower[v] - tol or (ub is not None and x > ub + tol):
+                bad.append(f"bound:{self.names[v]}")
+        return bad
+
+
+class SolveStatus(str, enum.Enum):
+    """Our own status, from PuLP's `status` and `sol_status` together."""
+
+    OPTIMAL = "optimal"  # proven optimal (within the requested gap)
+    FEASIBLE = "feasible"  # an incumbent, not proven optimal (time limit)
+    INFEASIBLE = "infeasible"
+    UNBOUNDED = "unbounded"
+    NOT_SOLVED = "not-solved"  # no solution found (e.g. time limit before an incumbent)
+    ERROR = "error"
+
+    @property
+    def has_solution(self) -> bool:
+        return self in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    status: SolveStatus
+    values: tuple[float, ...] = ()
+    objective: float | None = None
+    bound: float | None = None  # best proven lower bound on the objective
+    time_s: float = 0.0
+    solver: str = ""
+    message: str = ""
+
+    @property
+    def gap(self) -> float | None:
+        """Relative gap (objective - bound) / max(|objective|, 1e-9)."""
+        if self.objective is None or self.bound is None:
+            return None
+        return max(0.0, self.objective - self.bound) / max(abs(self.objective), 1e-9)
+
+
+class Solver(Protocol):
+    name: str
+
+    def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
+        """Solve `milp` (its LP relaxation when `relax`)."""
+        ...

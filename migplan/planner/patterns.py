@@ -1,0 +1,50 @@
+"""Layout patterns per GPU model: the maximal placement-exact layouts from the catalog (pure).
+
+A pattern is a `Layout` (explicit starts) or `WHOLE` (MIG stays disabled). Instances are compared by
+`(start, base profile)`, so a running `1g.5gb+me` matches the plain `1g.5gb` slot of a pattern.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+from migplan.catalog.model import GpuModel
+from migplan.layout import Instance, Layout, enumerate_layouts
+
+Key = tuple[int, str]
+WHOLE = None  # pattern: MIG disabled, the GPU is one device
+
+
+def base(model: GpuModel, inst: Instance) -> str:
+    return model.profile(inst.profile).base_name if model.has_profile(inst.profile) else inst.profile
+
+
+def key(model: GpuModel, inst: Instance) -> Key:
+    return (inst.start, base(model, inst))
+
+
+def keys(model: GpuModel, layout: Layout) -> frozenset[Key]:
+    return frozenset(key(model, i) for i in layout.instances)
+
+
+@functools.lru_cache(maxsize=64)
+def maximal(model: GpuModel) -> tuple[Layout, ...]:
+    """Every maximal layout of the plain profiles (78 on the A100 family, 5 on A30), in a fixed order."""
+    return tuple(enumerate_layouts(model, maximal=True))
+
+
+def candidates(model: GpuModel, current: Layout | None, fixed: frozenset[Key]) -> list[Layout]:
+    """Maximal layouts, the current one and the empty one, keeping only those that contain `fixed`."""
+    out: list[Layout] = []
+    seen: set[frozenset[Key]] = set()
+    for lay in ([current] if current is not None else []) + [Layout()] + list(maximal(model)):
+        k = keys(model, lay)
+        if fixed <= k and k not in seen:
+            seen.add(k)
+            out.append(lay)
+    return out
+
+
+def profile_counts(model: GpuModel, layout: Layout) -> Counter[str]:
+    return Counter(base(model, i) for i in layout.instances)

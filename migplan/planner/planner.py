@@ -1,0 +1,138 @@
+"""plan(state, profiles, catalog, policy, solver) -> Plan: the whole planner, pure apart from the injected solver.
+
+build problem -> aggregate -> formulate -> solve -> re-check the solution row by row -> map to GPUs
+and workloads -> diff each GPU -> validate the plan -> summary. A plan that fails a check is never
+returned (PlanError).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from migplan.catalog import Catalog
+from migplan.layout import used_compute
+from migplan.planner.demand import Policy, Weights
+from migplan.planner.diff import diff
+from migplan.planner.groups import Split, split
+from migplan.planner.mapping import Mapped, map_solution
+from migplan.planner.milp import Solver, SolveResult
+from migplan.planner.model import formulate
+from migplan.planner.plan import GpuPlan, Plan, PlanError, SolveInfo, Summary, WorkloadPlan
+from migplan.planner.problem import Item, Problem, build_problem
+from migplan.planner.validate import validate
+from migplan.profiles import ProfileSet
+from migplan.state import FleetState
+
+Progress = Callable[[str], None]
+LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0)
+
+
+def gpu_lower_bound(problem: Problem, sp: Split, solver: Solver,
+                    left_out: dict[int, int] | None = None) -> int | None:
+    """ceil(LP relaxation of: min GPUs used s.t. every item placed, same fixed instances); None if impossible.
+
+    `left_out` (class -> count) lets that many items of a class stay out, so the bound compares with a plan
+    that could not place everything."""
+    f = formulate(problem, sp, LB_WEIGHTS, place_all=True)
+    for c, n in (left_out or {}).items():
+        f.milp.upper[f.u[c]] = n
+    res = solver.solve(f.milp, relax=True)
+    if res.objective is None:
+        return None
+    return math.ceil(res.objective - 1e-6)
+
+
+def _gpus(problem: Problem, m: Mapped) -> tuple[GpuPlan, ...]:
+    out = []
+    for g in problem.gpus:
+        target = m.targets.get(g.key, g.current)
+        out.append(GpuPlan(g.host, g.index, g.model, g.uuid, g.current, target, tuple(diff(g.current, target)),
+                           g.frozen))
+    return tuple(out)
+
+
+def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
+    first = it.fits[0][0] if it.fits else ""
+    base = {"name": it.name, "workload": it.workload, "memory_mib": it.demand.memory_mib}
+    if it.name in m.placed:
+        (host, idx), inst = m.placed[it.name]
+        model = problem.gpu((host, idx))
+        slices = it.slices(model.model) if model else 0
+        moved = it.running is not None and it.name not in m.kept
+        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=str(inst) if inst else None,  # type: ignore[arg-type]
+                            slices=slices, kept=it.name in m.kept, moved=moved)
+    return WorkloadPlan(**base, status="unplaced", slices=it.slices(first),  # type: ignore[arg-type]
+                        reason=m.unplaced.get(it.name, "left out"))
+
+
+def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPlan, ...], value: float,
+             lb: int | None) -> Summary:
+    hosting = {(w.host, w.gpu) for w in wls if w.status == "placed"}
+    planned = [g for g in gpus if g.note is None]
+    used = [g for g in planned if (g.target is not None and len(g.target)) or (g.host, g.index) in hosting]
+    stranded = sum(problem.models[g.model].compute_slices - used_compute(problem.models[g.model], g.target)
+                   for g in used if g.target is not None)
+    running = {it.name for it in problem.items if it.running is not None}
+    stopped = problem.policy.allow_disrupt  # without consent an outgrown workload keeps running where it is
+    disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and stopped)))
+    return Summary(
+        gpus_total=len(gpus), gpus_planned=len(planned), gpus_used=len(used), gpus_lower_bound=lb,
+        gpus_changed=sum(1 for g in gpus if g.actions), free_whole_gpus=len(planned) - len(used),
+        instances_destroyed=sum(1 for g in gpus for a in g.actions if a.op == "destroy-gi"),
+        instances_created=sum(1 for g in gpus for a in g.actions if a.op == "create-gi"),
+        workloads_placed=sum(1 for w in wls if w.status == "placed"),
+        workloads_unplaced=sum(1 for w in wls if w.status != "placed"),
+        workloads_disrupted=disrupted, stranded_slices=stranded, placed_value=round(value, 4))
+
+
+def _solve(problem: Problem, sp: Split, solver: Solver,
+           progress: Progress) -> tuple[Mapped, SolveResult, dict[int, int]]:
+    f = formulate(problem, sp)
+    progress(f"model: {len(f.milp.names)} variables, {len(f.milp.rows)} rows "
+             f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes)")
+    res = solver.solve(f.milp)
+    progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
+    if not res.status.has_solution:
+        hint = "lower --keep-free" if problem.policy.keep_free else None
+        raise PlanError(f"the solver found no plan ({res.status.value}: {res.message})", hint=hint)
+    bad = f.milp.violations(list(res.values))
+    if bad:
+        raise PlanError(f"the solver's answer breaks {len(bad)} row(s), e.g. {', '.join(bad[:5])}",
+                        hint="try the other solver (--solver) or a longer --time-limit")
+    left_out = {c: round(res.values[v]) for c, v in f.u.items()}
+    return map_solution(f, res.values), res, left_out
+
+
+def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
+                 progress: Progress | None = None, lower_bound: bool = True) -> Plan:
+    say = progress or (lambda _msg: None)
+    sp = split(problem)
+    mapped, res, left_out = _solve(problem, sp, solver, say)
+    for name, reason in problem.rejected:
+        mapped.unplaced[name] = f"too large: {reason}"
+    lb = gpu_lower_bound(problem, sp, solver, left_out) if lower_bound else None
+    gpus = _gpus(problem, mapped)
+    items = list(problem.items) + [_rejected_item(problem, n) for n, _ in problem.rejected]
+    wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
+    value = sum(it.value for it in problem.items if it.name in mapped.placed)
+    solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
+    plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve,
+                _summary(problem, gpus, wls, value, lb), gpus, wls)
+    bad = validate(plan, problem)
+    if bad:
+        raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
+    return plan
+
+
+def _rejected_item(problem: Problem, name: str) -> Item:
+    from migplan.planner.demand import Demand
+
+    return Item(name=name, workload=name.split("#")[0], priority=0, demand=Demand(0, 0.0), fits=(), need=())
+
+
+def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,
+         progress: Progress | None = None, lower_bound: bool = True) -> Plan:
+    """The plan for `state` and `profiles` under `policy` (see docs/model.md)."""
+    problem = build_problem(state, profiles, catalog, policy)
+    return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound)

@@ -1,0 +1,147 @@
+"""The planner's frozen input, built from the observed state, the workload profiles and the catalog (pure).
+
+One `Item` per workload replica (replica 0 keeps the workload's name, replica k is `name#k`); one
+`PGpu` per GPU. Whatever cannot be planned at all (a workload larger than any instance of any model
+in the fleet) is set aside in `rejected` with its reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from migplan.catalog import Catalog
+from migplan.catalog.model import GpuModel
+from migplan.layout import Instance, Layout
+from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
+from migplan.profiles import ProfileSet, Workload
+from migplan.state import FleetState, GpuState
+
+GpuKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PGpu:
+    host: str
+    index: int
+    model: str
+    uuid: str | None
+    current: Layout | None  # None: MIG disabled
+    frozen: str | None = None  # "reserved" | "excluded": left exactly as it is
+    busy: tuple[Instance, ...] = ()  # instances with processes no profile accounts for
+
+    @property
+    def key(self) -> GpuKey:
+        return (self.host, self.index)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One workload replica with its right-sized demand."""
+
+    name: str
+    workload: str
+    priority: int
+    demand: Demand
+    fits: tuple[tuple[str, tuple[str, ...]], ...]  # (model id, fitting profiles smallest first)
+    need: tuple[tuple[str, int], ...]  # (model id, compute slices needed)
+    pin_host: str | None = None
+    pin_gpu: int | None = None
+    groups: tuple[str, ...] = ()  # anti-affinity sets: members go to different GPUs (or hosts)
+    running: GpuKey | None = None  # the GPU it runs on now
+    running_on: Instance | None = None  # its instance now (None with `running`: the whole GPU)
+
+    def profiles(self, model: str) -> tuple[str, ...]:
+        return next((p for m, p in self.fits if m == model), ())
+
+    def slices(self, model: str) -> int:
+        return next((g for m, g in self.need if m == model), 0)
+
+    @property
+    def value(self) -> float:
+        """Priority-weighted demand: priority x the fewest compute slices that hold it (priority 0 counts 1%)."""
+        size = min(g for _, g in self.need) if self.need else 1
+        return max(float(self.priority), 0.01) * size
+
+
+@dataclass(frozen=True)
+class Problem:
+    gpus: tuple[PGpu, ...]
+    items: tuple[Item, ...]
+    models: Mapping[str, GpuModel]
+    policy: Policy
+    fingerprint: str
+    rejected: tuple[tuple[str, str], ...] = ()  # (item name, reason)
+
+    @functools.cached_property
+    def _by_key(self) -> dict[GpuKey, PGpu]:
+        return {g.key: g for g in self.gpus}
+
+    def gpu(self, key: GpuKey) -> PGpu | None:
+        return self._by_key.get(key)
+
+
+def _pgpu(g: GpuState) -> PGpu:
+    frozen = "excluded" if g.excluded else "reserved" if g.reserved else None
+    layout = g.layout if g.mig_enabled else None
+    return PGpu(g.host, g.index, g.model, g.uuid, layout, frozen, tuple(g.busy))
+
+
+def _running(w: Workload, gpus: Mapping[GpuKey, PGpu]) -> tuple[GpuKey | None, Instance | None]:
+    """Where the workload runs now, if the observed place exists in the current state."""
+    o = w.observed
+    if o.host is None or o.gpu is None or (o.host, o.gpu) not in gpus:
+        return None, None
+    gpu = gpus[(o.host, o.gpu)]
+    if o.mig_profile is None:
+        return (gpu.key, None) if gpu.current is None else (None, None)
+    if gpu.current is None or o.mig_start is None:
+        return None, None
+    inst = Instance(o.mig_start, o.mig_profile)
+    return (gpu.key, inst) if inst in gpu.current.instances else (None, None)
+
+
+def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel],
+           gpus: Mapping[GpuKey, PGpu]) -> list[Item]:
+    measured = catalog.find(w.observed.gpu_model) if w.observed.gpu_model else None
+    if measured is None and w.observed.host is not None and w.observed.gpu is not None:
+        here = gpus.get((w.observed.host, w.observed.gpu))
+        measured = catalog.find(here.model) if here else None
+    fits, need = [], []
+    demand = demand_of(w, policy, measured, models[0])
+    for m in models:
+        d = demand_of(w, policy, measured, m)
+        demand = d if m is models[0] else demand
+        profs = fitting_profiles(d, m, w.min_profile)
+        if profs:
+            fits.append((m.id, profs))
+            need.append((m.id, slices_needed(d, m)))
+    groups = tuple(sorted(({f"aa:{w.anti_affinity}"} if w.anti_affinity else set())
+                          | ({f"replicas:{w.name}"} if w.replicas > 1 else set())))
+    running, running_on = _running(w, gpus)
+    out = []
+    for k in range(w.replicas):
+        out.append(Item(
+            name=w.name if k == 0 else f"{w.name}#{k}", workload=w.name, priority=w.priority, demand=demand,
+            fits=tuple(fits), need=tuple(need), pin_host=w.pin.host if w.pin else None,
+            pin_gpu=w.pin.gpu if w.pin else None, groups=groups,
+            running=running if k == 0 else None, running_on=running_on if k == 0 else None))
+    return out
+
+
+def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy) -> Problem:
+    """Items and GPUs sorted by name and (host, index), so the same input always gives the same problem."""
+    gpus = {g.key: _pgpu(g) for g in sorted(state.gpus, key=lambda g: g.key)}
+    model_ids = sorted({g.model for g in gpus.values() if g.frozen is None})
+    models = [catalog.get(m) for m in model_ids] or [catalog.get(g.model) for g in gpus.values()][:1]
+    items: list[Item] = []
+    rejected: list[tuple[str, str]] = []
+    for w in sorted(profiles.workloads, key=lambda w: w.name):
+        for it in _items(w, policy, catalog, models, gpus) if models else []:
+            if it.fits or it.running is not None:
+                items.append(it)
+            else:
+                rejected.append((it.name, misfit_reason(it.demand, models)))
+    all_models = {g.model: catalog.get(g.model) for g in gpus.values()}
+    return Problem(tuple(gpus.values()), tuple(items), all_models, policy, state.fingerprint(), tuple(rejected))

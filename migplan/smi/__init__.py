@@ -1,0 +1,72 @@
+"""nvidia-smi: argv builders, output parsers, typed errors and catalog learning (pure, no I/O).
+
+Facts: /work/shared/reference/nvidia-smi-mig.md (cited as §n in the modules) and mig-geometry.md.
+"""
+
+from migplan.smi.commands import (
+    APP_FIELDS,
+    GPU_FIELDS,
+    create_compute_instances,
+    create_gpu_instances,
+    create_instances_for,
+    destroy_compute_instances,
+    destroy_gpu_instances,
+    list_compute_instances,
+    list_gi_placements,
+    list_gi_profiles,
+    list_gpu_instances,
+    list_gpus,
+    query_compute_apps,
+    query_gpus,
+    reset_gpu,
+    set_mig_mode,
+)
+from migplan.smi.errors import (
+    InsufficientPermissionsError,
+    InsufficientResourcesError,
+    InUseError,
+    InvalidArgumentError,
+    MigDisabledError,
+    NotFoundError,
+    NotSupportedError,
+    SmiCommandError,
+    SmiError,
+    SmiParseError,
+    classify_failure,
+)
+from migplan.smi.learn import learn_model, render_catalog_yaml
+from migplan.smi.lines import (
+    parse_actions,
+    parse_compute_apps,
+    parse_csv,
+    parse_gi_placements,
+    parse_list_gpus,
+    parse_query_gpus,
+)
+from migplan.smi.rows import (
+    ComputeApp,
+    ComputeInstanceRow,
+    CreatedComputeInstance,
+    CreatedGpuInstance,
+    Destroyed,
+    GpuInfo,
+    GpuInstanceRow,
+    GpuListing,
+    MigDevice,
+    PlacementRow,
+    ProfileRow,
+)
+from migplan.smi.tables import layouts_of, parse_compute_instances, parse_gi_profiles, parse_gpu_instances
+
+__all__ = [
+    "APP_FIELDS", "GPU_FIELDS", "ComputeApp", "ComputeInstanceRow", "CreatedComputeInstance", "CreatedGpuInstance",
+    "Destroyed", "GpuInfo", "GpuInstanceRow", "GpuListing", "InUseError", "InsufficientPermissionsError",
+    "InsufficientResourcesError", "InvalidArgumentError", "MigDevice", "MigDisabledError", "NotFoundError",
+    "NotSupportedError", "PlacementRow", "ProfileRow", "SmiCommandError", "SmiError", "SmiParseError",
+    "classify_failure", "create_compute_instances", "create_gpu_instances", "create_instances_for",
+    "destroy_compute_instances", "destroy_gpu_instances", "layouts_of", "learn_model", "list_compute_instances",
+    "list_gi_placements", "list_gi_profiles", "list_gpu_instances", "list_gpus", "parse_actions",
+    "parse_compute_apps", "parse_csv",
+    "parse_compute_instances", "parse_gi_placements", "parse_gi_profiles", "parse_gpu_instances", "parse_list_gpus",
+    "parse_query_gpus", "query_compute_apps", "query_gpus", "render_catalog_yaml", "reset_gpu", "set_mig_mode",
+]

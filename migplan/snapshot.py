@@ -1,0 +1,313 @@
+"""Discovered fleet state as a versioned document (`migplan discover --out`), and its strict loader.
+
+A snapshot records, per host, every GPU with its model, MIG mode (current and pending), GPU
+instances with their placements, compute instances, MIG device UUIDs and processes; or the error
+that host failed with. `load_snapshot` turns it into the `FleetState` that `propose` plans from,
+in place of the layouts an inventory declares. JSON is written (YAML when the file name ends in
+.yaml/.yml); both are read, with file, key path and line in every error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from migplan import names, yamldoc
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.errors import CatalogError
+from migplan.files import write_atomic
+from migplan.layout import Instance, Layout, check_layout
+from migplan.state import FleetState, GpuState
+from migplan.yamldoc import Node
+
+SNAPSHOT_VERSION = 1
+SNAPSHOT_KIND = "migplan-snapshot"
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    name: str | None = None
+    used_memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class ComputeInstanceInfo:
+    ci_id: int
+    profile: str
+    uuid: str | None = None  # the MIG device UUID (`nvidia-smi -L`)
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """A GPU instance as discovered: placement, ids, compute instances and the processes on it."""
+
+    instance: Instance
+    gi_id: int | None = None
+    compute_instances: tuple[ComputeInstanceInfo, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.processes)
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """One GPU of a host. `model` is None only for a GPU without MIG that the catalog does not know."""
+
+    index: int
+    model: str | None
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_mib: int | None = None
+    mig_capable: bool = True
+    mig_current: bool = False
+    mig_pending: bool = False
+    instances: tuple[InstanceInfo, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()  # processes not attributed to one GPU instance
+    reserved: bool = False
+    excluded: bool = False
+
+    @property
+    def layout(self) -> Layout | None:
+        return Layout.of(i.instance for i in self.instances) if self.mig_current else None
+
+    @property
+    def busy_instances(self) -> tuple[Instance, ...]:
+        """Instances with processes; with unattributed processes on a MIG GPU, all of them (to be safe)."""
+        if self.mig_current and self.processes:
+            return tuple(sorted(i.instance for i in self.instances))
+        return tuple(sorted(i.instance for i in self.instances if i.busy))
+
+    @property
+    def mode_change_pending(self) -> bool:
+        return self.mig_capable and self.mig_current != self.mig_pending
+
+    def state(self, host: str) -> GpuState | None:
+        if self.model is None or not self.mig_capable:
+            return None
+        return GpuState(host=host, index=self.index, model=self.model, uuid=self.uuid,
+                        mig_enabled=self.mig_current,
+                        mig_pending=self.mig_pending if self.mode_change_pending else None,
+                        layout=self.layout, busy=self.busy_instances, reserved=self.reserved,
+                        excluded=self.excluded, whole_gpu_busy=not self.mig_current and bool(self.processes))
+
+
+@dataclass(frozen=True)
+class HostFailure:
+    code: str
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    name: str
+    address: str | None = None
+    gpus: tuple[GpuRecord, ...] = ()
+    error: HostFailure | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    hosts: tuple[HostRecord, ...]
+    taken_at: str = ""  # ISO 8601 UTC
+    inventory: str | None = None
+
+    @property
+    def failed(self) -> tuple[HostRecord, ...]:
+        return tuple(h for h in self.hosts if not h.ok)
+
+    def host(self, name: str) -> HostRecord | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def fleet_state(self, source: str = "discovery") -> FleetState:
+        """The MIG-capable GPUs of the hosts that answered (failed hosts contribute nothing)."""
+        gpus = [s for h in self.hosts if h.ok for g in h.gpus if (s := g.state(h.name)) is not None]
+        return FleetState(tuple(gpus), source=source)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+def _process(p: ProcessInfo) -> dict[str, Any]:
+    return {"pid": p.pid, "name": p.name, "used_memory_mib": p.used_memory_mib}
+
+
+def _gpu_dict(g: GpuRecord) -> dict[str, Any]:
+    return {
+        "index": g.index, "model": g.model, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+        "memory_total_mib": g.memory_total_mib,
+        "mig": {"capable": g.mig_capable, "current": g.mig_current, "pending": g.mig_pending},
+        "reserved": g.reserved, "excluded": g.excluded,
+        "instances": [{
+            "profile": i.instance.profile, "start": i.instance.start, "gi_id": i.gi_id,
+            "compute_instances": [{"ci_id": c.ci_id, "profile": c.profile, "uuid": c.uuid}
+                                  for c in i.compute_instances],
+            "processes": [_process(p) for p in i.processes],
+        } for i in g.instances],
+        "processes": [_process(p) for p in g.processes],
+    }
+
+
+def host_dict(h: HostRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": h.name, "address": h.address}
+    if h.error is not None:
+        out["error"] = {"code": h.error.code, "message": h.error.message, "hint": h.error.hint}
+    out["notes"] = list(h.notes)
+    out["gpus"] = [_gpu_dict(g) for g in h.gpus]
+    return out
+
+
+def snapshot_dict(s: Snapshot) -> dict[str, Any]:
+    return {"version": SNAPSHOT_VERSION, "kind": SNAPSHOT_KIND, "taken_at": s.taken_at, "inventory": s.inventory,
+            "hosts": [host_dict(h) for h in s.hosts]}
+
+
+def dump_snapshot(s: Snapshot, *, fmt: str = "json") -> str:
+    doc = snapshot_dict(s)
+    if fmt == "yaml":
+        return str(yaml.safe_dump(doc, sort_keys=False, width=120))
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_snapshot(path: str | os.PathLike[str], s: Snapshot) -> None:
+    """Write atomically: JSON, or YAML when the name ends in .yaml/.yml."""
+    fmt = "yaml" if os.fspath(path).endswith((".yaml", ".yml")) else "json"
+    write_atomic(path, dump_snapshot(s, fmt=fmt))
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+def _opt(f: dict[str, Node], key: str) -> Node | None:
+    n = f.get(key)
+    return None if n is None or n.is_null else n
+
+
+def _opt_str(f: dict[str, Node], key: str) -> str | None:
+    n = _opt(f, key)
+    return None if n is None else n.str()
+
+
+def _opt_int(f: dict[str, Node], key: str) -> int | None:
+    n = _opt(f, key)
+    return None if n is None else n.int(minimum=0)
+
+
+def _processes(node: Node | None) -> tuple[ProcessInfo, ...]:
+    if node is None:
+        return ()
+    out = []
+    for n in node.list():
+        f = n.fields({"pid", "name", "used_memory_mib"}, {"pid"})
+        out.append(ProcessInfo(pid=f["pid"].int(minimum=0), name=_opt_str(f, "name"),
+                               used_memory_mib=_opt_int(f, "used_memory_mib")))
+    return tuple(out)
+
+
+def _instance(node: Node) -> InstanceInfo:
+    f = node.fields({"profile", "start", "gi_id", "compute_instances", "processes"}, {"profile", "start"})
+    cis = []
+    for n in (f["compute_instances"].list() if _opt(f, "compute_instances") else []):
+        cf = n.fields({"ci_id", "profile", "uuid"}, {"ci_id", "profile"})
+        cis.append(ComputeInstanceInfo(cf["ci_id"].int(minimum=0), cf["profile"].str(), _opt_str(cf, "uuid")))
+    return InstanceInfo(Instance(f["start"].int(minimum=0), f["profile"].str()), _opt_int(f, "gi_id"),
+                        tuple(cis), _processes(_opt(f, "processes")))
+
+
+_GPU_KEYS = {"index", "model", "name", "uuid", "pci_bus_id", "memory_total_mib", "mig", "reserved", "excluded",
+             "instances", "processes"}
+
+
+def _gpu(node: Node, catalog: Catalog) -> GpuRecord:
+    f = node.fields(_GPU_KEYS, {"index", "model", "name", "mig"})
+    mf = f["mig"].fields({"capable", "current", "pending"}, {"capable", "current", "pending"})
+    model = _opt_str(f, "model")
+    uuid = _opt_str(f, "uuid")
+    if uuid is not None and not names.GPU_UUID.match(uuid):
+        f["uuid"].fail(f"{uuid!r} is not a GPU UUID (GPU-xxxxxxxx-...)")
+    capable, current = mf["capable"].bool(), mf["current"].bool()
+    instances = tuple(_instance(n) for n in (f["instances"].list() if _opt(f, "instances") else []))
+    if instances and not current:
+        f["instances"].fail("a GPU with MIG disabled has no GPU instances")
+    if model is not None:
+        try:
+            gpu_model = catalog.get(model)
+        except CatalogError as err:
+            f["model"].fail(err.message, hint="pass the catalog file the snapshot was taken with (--catalog)")
+        model = gpu_model.id
+        conflicts = check_layout(gpu_model, Layout.of(i.instance for i in instances))
+        if conflicts:
+            f["instances"].fail("invalid layout: " + "; ".join(c.message for c in conflicts))
+    elif capable:
+        f["model"].fail("a MIG-capable GPU needs its catalog model")
+    return GpuRecord(
+        index=f["index"].int(minimum=0), model=model, name=f["name"].str(), uuid=uuid,
+        pci_bus_id=_opt_str(f, "pci_bus_id"), memory_total_mib=_opt_int(f, "memory_total_mib"),
+        mig_capable=capable, mig_current=current, mig_pending=mf["pending"].bool(), instances=instances,
+        processes=_processes(_opt(f, "processes")),
+        reserved=f["reserved"].bool() if "reserved" in f else False,
+        excluded=f["excluded"].bool() if "excluded" in f else False)
+
+
+def _host(node: Node, catalog: Catalog) -> HostRecord:
+    f = node.fields({"name", "address", "error", "notes", "gpus"}, {"name"})
+    name = f["name"].str()
+    if not names.HOST_NAME.match(name):
+        f["name"].fail(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
+    error = None
+    if _opt(f, "error") is not None:
+        ef = f["error"].fields({"code", "message", "hint"}, {"code", "message"})
+        error = HostFailure(ef["code"].str(), ef["message"].str(), _opt_str(ef, "hint"))
+    gpus: list[GpuRecord] = []
+    for n in (f["gpus"].list() if _opt(f, "gpus") else []):
+        g = _gpu(n, catalog)
+        if any(x.index == g.index for x in gpus):
+            n.fail(f"GPU index {g.index} listed twice")
+        gpus.append(g)
+    notes = tuple(n.str() for n in f["notes"].list()) if _opt(f, "notes") else ()
+    return HostRecord(name, _opt_str(f, "address"), tuple(gpus), error, notes)
+
+
+def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
+    if not root.is_map:
+        root.fail("a snapshot is a mapping with 'version: 1' and 'hosts:' (written by 'migplan discover')")
+    f = root.fields({"version", "kind", "taken_at", "inventory", "hosts"}, {"hosts"})
+    yamldoc.check_version(f, root, SNAPSHOT_VERSION, "snapshot")
+    if "kind" in f and f["kind"].str() != SNAPSHOT_KIND:
+        f["kind"].fail(f"this is a {f['kind'].str()!r} document, not a {SNAPSHOT_KIND}")
+    hosts: list[HostRecord] = []
+    for n in f["hosts"].list():
+        h = _host(n, catalog)
+        if any(x.name == h.name for x in hosts):
+            n.fail(f"host {h.name!r} listed twice")
+        hosts.append(h)
+    return Snapshot(tuple(hosts), taken_at=_opt_str(f, "taken_at") or "", inventory=_opt_str(f, "inventory"))
+
+
+def load_snapshot_file(path: str | os.PathLike[str], catalog: Catalog | None = None) -> Snapshot:
+    """The whole snapshot document, validated (models and layouts against `catalog`, default built-in)."""
+    return parse_snapshot(yamldoc.load(path), catalog or builtin_catalog())
+
+
+def load_snapshot(path: str | os.PathLike[str], catalog: Catalog | None = None) -> FleetState:
+    """The FleetState a snapshot records (hosts that failed discovery are left out; see Snapshot.failed)."""
+    snap = load_snapshot_file(path, catalog)
+    return snap.fleet_state(source=f"snapshot:{os.fspath(path)}")
+
+
+__all__ = [
+    "SNAPSHOT_VERSION", "ComputeInstanceInfo", "GpuRecord", "HostFailure", "HostRecord", "InstanceInfo", "ProcessInfo",
+    "Snapshot", "dump_snapshot", "host_dict", "load_snapshot", "load_snapshot_file", "parse_snapshot",
+    "snapshot_dict", "write_snapshot",
+]

@@ -1,0 +1,80 @@
+"""Fixtures for fleet tests: a real sshd on loopback serving simulated GPU hosts (see sshd.py)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sshd import SimHost, SshServer, ensure_sshd  # noqa: E402
+
+from migplan.adapters.ssh import SshOptions  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    sshd, reason = ensure_sshd()
+    if sshd is None:
+        pytest.skip(reason)
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed (openssh-client)")
+    server = SshServer(tmp_path_factory.mktemp("sshd"), sshd)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Fleet:
+    """Per-test view of the server: fresh host directories, a private known_hosts copy."""
+
+    server: SshServer
+    tmp: Path
+
+    def host(self, i: int) -> SimHost:
+        return self.server.hosts[i]
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.tmp / "known_hosts"
+
+    def options(self, **kw: object) -> SshOptions:
+        base: dict[str, object] = {"known_hosts": str(self.known_hosts), "ssh_config": None,
+                                   "connect_timeout": 5.0, "allow_agent": False, "look_for_keys": False}
+        base.update(kw)
+        return SshOptions(**base)  # type: ignore[arg-type]
+
+    def host_entry(self, h: SimHost, **extra: object) -> dict[str, object]:
+        entry: dict[str, object] = {"address": h.address, "port": self.server.port, "user": _user(),
+                                    "key_file": str(self.server.client_key), "discover": True}
+        entry.update(extra)
+        return entry
+
+    def inventory(self, hosts: dict[str, dict[str, object]], name: str = "inventory.yaml") -> Path:
+        path = self.tmp / name
+        path.write_text(yaml.safe_dump({"version": 1, "hosts": hosts}, sort_keys=False))
+        return path
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+@pytest.fixture
+def fleet(ssh_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)  # never use the developer's agent
+    for h in ssh_server.hosts:
+        h.reset()
+    shutil.copy(ssh_server.known_hosts, tmp_path / "known_hosts")
+    return Fleet(ssh_server, tmp_path)

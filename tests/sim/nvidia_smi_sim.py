@@ -1,0 +1,730 @@
+#!/usr/bin/env python3
+"""A stateful nvidia-smi simulator for migplan's tests (never talks to a GPU).
+
+Run as `tests/sim/bin/nvidia-smi ARGS` (or `main(argv)` in-process). The host it pretends to be is a
+JSON file named by $MIGPLAN_SIM_STATE (schema: docs/nvidia-smi.md and tests/sim/fleet.py); every run
+takes an exclusive fcntl lock on `<state>.lock`, so parallel commands never corrupt it.
+
+Text and syntax follow /work/shared/reference/nvidia-smi-mig.md (cited as §n). Where the reference has
+no verbatim sample, the text is modelled on its nearest sibling and marked "unverified" below. Exit
+codes: the reference gives the man page's codes but never observed one per MIG error (§0), so each
+NVIDIA error text exits with its NVML code, as §0 suggests: Invalid Argument 2, Not Supported 3,
+Insufficient Permissions 4, Not Found 6, Timeout 10, In use by another client 19, Insufficient
+Resources 23, anything else 255 - unverified.
+
+GPU instance ids come from a per-size pool like the driver's (mig-geometry.md §6: 7g 0, 3g/4g 1-2,
+2g 3-6, 1g 7-14): the lowest free id of the pool, never derived from the placement.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from migplan.catalog import builtin_catalog, load_catalog
+from migplan.catalog.catalog import Catalog
+from migplan.catalog.model import GiProfile, GpuModel
+from migplan.layout import Instance, Layout, check_layout
+from migplan.smi.errors import gpu_of
+
+STATE_ENV = "MIGPLAN_SIM_STATE"
+EXIT_BY_ERROR = {
+    "Invalid Argument": 2, "Not Supported": 3, "Insufficient Permissions": 4, "Not Found": 6, "Timeout": 10,
+    "In use by another client": 19, "Insufficient Resources": 23,
+}
+IN_USE, NOT_FOUND, BAD_ARGS = "In use by another client", "Not Found", 2
+INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
+BUSY_TEXT = ("{bus} is currently being used by one or more other processes (e.g. CUDA application or a monitoring "
+             "application such as another instance of nvidia-smi). Please first kill all processes using the device "
+             "and retry the command or reboot the system to make MIG mode effective.")  # §1 verbatim
+RESET_BUSY = ("1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
+              "application, graphics application such as an X server, or a monitoring application such as another "
+              "instance of nvidia-smi). Please first kill all processes using this device and all compute "
+              "applications running in the system.")  # unverified (not in the reference)
+# CI profile ids = NVML_COMPUTE_INSTANCE_PROFILE_* enum (mig-geometry.md §3) -> compute slices
+CI_ENUM_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+
+class Fail(Exception):
+    """Stop the command: print `lines` and exit with `code`."""
+
+    def __init__(self, lines: Sequence[str], code: int) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = list(lines)
+        self.code = code
+
+
+def code_of(error: str) -> int:
+    return EXIT_BY_ERROR.get(error, 255)
+
+
+# --- state file -----------------------------------------------------------------------------
+
+@contextmanager
+def locked(path: str) -> Iterator[dict[str, Any]]:
+    """Read the state under an exclusive lock; write it back (atomically) on normal exit."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path) as fh:
+                state: dict[str, Any] = json.load(fh)
+            yield state
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(state, fh, indent=1)
+            os.replace(tmp, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+_CATALOGS: dict[tuple[str, ...], Catalog] = {}
+
+
+def catalog_of(state: dict[str, Any]) -> Catalog:
+    files = tuple(state.get("catalog_files", ()))
+    if files not in _CATALOGS:
+        _CATALOGS[files] = load_catalog(files) if files else builtin_catalog()
+    return _CATALOGS[files]
+
+
+def model_of(state: dict[str, Any], gpu: dict[str, Any]) -> GpuModel | None:
+    return None if gpu.get("model") is None else catalog_of(state).get(gpu["model"])
+
+
+def new_uuid(state: dict[str, Any], prefix: str, seed: str) -> str:
+    state["uuid_counter"] = state.get("uuid_counter", 0) + 1
+    h = hashlib.sha256(f"{seed}/{state['uuid_counter']}".encode()).hexdigest()
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+# --- geometry -------------------------------------------------------------------------------
+
+def gi_profile(model: GpuModel, gi: dict[str, Any]) -> GiProfile:
+    return model.profile(int(gi["profile_id"]))
+
+
+def layout_of(model: GpuModel, gpu: dict[str, Any]) -> Layout:
+    return Layout.of(Instance(gi["start"], gi_profile(model, gi).name) for gi in gpu["gpu_instances"])
+
+
+def gi_id_pool(model: GpuModel, size: int) -> range:
+    """Ids of one size class: a binary tree over the memory slices (mig-geometry.md §6)."""
+    level = 1
+    while level * size < model.memory_slices:
+        level *= 2
+    return range(level - 1, 2 * level - 1)
+
+
+def next_gi_id(model: GpuModel, gpu: dict[str, Any], size: int) -> int:
+    used = {gi["id"] for gi in gpu["gpu_instances"]}
+    for gid in [*gi_id_pool(model, size), *range(64)]:
+        if gid not in used:
+            return gid
+    raise Fail(["Failed to create GPU instances: Insufficient Resources"], 23)
+
+
+def remaining(model: GpuModel, layout: Layout, prof: GiProfile) -> int:
+    """How many more `prof` instances fit now (the -lgip "Free" column, §3)."""
+    count, cur = 0, layout
+    for start in prof.starts:
+        cand = Layout.of((*cur.instances, Instance(start, prof.name)))
+        if not check_layout(model, cand):
+            cur, count = cand, count + 1
+    return count
+
+
+def lgip_order(model: GpuModel) -> list[GiProfile]:
+    """-lgip row order: compute slices, memory slices, then id (§3)."""
+    return sorted(model.profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.id))
+
+
+def busy(gpu: dict[str, Any], gi: int | None = None, ci: int | None = None) -> bool:
+    return any((gi is None or p.get("gi") == gi) and (ci is None or p.get("ci") == ci) for p in gpu["processes"])
+
+
+# --- argument parsing -----------------------------------------------------------------------
+
+MIG_FLAGS = {  # short and long forms (§0); value: does it take an argument (None = optional)
+    "-lgip": ("lgip", False), "--list-gpu-instance-profiles": ("lgip", False),
+    "-lgipp": ("lgipp", False), "--list-gpu-instance-possible-placements": ("lgipp", False),
+    "-lgi": ("lgi", False), "--list-gpu-instances": ("lgi", False),
+    "-lci": ("lci", False), "--list-compute-instances": ("lci", False),
+    "-cgi": ("cgi", True), "--create-gpu-instance": ("cgi", True),
+    "-C": ("C", False), "--default-compute-instance": ("C", False),
+    "-cci": ("cci", None), "--create-compute-instance": ("cci", None),
+    "-dci": ("dci", False), "--destroy-compute-instance": ("dci", False),
+    "-dgi": ("dgi", False), "--destroy-gpu-instance": ("dgi", False),
+    "-gi": ("gi", True), "--gpu-instance-id": ("gi", True),
+    "-ci": ("ci", True), "--compute-instance-id": ("ci", True),
+    "-i": ("id", True), "--id": ("id", True),
+}
+TOP_FLAGS = {
+    "-L": ("L", False), "--list-gpus": ("L", False), "-i": ("id", True), "--id": ("id", True),
+    "-mig": ("mig", True), "--multi-instance-gpu": ("mig", True), "-r": ("reset", False),
+    "--gpu-reset": ("reset", False), "--query-gpu": ("query-gpu", True),
+    "--query-compute-apps": ("query-compute-apps", True), "--format": ("format", True),
+}
+MIG_ACTIONS = ("lgip", "lgipp", "lgi", "lci", "cgi", "cci", "dci", "dgi")
+TOP_ACTIONS = ("L", "mig", "reset", "query-gpu", "query-compute-apps")
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+    """Options of one command line; raises Fail with nvidia-smi's usage error when malformed."""
+    bad = Fail([INVALID_ARGS], BAD_ARGS)
+    table, opts, pos = TOP_FLAGS, {}, 0
+    if argv and argv[0] == "mig":
+        table, opts, pos = MIG_FLAGS, {"mig-sub": True}, 1
+    while pos < len(argv):
+        tok, inline = argv[pos], None
+        if tok.startswith("--") and "=" in tok:
+            tok, inline = tok.split("=", 1)
+        if tok not in table:
+            raise bad
+        key, takes = table[tok]
+        pos += 1
+        if takes is False:
+            if inline is not None:
+                raise bad
+            opts[key] = True
+            continue
+        if inline is None and pos < len(argv) and (takes or not argv[pos].startswith("-")):
+            inline, pos = argv[pos], pos + 1
+        if inline is None and takes:
+            raise bad
+        opts[key] = inline if inline is not None else True
+    actions = [a for a in (MIG_ACTIONS if "mig-sub" in opts else TOP_ACTIONS) if a in opts]
+    if len(actions) != 1:
+        raise bad
+    opts["action"] = actions[0]
+    return opts
+
+
+def select(state: dict[str, Any], ident: Any) -> list[dict[str, Any]]:
+    """GPUs named by -i: indexes, UUIDs or PCI bus ids, comma separated (§0); all when absent."""
+    gpus: list[dict[str, Any]] = state["gpus"]
+    if ident is None:
+        return gpus
+    out = []
+    for part in str(ident).split(","):
+        key = part.strip().lower()
+        found = [g for g in gpus if key in (str(g["index"]), g["uuid"].lower())
+                 or (":" in key and g["pci_bus_id"].lower().endswith(key.removeprefix("0000")))]
+        if len(found) != 1 or not key:
+            raise Fail(["No devices were found"], 6)  # text for an unknown -i: unverified
+        out.append(found[0])
+    return out
+
+
+def id_list(raw: Any) -> list[int] | None:
+    if raw is None:
+        return None
+    parts = str(raw).split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise Fail([INVALID_ARGS], BAD_ARGS)
+    return [int(p) for p in parts]
+
+
+# --- shared pieces of the handlers ----------------------------------------------------------
+
+def injected(inject: dict[str, Any] | None, item: int, state: dict[str, Any], mutating: bool = True) -> str | None:
+    """The error to fail item `item` with: an injected fault (at its `after` index) or no root."""
+    if inject is not None and item == int(inject.get("after", 0)):
+        return str(inject["error"])
+    if mutating and not state.get("root", True):
+        return "Insufficient Permissions"  # NVML NO_PERMISSION (§5: expected, no verbatim sample)
+    return None
+
+
+def mig_gpus(state: dict[str, Any], opts: dict[str, Any]) -> list[tuple[dict[str, Any], GpuModel]]:
+    """Selected GPUs in MIG mode; nvidia-smi's own message when there are none (§3, §6)."""
+    chosen = [(g, model_of(state, g)) for g in select(state, opts.get("id"))]
+    if all(m is None for _, m in chosen):
+        raise Fail(["No MIG-supported devices found."], 3)  # exit code unverified
+    enabled = [(g, m) for g, m in chosen if m is not None and g["mig_current"]]
+    if not enabled:
+        raise Fail(["No MIG-enabled devices found."], 6)  # exit code unverified
+    return enabled
+
+
+def gi_targets(gpu: dict[str, Any], wanted: list[int] | None, missing: Any) -> list[dict[str, Any]]:
+    gis = sorted(gpu["gpu_instances"], key=lambda gi: gi["id"])
+    if wanted is None:
+        return gis
+    by_id = {gi["id"]: gi for gi in gis}
+    for gid in wanted:
+        if gid not in by_id:
+            raise Fail(missing(gid), code_of(NOT_FOUND))  # text unverified
+    return [by_id[gid] for gid in wanted]
+
+
+def ci_name(model: GpuModel, gi: dict[str, Any], ci: dict[str, Any]) -> str:
+    prof = gi_profile(model, gi)
+    return prof.name if ci["size"] == prof.compute_slices else f"{ci['size']}c.{prof.name}"
+
+
+def add_ci(state: dict[str, Any], gpu: dict[str, Any], gi: dict[str, Any], profile_id: int, size: int,
+           start: int) -> dict[str, Any]:
+    used = {ci["id"] for ci in gi["cis"]}
+    cid = min(set(range(len(used) + 1)) - used)
+    ci = {"id": cid, "profile_id": profile_id, "start": start, "size": size,
+          "uuid": new_uuid(state, "MIG", gpu["uuid"])}
+    gi["cis"].append(ci)
+    return ci
+
+
+def ci_created_line(gpu: dict[str, Any], gi: dict[str, Any], ci: dict[str, Any], name: str) -> str:
+    return (f"Successfully created compute instance ID {ci['id']:>2} on GPU {gpu['index']:>2} GPU instance ID "
+            f"{gi['id']:>2} using profile MIG {name} (ID {ci['profile_id']:>2})")  # §5, §8
+
+
+def ci_fit(gi: dict[str, Any], size: int, total: int) -> int | None:
+    """First compute-slice offset where a CI of `size` fits in its GI (nvml CI placements, compute units)."""
+    used = {s for ci in gi["cis"] for s in range(ci["start"], ci["start"] + ci["size"])}
+    for start in range(0, total - size + 1):
+        if not used & set(range(start, start + size)):
+            return start
+    return None
+
+
+# --- mig listings ---------------------------------------------------------------------------
+
+LGIP_HEAD = [  # §3 verbatim (A100-40GB, 79 columns)
+    "+-----------------------------------------------------------------------------+",
+    "| GPU instance profiles:                                                      |",
+    "| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |",
+    "|                              Free/Total   GiB              CE    JPEG  OFA  |",
+    "|=============================================================================|",
+]
+LGI_HEAD = [  # §6 verbatim (A30, driver 535, 57 columns)
+    "+-------------------------------------------------------+",
+    "| GPU instances:                                        |",
+    "| GPU   Name             Profile  Instance   Placement  |",
+    "|                          ID       ID       Start:Size |",
+    "|=======================================================|",
+]
+LCI_HEAD = [  # §9 verbatim (H100, with Placement, 70 columns)
+    "+--------------------------------------------------------------------+",
+    "| Compute instances:                                                 |",
+    "| GPU     GPU       Name             Profile   Instance   Placement  |",
+    "|       Instance                       ID        ID       Start:Size |",
+    "|         ID                                                         |",
+    "|====================================================================|",
+]
+
+
+def do_lgip(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    err = injected(inject, 0, state, mutating=False)
+    if err:
+        raise Fail([f"Failed to display GPU instance profiles: {err}"], code_of(err))  # §3
+    out.extend(LGIP_HEAD)
+    for gpu, model in gpus:
+        layout = layout_of(model, gpu)
+        for p in lgip_order(model):
+            e, name = p.engines, "MIG " + p.name
+            out.append(f"|{gpu['index']:>4}  {name:<16}{p.id:>4}{remaining(model, layout, p):>6}/{p.max_count:<3}"
+                       f"      {p.lgip_gib:<11}{'No':<7}{p.sm_count:<7}{e.dec:<6}{e.enc:<4}|")
+            out.append(f"|{'':60}{e.ce:>2}{'':5}{e.jpeg:<6}{e.ofa:<4}|")
+            out.append(LGIP_HEAD[0])
+
+
+def do_lgipp(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    err = injected(inject, 0, state, mutating=False)
+    if err:
+        raise Fail([f"Failed to display GPU instance profile placements: {err}"], code_of(err))  # unverified
+    for gpu, model in gpus:
+        for p in lgip_order(model):
+            label = "Placements:" if len(p.starts) > 1 else "Placement :"  # §4
+            starts = ",".join(str(s) for s in p.starts)
+            out.append(f"GPU {gpu['index']:>2} Profile ID {p.id:>2} {label} {{{starts}}}:{p.memory_slices}")
+
+
+def do_lgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    err = injected(inject, 0, state, mutating=False)
+    if err:
+        raise Fail([f"Failed to display GPU instances: {err}"], code_of(err))  # by analogy with §9
+    rows = []
+    for gpu, model in gpus:
+        order = {p.id: n for n, p in enumerate(lgip_order(model))}
+        for gi in sorted(gpu["gpu_instances"], key=lambda gi: (order[gi["profile_id"]], gi["id"])):  # §6 order
+            p = gi_profile(model, gi)
+            rows += [f"|{gpu['index']:>4}  {'MIG ' + p.name:<18}{p.id:>4}{gi['id']:>9}{gi['start']:>11}:"
+                     f"{p.memory_slices:<6}|", LGI_HEAD[0]]
+    if not rows:
+        raise Fail(["No GPU instances found: Not Found"], code_of(NOT_FOUND))  # §6
+    out.extend(LGI_HEAD + rows)
+
+
+def do_lci(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    err = injected(inject, 0, state, mutating=False)
+    if err:
+        raise Fail([f"Failed to display compute instances: {err}"], code_of(err))  # §9
+    wanted, rows, any_gi = id_list(opts.get("gi")), [], False
+    for gpu, model in gpus:
+        any_gi = any_gi or bool(gpu["gpu_instances"])
+        for gi in sorted(gpu["gpu_instances"], key=lambda gi: gi["id"]):
+            if wanted is not None and gi["id"] not in wanted:
+                continue
+            for ci in sorted(gi["cis"], key=lambda ci: ci["id"]):
+                rows += [f"|{gpu['index']:>4}{gi['id']:>7}       {'MIG ' + ci_name(model, gi, ci):<18}"
+                         f"{ci['profile_id']:>4}{ci['id']:>10}{ci['start']:>11}:{ci['size']:<6}|", LCI_HEAD[0]]
+    if not rows:
+        text = "No compute instances found: Not Found" if any_gi else "No GPU instances found: Not Found"
+        raise Fail([text], code_of(NOT_FOUND))  # compute-instance text by analogy (unverified)
+    out.extend(LCI_HEAD + rows)
+
+
+# --- mig create / destroy -------------------------------------------------------------------
+
+def resolve_gi(model: GpuModel, layout: Layout, token: str) -> tuple[GiProfile | None, int | None, str | None]:
+    """(profile, start, error) for one `-cgi` tuple `PROFILE[:START]` (§5)."""
+    ref, sep, start_txt = token.rpartition(":") if ":" in token else (token, "", "")
+    if not model.has_profile(ref) or (sep and not start_txt.isdigit()):
+        return None, None, "Invalid Argument"
+    prof = model.profile(ref)
+    starts = [int(start_txt)] if sep else sorted(prof.starts, reverse=True)  # driver's choice: undocumented (§5)
+    if sep and int(start_txt) not in prof.starts:
+        return prof, None, "Invalid Argument"  # a placement -lgipp does not list (unverified code)
+    for start in starts:
+        if not check_layout(model, Layout.of((*layout.instances, Instance(start, prof.name)))):
+            return prof, start, None
+    return prof, None, "Insufficient Resources"  # overlap, compute slices or per-profile limit (§5)
+
+
+def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    tokens = str(opts["cgi"]).split(",")
+    for gpu, model in gpus:
+        for item, token in enumerate(tokens):
+            prof, start, err = resolve_gi(model, layout_of(model, gpu), token)
+            err = injected(inject, item, state) or err
+            if err or prof is None or start is None:
+                shown = token.rpartition(":")[0] if ":" in token else token  # echoed as typed (§5)
+                raise Fail([f"Unable to create a GPU instance on GPU {gpu['index']:>2} using profile {shown}: {err}",
+                            f"Failed to create GPU instances: {err}"], code_of(str(err)))
+            gi = {"id": next_gi_id(model, gpu, prof.memory_slices), "profile_id": prof.id, "start": start, "cis": []}
+            gpu["gpu_instances"].append(gi)
+            out.append(f"Successfully created GPU instance ID {gi['id']:>2} on GPU {gpu['index']:>2} using profile "
+                       f"MIG {prof.name} (ID {prof.id:>2})")
+            if opts.get("C"):
+                ci = add_ci(state, gpu, gi, prof.ci_default_id, prof.compute_slices, 0)
+                out.append(ci_created_line(gpu, gi, ci, prof.name))
+
+
+def ci_size(prof: GiProfile, profile_id: int) -> int | None:
+    if profile_id == prof.ci_default_id:
+        return prof.compute_slices
+    size = CI_ENUM_SLICES.get(profile_id)
+    return size if size is not None and size < prof.compute_slices else None
+
+
+def do_cci(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    ids = None if opts["cci"] is True else id_list(opts["cci"])
+    item = 0
+    for gpu, model in gpus:
+        def missing(gid: int, gpu: dict[str, Any] = gpu) -> list[str]:
+            return [f"Unable to create a compute instance on GPU {gpu['index']:>2} GPU instance ID {gid:>2}: "
+                    f"{NOT_FOUND}", f"Failed to create compute instances: {NOT_FOUND}"]
+        for gi in gi_targets(gpu, id_list(opts.get("gi")), missing):
+            prof = gi_profile(model, gi)
+            for pid in ids or [prof.ci_default_id]:
+                size = ci_size(prof, pid)
+                start = None if size is None else ci_fit(gi, size, prof.compute_slices)
+                err = injected(inject, item, state) or (
+                    "Invalid Argument" if size is None else "Insufficient Resources" if start is None else None)
+                item += 1
+                if err or size is None or start is None:  # texts by analogy with §5 (unverified)
+                    raise Fail([f"Unable to create a compute instance on GPU {gpu['index']:>2} GPU instance ID "
+                                f"{gi['id']:>2} using profile {pid}: {err}",
+                                f"Failed to create compute instances: {err}"], code_of(str(err)))
+                ci = add_ci(state, gpu, gi, pid, size, start)
+                out.append(ci_created_line(gpu, gi, ci, ci_name(model, gi, ci)))
+
+
+def do_dci(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    wanted_ci, item = id_list(opts.get("ci")), 0
+    for gpu, _model in gpus:
+        if not gpu["gpu_instances"]:
+            raise Fail(["No GPU instances found: Not Found"], code_of(NOT_FOUND))  # §10
+
+        def unable(gid: int, cid: int | str, err: str, gpu: dict[str, Any] = gpu) -> list[str]:
+            return [f"Unable to destroy compute instance ID {cid:>2} from GPU {gpu['index']:>2} GPU instance ID "
+                    f"{gid:>2}: {err}", f"Failed to destroy compute instances: {err}"]  # by analogy with §10
+        targets = []
+        for gi in gi_targets(gpu, id_list(opts.get("gi")), lambda gid: unable(gid, "", NOT_FOUND)):
+            cis = {ci["id"]: ci for ci in gi["cis"]}
+            for cid in wanted_ci if wanted_ci is not None else sorted(cis):
+                if cid not in cis:
+                    raise Fail(unable(gi["id"], cid, NOT_FOUND), code_of(NOT_FOUND))
+                targets.append((gi, cis[cid]))
+        if not targets:
+            raise Fail(["No compute instances found: Not Found"], code_of(NOT_FOUND))  # unverified
+        for gi, ci in targets:
+            err = injected(inject, item, state) or (IN_USE if busy(gpu, gi["id"], ci["id"]) else None)
+            item += 1
+            if err:
+                raise Fail(unable(gi["id"], ci["id"], err), code_of(err))
+            gi["cis"].remove(ci)
+            out.append(f"Successfully destroyed compute instance ID {ci['id']:>2} from GPU {gpu['index']:>2} "
+                       f"GPU instance ID {gi['id']:>2}")  # §10
+
+
+def do_dgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    gpus = mig_gpus(state, opts)
+    item = 0
+    for gpu, _model in gpus:
+        if not gpu["gpu_instances"]:
+            raise Fail(["No GPU instances found: Not Found"], code_of(NOT_FOUND))  # §10
+
+        def unable(gid: int, err: str, gpu: dict[str, Any] = gpu) -> list[str]:
+            return [f"Unable to destroy GPU instance ID {gid:>2} from GPU {gpu['index']:>2}: {err}",
+                    f"Failed to destroy GPU instances: {err}"]  # §10 verbatim
+        for gi in gi_targets(gpu, id_list(opts.get("gi")), lambda gid: unable(gid, NOT_FOUND)):
+            err = injected(inject, item, state) or (IN_USE if gi["cis"] or busy(gpu, gi["id"]) else None)
+            item += 1
+            if err:
+                raise Fail(unable(gi["id"], err), code_of(err))
+            gpu["gpu_instances"].remove(gi)
+            out.append(f"Successfully destroyed GPU instance ID {gi['id']:>2} from GPU {gpu['index']:>2}")
+
+
+# --- MIG mode and reset ---------------------------------------------------------------------
+
+def _mode_change(gpu: dict[str, Any], model: GpuModel, on: bool, out: list[str]) -> None:
+    bus, verb = gpu["pci_bus_id"], "enable" if on else "disable"
+    refused = [f"Unable to {verb} MIG Mode for GPU {bus}: {IN_USE}", "Terminating early due to previous errors."]
+    if not on and gpu["gpu_instances"]:
+        raise Fail(refused, code_of(IN_USE))  # §1 "Disable refused"
+    gpu["mig_pending"] = on
+    if gpu["mig_current"] != on and model.reset_required_for_mode:
+        how = gpu.get("mode_reset", "in-use")  # Ampere: the driver's own reset attempt (§1)
+        if busy(gpu) or how == "in-use":
+            out += [f"Warning: MIG mode is in pending {verb} state for GPU {bus}:{IN_USE}", BUSY_TEXT.format(bus=bus)]
+            return
+        if how == "not-supported":
+            out += [f"Warning: MIG mode is in pending {verb} state for GPU {bus}:Not Supported",
+                    f"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU {bus}"]
+            return
+    elif gpu["mig_current"] != on and busy(gpu):
+        raise Fail(refused, code_of(IN_USE))  # Hopper+: immediate, refused while in use (§1)
+    gpu["mig_current"] = on
+    out.append(f"{'Enabled' if on else 'Disabled'} MIG Mode for GPU {bus}")
+
+
+def do_mig_mode(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    value = str(opts["mig"]).upper()
+    if value not in ("0", "1", "ENABLED", "DISABLED"):
+        raise Fail([INVALID_ARGS], BAD_ARGS)
+    on = value in ("1", "ENABLED")
+    for item, gpu in enumerate(select(state, opts.get("id"))):
+        model = model_of(state, gpu)
+        err = injected(inject, item, state)
+        if err:  # modelled on §1 "Disable refused"
+            raise Fail([f"Unable to {'enable' if on else 'disable'} MIG Mode for GPU {gpu['pci_bus_id']}: {err}",
+                        "Terminating early due to previous errors."], code_of(err))
+        if model is None:  # §1 GPU without MIG support
+            out += [f"Unable to {'enable' if on else 'disable'} MIG Mode for GPU {gpu['pci_bus_id']}: Not Supported",
+                    "Treating as warning and moving on."]
+            continue
+        _mode_change(gpu, model, on, out)
+    out.append("All done.")
+
+
+def do_reset(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    """`nvidia-smi -r`: applies a pending MIG mode and clears GPU/compute instances. Success and refusal
+    texts are not in the reference (unverified); `is not supported` is §1 verbatim."""
+    for item, gpu in enumerate(select(state, opts.get("id"))):
+        bus = gpu["pci_bus_id"]
+        err = injected(inject, item, state) or (IN_USE if busy(gpu) else None)
+        if err:
+            tail = ["", RESET_BUSY] if err == IN_USE else []
+            raise Fail(["The following GPUs could not be reset:", f"  GPU {bus}: {err}", *tail], code_of(err))
+        if gpu.get("mode_reset") == "not-supported":
+            raise Fail([f"Resetting GPU {bus} is not supported."], code_of("Not Supported"))
+        gpu["mig_current"] = gpu["mig_pending"]
+        gpu["gpu_instances"] = []
+        out.append(f"GPU {bus} was successfully reset.")
+    out.append("All done.")
+
+
+# --- -L and CSV queries ---------------------------------------------------------------------
+
+def do_list(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    for gpu in select(state, opts.get("id")):
+        check_query(state, gpu, inject)
+        out.append(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})")  # §11
+        model = model_of(state, gpu)
+        if model is None or not gpu["mig_current"]:
+            continue
+        devices = [(gi, ci) for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
+                   for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+        for n, (gi, ci) in enumerate(devices):
+            out.append(f"  MIG {ci_name(model, gi, ci):<11} Device {n:>2}: (UUID: {ci['uuid']})")
+
+
+def check_query(state: dict[str, Any], gpu: dict[str, Any], inject: dict[str, Any] | None) -> None:
+    err = injected(inject, 0, state, mutating=False)
+    if err:  # unverified text
+        raise Fail([f"Unable to determine the device handle for GPU {gpu['pci_bus_id']}: {err}"], code_of(err))
+
+
+def csv_format(opts: dict[str, Any]) -> tuple[bool, bool]:
+    """(header, units) from --format=csv[,noheader][,nounits] (§2)."""
+    parts = str(opts.get("format", "")).split(",")
+    if "csv" not in parts or set(parts) - {"csv", "noheader", "nounits"}:
+        raise Fail([INVALID_ARGS], BAD_ARGS)
+    return "noheader" not in parts, "nounits" not in parts
+
+
+MIB_FIELDS = {"memory.total", "memory.used", "memory.free", "used_memory", "used_gpu_memory"}
+
+
+def gpu_field(state: dict[str, Any], gpu: dict[str, Any], field: str) -> str | None:
+    used = sum(p["used_memory_mib"] for p in gpu["processes"])
+    mig = None if model_of(state, gpu) is None else gpu
+    values: dict[str, Any] = {
+        "index": gpu["index"], "uuid": gpu["uuid"], "gpu_uuid": gpu["uuid"], "name": gpu["name"],
+        "gpu_name": gpu["name"], "pci.bus_id": gpu["pci_bus_id"], "gpu_bus_id": gpu["pci_bus_id"],
+        "memory.total": gpu["memory_total_mib"], "memory.used": used, "memory.free": gpu["memory_total_mib"] - used,
+        "mig.mode.current": "[N/A]" if mig is None else ("Enabled" if gpu["mig_current"] else "Disabled"),
+        "mig.mode.pending": "[N/A]" if mig is None else ("Enabled" if gpu["mig_pending"] else "Disabled"),
+        "pci.device_id": gpu["pci_device_id"], "driver_version": state.get("driver_version", "535.129.03"),
+        "count": len(state["gpus"]),
+    }
+    return None if field not in values else str(values[field])
+
+
+def app_field(gpu: dict[str, Any], proc: dict[str, Any], field: str) -> str | None:
+    values: dict[str, Any] = {
+        "pid": proc["pid"], "process_name": proc["name"], "name": proc["name"], "gpu_uuid": gpu["uuid"],
+        "gpu_name": gpu["name"], "gpu_bus_id": gpu["pci_bus_id"], "used_memory": proc["used_memory_mib"],
+        "used_gpu_memory": proc["used_memory_mib"],
+    }
+    return None if field not in values else str(values[field])
+
+
+def do_query(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    apps = opts["action"] == "query-compute-apps"
+    fields = str(opts[opts["action"]]).split(",")
+    header, units = csv_format(opts)
+    rows: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for gpu in select(state, opts.get("id")):
+        check_query(state, gpu, inject)
+        rows += [(gpu, p) for p in gpu["processes"]] if apps else [(gpu, None)]
+    dummy = {"index": 0, "uuid": "", "name": "", "pci_bus_id": "", "memory_total_mib": 0, "processes": [],
+             "model": None, "pci_device_id": ""}
+    for field in fields:
+        probe = app_field(dummy, {"pid": 0, "name": "", "used_memory_mib": 0}, field) if apps \
+            else gpu_field(state, dummy, field)
+        if probe is None:
+            raise Fail([f'Field "{field}" is not a valid field to query.'], BAD_ARGS)  # unverified text
+    if header:
+        out.append(", ".join(f + (" [MiB]" if units and f in MIB_FIELDS else "") for f in fields))
+    for gpu, proc in rows:
+        vals = [str(app_field(gpu, proc, f) if proc is not None else gpu_field(state, gpu, f)) for f in fields]
+        unit = [" MiB" if units and f in MIB_FIELDS else "" for f in fields]
+        out.append(", ".join(v + u for v, u in zip(vals, unit, strict=True)))
+
+
+HANDLERS = {
+    "lgip": do_lgip, "lgipp": do_lgipp, "lgi": do_lgi, "lci": do_lci, "cgi": do_cgi, "cci": do_cci,
+    "dci": do_dci, "dgi": do_dgi, "mig": do_mig_mode, "reset": do_reset, "L": do_list,
+    "query-gpu": do_query, "query-compute-apps": do_query,
+}
+
+
+# --- host-level failures, fault injection, entry point --------------------------------------
+
+def host_failure(state: dict[str, Any]) -> tuple[list[str], list[str], int] | None:
+    """(stdout, stderr, exit) when the host itself fails before nvidia-smi runs (for the SSH layer)."""
+    host, user = state.get("hostname", "gpu-host"), state.get("user", "root")
+    ssh = state.get("ssh", "ok")
+    if ssh == "down":  # OpenSSH client text and exit status 255
+        return [], [f"ssh: connect to host {host} port 22: Connection refused"], 255
+    if ssh == "auth-denied":
+        return [], [f"{user}@{host}: Permission denied (publickey)."], 255
+    if state.get("nvidia_smi", "installed") == "missing":
+        return [], ["bash: line 1: nvidia-smi: command not found"], 127
+    if state.get("driver_loaded", True) is False:  # exit 9 = "NVIDIA driver is not loaded" (§0); text unverified
+        return ["NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                "latest NVIDIA driver is installed and running."], [], 9
+    return None
+
+
+def take_fault(state: dict[str, Any], argv: Sequence[str]) -> dict[str, Any] | None:
+    """The first fault whose `match` tokens all appear in argv (and `gpu`, if given, is the -i value)."""
+    for fault in state.get("faults", []):
+        tokens = str(fault.get("match", "")).split()
+        if not all(t in argv for t in tokens):
+            continue
+        if "gpu" in fault and gpu_of(argv) != fault["gpu"]:
+            continue
+        if fault.get("skip", 0) > 0:
+            fault["skip"] -= 1
+            continue
+        if "times" in fault:
+            if fault["times"] <= 0:
+                continue
+            fault["times"] -= 1
+        fault["fired"] = fault.get("fired", 0) + 1
+        return dict(fault)
+    return None
+
+
+def run(state: dict[str, Any], argv: Sequence[str], inject: dict[str, Any] | None) -> tuple[list[str], int]:
+    out: list[str] = []
+    try:
+        opts = parse_args(argv)
+        HANDLERS[opts["action"]](state, opts, out, inject)
+    except Fail as fail:
+        return out + fail.lines, fail.code
+    return out, 0
+
+
+def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
+         stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ) if env is None else env
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    path = env.get(STATE_ENV)
+    if not path:
+        stderr.write(f"nvidia-smi simulator: set {STATE_ENV} to a host state file\n")
+        return 255
+    with locked(path) as state:
+        state.setdefault("log", []).append(argv)
+        early = host_failure(state)
+        fault = None if early else take_fault(state, argv)
+    if early:
+        stdout.write("".join(line + "\n" for line in early[0]))
+        stderr.write("".join(line + "\n" for line in early[1]))
+        return early[2]
+    if fault and fault.get("hang"):
+        time.sleep(float(fault["hang"]))
+    if fault and fault.get("drop") in (True, "before"):
+        return 255  # the connection died: no output, ssh's status 255, state untouched
+    if fault and any(k in fault for k in ("exit", "stdout", "stderr")):
+        stdout.write(fault.get("stdout", ""))
+        stderr.write(fault.get("stderr", ""))
+        return int(fault.get("exit", 0))
+    with locked(path) as state:
+        lines, code = run(state, argv, fault if fault and "error" in fault else None)
+    if fault and fault.get("drop") == "after":
+        return 255  # the command took effect, but its output and status never arrived
+    stdout.write("".join(line + "\n" for line in lines))  # nvidia-smi writes its errors to stdout too (unverified)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

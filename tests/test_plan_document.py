@@ -1,0 +1,74 @@
+"""The plan document: round trip, strict loading, and the validator catching corrupted plans."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
+
+from migplan.errors import InputError
+from migplan.layout import Layout
+from migplan.planner import build_problem, plan_from_dict, plan_to_dict, validate
+from migplan.planner.diff import Action
+
+
+@pytest.fixture(scope="module")
+def case():
+    st = fleet(gpu("h", 0, layout=["3g.20gb@0"]), gpu("h", 1), gpu("h", 2, reserved=True))
+    ps = profiles(wl("a", 15000, host="h", gpu_idx=0, inst="3g.20gb@0"), wl("b", 4000), wl("c", 9000),
+                  wl("d", 4000, anti_affinity="x"), wl("e", 4000, anti_affinity="x"))
+    return st, ps, run(st, ps), build_problem(st, ps, CAT, EXACT)
+
+
+def test_round_trip(case) -> None:
+    _, _, p, prob = case
+    doc = json.loads(json.dumps(plan_to_dict(p)))
+    back = plan_from_dict(doc)
+    assert back == p and validate(back, prob) == []
+    assert doc["version"] == 1 and doc["fingerprint"].startswith("sha256:")
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d.update(version=2), "version"),
+    (lambda d: d.update(extra=1), "extra"),
+    (lambda d: d.pop("gpus"), "gpus"),
+    (lambda d: d["gpus"][0].update(target=["9g.1gb@0"]), None),
+    (lambda d: d["gpus"][0].update(actions=["explode"]), "explode"),
+    (lambda d: d["workloads"][0].update(bogus=True), "bogus"),
+])
+def test_strict_loader(case, mutate, field) -> None:
+    doc = copy.deepcopy(plan_to_dict(case[2]))
+    mutate(doc)
+    try:
+        plan_from_dict(doc)
+    except InputError as err:
+        assert field is None or field in str(err)
+        return
+    assert field is None  # an unknown profile parses; the validator catches it (below)
+
+
+def _corrupt_gpu(p, host, idx, **changes):
+    gpus = tuple(dataclasses.replace(g, **changes) if (g.host, g.index) == (host, idx) else g for g in p.gpus)
+    return dataclasses.replace(p, gpus=gpus)
+
+
+@pytest.mark.parametrize("corrupt", [
+    lambda p: _corrupt_gpu(p, "h", 1, target=Layout.parse(["3g.20gb@0", "4g.20gb@0"])),  # overlap
+    lambda p: _corrupt_gpu(p, "h", 2, target=Layout(), actions=(Action("enable-mig"),)),  # reserved touched
+    lambda p: _corrupt_gpu(p, "h", 0, target=Layout(), actions=(Action("destroy-ci", "3g.20gb@0"),
+                                                                Action("destroy-gi", "3g.20gb@0"))),  # busy destroyed
+    lambda p: dataclasses.replace(p, workloads=p.workloads[1:]),  # a workload lost
+    lambda p: dataclasses.replace(p, fingerprint="sha256:0"),
+    lambda p: dataclasses.replace(p, workloads=tuple(
+        dataclasses.replace(w, instance="1g.5gb@6") if w.name == "c" else w for w in p.workloads)),  # absent
+    lambda p: dataclasses.replace(p, workloads=tuple(
+        dataclasses.replace(w, host=x.host, gpu=x.gpu, instance=x.instance) if w.name == "e" else w
+        for w in p.workloads for x in p.workloads if x.name == "d")),  # anti-affinity + shared instance
+])
+def test_validator_catches_corruption(case, corrupt) -> None:
+    _, _, p, prob = case
+    assert validate(p, prob) == []
+    assert validate(corrupt(p), prob) != []
