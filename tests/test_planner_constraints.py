@@ -87,6 +87,26 @@ def test_busy_instance_kept_without_consent(allow) -> None:
         assert "1g.5gb@3" in (targets(p)[("a", 0)] or []) and p.summary.workloads_unplaced == 1
 
 
+@pytest.mark.parametrize("allow", [False, True])
+def test_whole_gpu_with_processes_keeps_mig_off_without_consent(allow) -> None:
+    # Discovery saw processes on a MIG-disabled GPU that no profile accounts for: enabling MIG would stop them.
+    st = fleet(gpu("a", 0, whole_gpu_busy=True), gpu("a", 1, whole_gpu_busy=True))
+    ws = profiles(wl("s1", 3000), wl("s2", 3000))
+    p = run(st, ws, dataclasses.replace(EXACT, allow_disrupt=allow))
+    if allow:
+        assert p.summary.workloads_placed == 2
+        assert sum(t is not None for t in targets(p).values()) == 1  # one GPU's processes are disrupted
+        assert p.summary.busy_disrupted == 1
+    else:
+        assert targets(p) == {("a", 0): None, ("a", 1): None}
+        assert p.summary.workloads_unplaced == 2 and p.summary.busy_disrupted == 0
+
+
+def test_idle_mig_disabled_gpu_is_used() -> None:
+    p = run(fleet(gpu("a", 0)), profiles(wl("s1", 3000)))
+    assert placed(p)["s1"][0:2] == ("a", 0) and targets(p)[("a", 0)] is not None
+
+
 @pytest.mark.parametrize(("pct", "headroom", "need"), [("p99", 0.1, 11000), ("p50", 0.0, 5000), ("max", 0.5, 18000)])
 def test_demand_policy(pct, headroom, need) -> None:
     w = wl("x", 10000)

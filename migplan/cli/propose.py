@@ -55,7 +55,8 @@ def _table(p: Plan, catalog: Any) -> str:
     out.append(
         f"\nGPUs used {s.gpus_used} of {s.gpus_planned} planned (lower bound {s.gpus_lower_bound}), "
         f"free whole GPUs {s.free_whole_gpus}, stranded slices {s.stranded_slices}\n"
-        f"workloads placed {s.workloads_placed}, left out {s.workloads_unplaced}, disrupted {s.workloads_disrupted}\n"
+        f"workloads placed {s.workloads_placed}, left out {s.workloads_unplaced}, disrupted {s.workloads_disrupted}"
+        + (f" (+{s.busy_disrupted} busy without a profile)" if s.busy_disrupted else "") + "\n"
         f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
         f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
     return "\n".join(out)

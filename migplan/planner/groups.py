@@ -42,6 +42,7 @@ class Group:
     soft: tuple[tuple[Key, int], ...]  # (instance, class idx) of running workloads that may move
     soft_busy: frozenset[Key]  # busy instances that may be destroyed (with --allow-disrupt)
     soft_whole: int  # class idx of a movable whole-GPU workload, or -1
+    busy_whole: bool  # processes run on the MIG-disabled GPU; enabling MIG is one disruption (--allow-disrupt)
     host: str | None  # set when the group is tied to one host
     gpu: int | None  # set when the group is tied to one GPU
     present: frozenset[str]  # anti-affinity sets with a kept member here
@@ -143,7 +144,8 @@ def _group_of(problem: Problem, s: _Splitter, gpu: PGpu, host_tags: set[str], gp
     model = problem.models[gpu.model]
     busy = frozenset(key(model, i) for i in gpu.busy)
     hard = {k for k in s.hard.get(gpu.key, set()) if k is not None}
-    hard_whole = None in s.hard.get(gpu.key, set())
+    hard_whole = None in s.hard.get(gpu.key, set()) or (gpu.whole_busy and not problem.policy.allow_disrupt)
+    busy_whole = gpu.whole_busy and problem.policy.allow_disrupt
     soft = tuple(sorted((k, c) for k, c in s.soft.get(gpu.key, []) if k is not None))
     soft_whole = next((c for k, c in s.soft.get(gpu.key, []) if k is None), -1)
     if not problem.policy.allow_disrupt:
@@ -152,8 +154,9 @@ def _group_of(problem: Problem, s: _Splitter, gpu: PGpu, host_tags: set[str], gp
     host = gpu.host if gpu.host in host_tags or gpu.key in gpu_tags else None
     idx = gpu.index if gpu.key in gpu_tags else None
     present = frozenset(grp for it in s.running.get(gpu.key, []) for grp in it.groups)
-    gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, host, idx, present)
+    gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, busy_whole, host, idx,
+          present)
     if gk not in groups:
         groups[gk] = Group(len(groups), gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy,
-                           soft_whole, host, idx, present)
+                           soft_whole, busy_whole, host, idx, present)
     return groups[gk]

@@ -68,7 +68,8 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     free = Counter(b for s, b in pk if (s, b) not in occupied)
     same = (g.current is not None and pk == keys(model, g.current)) or (
         len(pattern) == 0 and (g.current is None or len(g.current) == 0))
-    return PatternInfo(pattern, free, displaced, len(g.soft_busy - pk), int(len(pattern) > 0), int(not same))
+    destroyed = len(g.soft_busy - pk) + int(g.busy_whole)  # enabling MIG stops the whole-GPU processes
+    return PatternInfo(pattern, free, displaced, destroyed, int(len(pattern) > 0), int(not same))
 
 
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
@@ -76,7 +77,7 @@ def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
     if g.hard_whole:
         return [_info(model, g, WHOLE)]
     out = [_info(model, g, p) for p in candidates(model, g.current, g.hard)]
-    if g.soft_whole >= 0:
+    if g.soft_whole >= 0 or g.busy_whole:
         out.insert(0, _info(model, g, WHOLE))
     return out
 

@@ -56,6 +56,7 @@ class Summary:
     workloads_placed: int
     workloads_unplaced: int
     workloads_disrupted: int
+    busy_disrupted: int  # instances (or MIG-disabled GPUs) with unprofiled processes that the plan stops
     stranded_slices: int
     placed_value: float
 

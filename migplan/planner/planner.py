@@ -66,6 +66,18 @@ def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
                         reason=m.unplaced.get(it.name, "left out"))
 
 
+def _busy_disrupted(problem: Problem, gpus: tuple[GpuPlan, ...]) -> int:
+    """Busy instances the targets drop, plus busy MIG-disabled GPUs the targets put in MIG mode."""
+    n = 0
+    for g in gpus:
+        pg = problem.gpu((g.host, g.index))
+        if pg is None:
+            continue
+        n += sum(1 for i in pg.busy if g.target is None or i not in g.target.instances)
+        n += int(pg.whole_busy and g.target is not None)
+    return n
+
+
 def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPlan, ...], value: float,
              lb: int | None) -> Summary:
     hosting = {(w.host, w.gpu) for w in wls if w.status == "placed"}
@@ -76,6 +88,7 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
     running = {it.name for it in problem.items if it.running is not None}
     stopped = problem.policy.allow_disrupt  # without consent an outgrown workload keeps running where it is
     disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and stopped)))
+    busy_disrupted = _busy_disrupted(problem, gpus)
     return Summary(
         gpus_total=len(gpus), gpus_planned=len(planned), gpus_used=len(used), gpus_lower_bound=lb,
         gpus_changed=sum(1 for g in gpus if g.actions), free_whole_gpus=len(planned) - len(used),
@@ -83,7 +96,8 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
         instances_created=sum(1 for g in gpus for a in g.actions if a.op == "create-gi"),
         workloads_placed=sum(1 for w in wls if w.status == "placed"),
         workloads_unplaced=sum(1 for w in wls if w.status != "placed"),
-        workloads_disrupted=disrupted, stranded_slices=stranded, placed_value=round(value, 4))
+        workloads_disrupted=disrupted, busy_disrupted=busy_disrupted, stranded_slices=stranded,
+        placed_value=round(value, 4))
 
 
 def _solve(problem: Problem, sp: Split, solver: Solver,

@@ -30,6 +30,7 @@ class PGpu:
     current: Layout | None  # None: MIG disabled
     frozen: str | None = None  # "reserved" | "excluded": left exactly as it is
     busy: tuple[Instance, ...] = ()  # instances with processes no profile accounts for
+    whole_busy: bool = False  # MIG disabled and processes run on the GPU: enabling MIG stops them
 
     @property
     def key(self) -> GpuKey:
@@ -85,7 +86,8 @@ class Problem:
 def _pgpu(g: GpuState) -> PGpu:
     frozen = "excluded" if g.excluded else "reserved" if g.reserved else None
     layout = g.layout if g.mig_enabled else None
-    return PGpu(g.host, g.index, g.model, g.uuid, layout, frozen, tuple(g.busy))
+    return PGpu(g.host, g.index, g.model, g.uuid, layout, frozen, tuple(g.busy),
+                whole_busy=g.whole_gpu_busy and not g.mig_enabled)
 
 
 def _running(w: Workload, gpus: Mapping[GpuKey, PGpu]) -> tuple[GpuKey | None, Instance | None]:

@@ -107,7 +107,7 @@ def _busy(plan: Plan, problem: Problem) -> list[str]:
             out.append(f"gpu {pg.host}/{pg.index}: destroys busy instance(s) {', '.join(map(str, sorted(lost)))} "
                        "without --allow-disrupt")
         whole = [it for it in running[pg.key] if it.running_on is None]
-        if whole and g.target is not None:
+        if (whole or pg.whole_busy) and g.target is not None:
             out.append(f"gpu {pg.host}/{pg.index}: enables MIG under a running whole-GPU workload")
     return out
 
