@@ -146,3 +146,28 @@ def test_catalog_learn_then_discover_with_the_learned_model(run: Run, fleet: Fle
     assert r.exit_code == 0, r.output
     gpu = json.loads(r.stdout)["hosts"][0]["gpus"][0]
     assert gpu["model"] == "X100" and gpu["layout"] == ["3g.20gb@4"]
+
+
+def test_discover_then_propose_from_the_snapshot(run: Run, fleet: Fleet) -> None:
+    """The loop's first half end to end: live state over SSH -> snapshot -> plan against that state."""
+    inv = small_fleet(fleet)
+    snap = fleet.tmp / "snap.json"
+    assert run("discover", "-i", str(inv), "--limit", "g1,g2", "--out", str(snap)).exit_code == 0
+    prof = fleet.tmp / "profiles.yaml"
+    prof.write_text(yaml.safe_dump({"version": 1, "workloads": [
+        {"name": "new-a", "memory_mib": {"p50": 4000, "p95": 4500, "p99": 5000, "max": 5100},
+         "compute": {"p50": 0.05, "p95": 0.1, "max": 0.2}},
+        {"name": "new-b", "memory_mib": {"p50": 30000, "p95": 33000, "p99": 35000, "max": 35500},
+         "compute": {"p50": 0.2, "p95": 0.3, "max": 0.4}},
+    ]}))
+    plan_file = fleet.tmp / "plan.json"
+    r = run("propose", "--snapshot", str(snap), "-p", str(prof), "--out", str(plan_file), "-o", "json", ssh=False)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(plan_file.read_text())
+    assert doc == json.loads(r.stdout)
+    assert doc["fingerprint"] == load_snapshot(snap).fingerprint()
+    gpus = {(g["host"], g["index"]): g for g in doc["gpus"]}
+    assert "3g.40gb@4" in gpus[("g2", 0)]["target"]  # busy (a process runs there): kept
+    where = {w["name"]: (w["host"], w["gpu"], w["instance"]) for w in doc["workloads"]}
+    assert where["new-b"][:2] == ("g2", 0)  # only the H100 has room for 35 GB, beside the busy instance
+    assert where["new-a"][0] == "g1"
