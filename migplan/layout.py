@@ -222,7 +222,8 @@ def picture(model: GpuModel, layout: Layout | None) -> str:
     """
     if layout is None:
         width = model.memory_slices * (SLOT_WIDTH + 1) - 1
-        return "|" + "MIG disabled".center(width)[:width] + "|"
+        label = "MIG disabled" if width >= len("MIG disabled") + 2 else "MIG off"
+        return "|" + label.center(width)[:width] + "|"
     at = {i.start: i for i in layout.instances}
     cells = []
     slot = 0

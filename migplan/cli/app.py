@@ -41,3 +41,7 @@ def root(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

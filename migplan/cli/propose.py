@@ -30,7 +30,13 @@ def _state(ctx: Context, inventory: str | None, snapshot: str | None) -> FleetSt
         from migplan.snapshot import load_snapshot
 
         return load_snapshot(chosen, ctx.catalog)
-    return state_from_inventory(ctx.inventory(inventory))
+    inv = ctx.inventory(inventory)
+    unknown = [h.name for h in inv.hosts if not h.gpus]
+    if unknown:
+        info(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
+             f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out SNAPSHOT' "
+             "and plan with '--snapshot SNAPSHOT'")
+    return state_from_inventory(inv)
 
 
 def _table(p: Plan, catalog: Any) -> str:

@@ -80,7 +80,8 @@ class Demand:
 def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fallback: GpuModel) -> Demand:
     """need_mib and need_sm as in the module docstring; `fallback` is used when the measured model is unknown."""
     m_q = workload.memory.percentile(policy.memory_percentile)
-    need = max(math.ceil(m_q * (1 + policy.headroom)), m_q + policy.headroom_min_mib)
+    # round first: 900000 * 1.1 is 990000.0000000001 in binary floating point, not a MiB more
+    need = max(math.ceil(round(m_q * (1 + policy.headroom), 6)), m_q + policy.headroom_min_mib)
     share = workload.compute.percentile(policy.compute_percentile)
     base = measured if measured is not None else fallback
     return Demand(memory_mib=need, compute_sm=share * base.sm_total)

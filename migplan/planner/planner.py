@@ -124,10 +124,10 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     sp = split(problem)
     mapped, res, left_out = _solve(problem, sp, solver, say)
     for name, reason in problem.rejected:
-        mapped.unplaced[name] = f"too large: {reason}"
+        mapped.unplaced[name] = reason
     lb = gpu_lower_bound(problem, sp, solver, left_out) if lower_bound else None
     gpus = _gpus(problem, mapped)
-    items = list(problem.items) + [_rejected_item(problem, n) for n, _ in problem.rejected]
+    items = list(problem.items) + list(problem.rejected_items)
     wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
     value = sum(it.value for it in problem.items if it.name in mapped.placed)
     solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
@@ -137,12 +137,6 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan
-
-
-def _rejected_item(problem: Problem, name: str) -> Item:
-    from migplan.planner.demand import Demand
-
-    return Item(name=name, workload=name.split("#")[0], priority=0, demand=Demand(0, 0.0), fits=(), need=())
 
 
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,

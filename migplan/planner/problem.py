@@ -74,6 +74,7 @@ class Problem:
     policy: Policy
     fingerprint: str
     rejected: tuple[tuple[str, str], ...] = ()  # (item name, reason)
+    rejected_items: tuple[Item, ...] = ()  # the same items, for their demand in the plan
 
     @functools.cached_property
     def _by_key(self) -> dict[GpuKey, PGpu]:
@@ -139,11 +140,30 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     models = [catalog.get(m) for m in model_ids] or [catalog.get(g.model) for g in gpus.values()][:1]
     items: list[Item] = []
     rejected: list[tuple[str, str]] = []
+    rejected_items: list[Item] = []
     for w in sorted(profiles.workloads, key=lambda w: w.name):
         for it in _items(w, policy, catalog, models, gpus) if models else []:
-            if it.fits or it.running is not None:
+            why = _pin_reason(it, gpus)
+            if why is None and not it.fits and it.running is None:
+                why = "too large: " + misfit_reason(it.demand, models)
+            if why is None:
                 items.append(it)
             else:
-                rejected.append((it.name, misfit_reason(it.demand, models)))
+                rejected.append((it.name, why))
+                rejected_items.append(it)
     all_models = {g.model: catalog.get(g.model) for g in gpus.values()}
-    return Problem(tuple(gpus.values()), tuple(items), all_models, policy, state.fingerprint(), tuple(rejected))
+    return Problem(tuple(gpus.values()), tuple(items), all_models, policy, state.fingerprint(), tuple(rejected),
+                   tuple(rejected_items))
+
+
+def _pin_reason(it: Item, gpus: Mapping[GpuKey, PGpu]) -> str | None:
+    """A pin to a host or GPU the fleet does not have (or only has reserved/excluded) can never be met."""
+    if it.pin_host is None:
+        return None
+    mine = [g for g in gpus.values() if g.host == it.pin_host and (it.pin_gpu is None or g.index == it.pin_gpu)]
+    where = it.pin_host + (f" GPU {it.pin_gpu}" if it.pin_gpu is not None else "")
+    if not mine:
+        return f"pinned to {where}, which is not in the fleet (check the pin or the inventory)"
+    if it.running is None and all(g.frozen for g in mine):
+        return f"pinned to {where}, whose GPUs are all reserved or excluded"
+    return None

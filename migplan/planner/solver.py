@@ -8,10 +8,13 @@ gives `mip_dual_bound` directly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pulp
@@ -46,6 +49,24 @@ def _status(status: int, sol_status: int) -> SolveStatus:
     if status == pulp.LpStatusUnbounded or sol_status == pulp.LpSolutionUnbounded:
         return SolveStatus.UNBOUNDED
     return SolveStatus.NOT_SOLVED
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Solver libraries write banners to file descriptor 1 (HiGHS prints "Running HiGHS ..." even with
+    output off); stdout carries migplan's data (`-o json`), so point fd 1 at stderr while solving."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (embedded use): nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 _NUM = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)"
@@ -122,7 +143,8 @@ class PulpSolver:
             warnings.simplefilter("ignore")
             log_path = os.path.join(tmp, "cbc.log") if self.name == "cbc" else None
             try:
-                prob.solve(self._backend(log_path))
+                with _stdout_to_stderr():
+                    prob.solve(self._backend(log_path))
             except pulp.PulpSolverError as err:
                 return SolveResult(SolveStatus.ERROR, solver=self.name, message=str(err))
             except KeyError as err:

@@ -1,0 +1,107 @@
+"""`migplan propose` as a user runs it: the example fleet, output formats, plan files, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from migplan.cli.app import app
+from migplan.planner.plan import plan_from_dict
+from migplan.planner.solver import available
+
+ROOT = Path(__file__).resolve().parent.parent
+INV = str(ROOT / "inventory" / "example.yaml")
+PROF = str(ROOT / "profiles" / "example")
+
+
+@pytest.fixture()
+def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
+        monkeypatch.delenv(var, raising=False)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args))
+
+
+def test_example_fleet_table(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("propose", "-i", INV, "-p", PROF)
+    assert r.exit_code == 0, r.output
+    assert "|3g.20gb    |2g.10|1g|  |" in r.stdout
+    assert "GPUs used" in r.stdout and "lower bound" in r.stdout and "Left out:" in r.stdout
+    assert "outgrown" in r.stdout and "--allow-disrupt" in r.stdout
+    assert "solver cbc" in r.stderr  # progress on stderr
+
+
+def test_example_fleet_json_and_plan_file(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "plans" / "plan.json"
+    r = run("propose", "-i", INV, "-p", PROF, "-o", "json", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert json.loads(out.read_text()) == doc
+    plan = plan_from_dict(doc, str(out))
+    assert plan.summary.workloads_placed + plan.summary.workloads_unplaced == 41  # 40 workloads, one with 2 replicas
+    assert plan.solve.status == "optimal" and plan.summary.gpus_used == plan.summary.gpus_lower_bound
+    reserved = next(g for g in plan.gpus if (g.host, g.index) == ("gpu-a100-01", 7))
+    assert reserved.note == "reserved" and reserved.actions == ()
+    assert not list(out.parent.glob(".*.tmp"))  # the atomic write left no temporary file
+
+
+def test_allow_disrupt_places_everything(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("propose", "-i", INV, "-p", PROF, "--allow-disrupt", "-o", "yaml")
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(r.stdout)
+    assert doc["summary"]["workloads_unplaced"] == 0 and doc["summary"]["workloads_disrupted"] >= 3
+
+
+def test_unmeetable_pin_and_too_large_are_reported(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({"version": 1, "workloads": [
+        {"name": "huge", "memory_mib": {"p50": 1, "p95": 1, "p99": 900000, "max": 900000},
+         "compute": {"p50": 0.1, "p95": 0.1, "max": 0.1}},
+        {"name": "lost", "memory_mib": {"p50": 1, "p95": 1, "p99": 1000, "max": 1000},
+         "compute": {"p50": 0.1, "p95": 0.1, "max": 0.1}, "pin": {"host": "gpu-nowhere"}},
+    ]}))
+    r = run("propose", "-i", INV, "-p", str(prof), "-o", "json")
+    assert r.exit_code == 0, r.output
+    why = {w["name"]: (w["reason"], w["memory_mib"]) for w in json.loads(r.stdout)["workloads"]}
+    assert why["huge"][0].startswith("too large: needs 990000 MiB") and why["huge"][1] == 990000
+    assert "pinned to gpu-nowhere, which is not in the fleet" in why["lost"][0]
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (("--solver", "gurobi"), 2, "unknown solver 'gurobi'"),
+    (("--keep-free", "30"), 1, "keep-free"),
+    (("--memory-percentile", "p42"), 2, "p42"),
+])
+def test_errors(run, args: tuple[str, ...], code: int, message: str) -> None:  # type: ignore[no-untyped-def]
+    r = run("propose", "-i", INV, "-p", PROF, *args)
+    assert r.exit_code == code, r.output
+    assert message in r.stderr and "Traceback" not in r.output and r.stdout == ""
+
+
+def test_missing_profiles_is_an_input_error(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = run("propose", "-i", INV, "-p", str(tmp_path / "none"))
+    assert r.exit_code == 2 and "no such file or directory" in r.stderr
+
+
+@pytest.mark.parametrize("solver", available())
+def test_stdout_is_pure_data_with_every_solver(solver: str, tmp_path: Path) -> None:
+    # A real process: solver libraries write to file descriptor 1 (HiGHS prints a banner), which
+    # CliRunner would not see. `-o json` must still be exactly one JSON document on stdout.
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "migplan.cli.app", "propose", "-i", INV, "-p", PROF,
+                           "--solver", solver, "-o", "json"], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["solve"]["solver"] == solver
+
+
+def test_hosts_to_discover_are_named(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("propose", "-i", str(ROOT / "inventory" / "ansible-example.yaml"), "-p", PROF)
+    assert r.exit_code == 0, r.output
+    assert "left out of this plan: gpu-h100-01" in r.stderr and "--snapshot" in r.stderr
