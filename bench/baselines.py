@@ -62,6 +62,16 @@ class Result:
     def value(self, items: dict[str, Item]) -> float:
         return sum(items[n].value for n in self.placed)
 
+    def disrupted(self, items: dict[str, Item]) -> int:
+        """Running workloads not left where they run (moved, or not placed at all)."""
+        n = 0
+        for name, it in items.items():
+            if it.running is None:
+                continue
+            where = self.placed.get(name)
+            n += int(where is None or (self.gpus[where[0]].pg.key, where[1]) != (it.running, it.running_on))
+        return n
+
     def churn(self) -> int:
         """GPUs whose layout differs from the current one (a GPU left alone keeps its layout)."""
         n = 0
