@@ -105,3 +105,11 @@ def test_hosts_to_discover_are_named(run) -> None:  # type: ignore[no-untyped-de
     r = run("propose", "-i", str(ROOT / "inventory" / "ansible-example.yaml"), "-p", PROF)
     assert r.exit_code == 0, r.output
     assert "left out of this plan: gpu-h100-01" in r.stderr and "--snapshot" in r.stderr
+
+
+def test_unwritable_out_is_a_message_not_a_traceback(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = run("propose", "-i", INV, "-p", PROF, "--out", str(blocker / "plan.json"))
+    assert r.exit_code == 1 and "error:" in r.stderr and str(blocker) in r.stderr
+    assert "Traceback" not in r.output

@@ -68,7 +68,7 @@ def select_hosts(inventory: Inventory, limit: list[str] | None) -> Inventory:
     chosen = inventory.select(patterns)
     if not chosen.hosts:
         raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
-                         hint="list the hosts with 'migplan inventory show'")
+                         hint="list the hosts with 'migplan inventory check'")
     return chosen
 
 
@@ -324,7 +324,7 @@ def learn(
     inv = ctx.inventory(inventory)
     target: Host | None = inv.host(host)
     if target is None:
-        raise InputError(f"host {host!r} is not in {inv.source}", hint="list the hosts with 'migplan inventory show'")
+        raise InputError(f"host {host!r} is not in {inv.source}", hint="list the hosts with 'migplan inventory check'")
     options = ssh_options(known_hosts, ssh_config, accept_new_host_keys, connect_timeout)
     with _warnings_to_stderr(), SshFleet(options) as ssh:
         runner = ssh.runner(target)

@@ -46,11 +46,16 @@ def handle_errors(fn: F) -> F:
         except MigplanError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(err.exit_code) from None
+        except BrokenPipeError:  # `migplan ... | head`: the reader left; nothing to report
+            raise typer.Exit(EXIT_FAILURE) from None
+        except OSError as err:
+            # A file we were asked to read or write (--out on a read-only path, a full disk): say which.
+            where = f": {err.filename}" if err.filename else ""
+            typer.echo(f"error: {err.strerror or err}{where}", err=True)
+            raise typer.Exit(EXIT_FAILURE) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
-        except BrokenPipeError:
-            raise typer.Exit(EXIT_FAILURE) from None
 
     return wrapper  # type: ignore[return-value]
 
