@@ -78,6 +78,9 @@ def test_unmeetable_pin_and_too_large_are_reported(run, tmp_path: Path) -> None:
     (("--solver", "gurobi"), 2, "unknown solver 'gurobi'"),
     (("--keep-free", "30"), 1, "keep-free"),
     (("--memory-percentile", "p42"), 2, "p42"),
+    (("--time-limit", "-5"), 2, "--time-limit"),
+    (("--gap", "2"), 2, "--gap"),
+    (("--headroom", "-0.5"), 2, "--headroom"),
 ])
 def test_errors(run, args: tuple[str, ...], code: int, message: str) -> None:  # type: ignore[no-untyped-def]
     r = run("propose", "-i", INV, "-p", PROF, *args)
