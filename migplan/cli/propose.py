@@ -79,7 +79,7 @@ def propose(
     snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Plan from a discovery snapshot instead of the inventory's layouts.")] = None,  # noqa: UP045, E501
     solver: Annotated[Optional[str], typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,  # noqa: UP045, E501
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.1, help="Solver time limit, seconds [60].")] = None,  # noqa: UP045, E501
-    gap: Annotated[Optional[float], typer.Option("--gap", min=0.0, max=0.99, help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045
+    gap: Annotated[Optional[float], typer.Option("--gap", min=0.0, max=0.99, help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045, E501
     allow_disrupt: Annotated[Optional[bool], typer.Option("--allow-disrupt/--no-allow-disrupt", help="Allow moving running workloads (each move is counted).")] = None,  # noqa: UP045, E501
     keep_free: Annotated[Optional[int], typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,  # noqa: UP045
     memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="p50|p95|p99|max [p99].")] = None,  # noqa: UP045, E501
