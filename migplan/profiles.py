@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from migplan import names, yamldoc
+from migplan.catalog import Catalog
 from migplan.errors import InputError
 from migplan.yamldoc import Node
 
@@ -205,6 +206,19 @@ def parse_profiles(root: Node) -> list[Workload]:
     f = root.fields({"version", "workloads"}, {"workloads"})
     yamldoc.check_version(f, root, PROFILES_VERSION, "workload profile")
     return [_workload(n) for n in f["workloads"].list()]
+
+
+def check_models(profiles: ProfileSet, catalog: Catalog) -> None:
+    """Every `observed.gpu_model` must be a catalog model: its SM count converts the measured compute
+    share to slices of another model, so a misspelt name would silently change the demand."""
+    for w in profiles:
+        model = w.observed.gpu_model
+        if model is not None and catalog.find(model) is None:
+            src, _, line = w.source.rpartition(":")
+            raise InputError(f"unknown GPU model {model!r}", source=src or None,
+                             line=int(line) if line.isdigit() else None,
+                             key=f"workload {w.name!r}: observed.gpu_model",
+                             hint="use a model id or alias from 'migplan catalog list', or add it with --catalog")
 
 
 def _files(path: Path) -> list[Path]:

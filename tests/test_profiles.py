@@ -100,3 +100,15 @@ def test_missing_and_empty(tmp_path: Path) -> None:
     write(tmp_path, "")
     with pytest.raises(InputError, match="file is empty"):
         load_profiles(tmp_path / "p.yaml")
+
+
+def test_unknown_measured_model(tmp_path: Path) -> None:
+    from migplan.catalog import builtin_catalog
+    from migplan.profiles import check_models
+
+    f = write(tmp_path, DOC.replace("gpu_model: A100-SXM4-40GB", "gpu_model: A100-SXM4-40G"))
+    ps = load_profiles(f)
+    with pytest.raises(InputError, match="unknown GPU model 'A100-SXM4-40G'") as err:
+        check_models(ps, builtin_catalog())
+    assert err.value.source == str(f) and err.value.line == 3 and "observed.gpu_model" in str(err.value)
+    check_models(load_profiles(write(tmp_path, DOC)), builtin_catalog())

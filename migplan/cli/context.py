@@ -8,7 +8,7 @@ from migplan.catalog import Catalog, load_catalog
 from migplan.config import Config, load_config
 from migplan.errors import InputError
 from migplan.inventory import Inventory, load_inventory
-from migplan.profiles import ProfileSet, load_profiles
+from migplan.profiles import ProfileSet, check_models, load_profiles
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,9 @@ class Context:
         if not chosen:
             raise InputError("no workload profiles given",
                              hint="pass --profiles DIR, set MIGPLAN_PROFILES, or 'profiles:' in the config file")
-        return load_profiles(chosen)
+        pset = load_profiles(chosen)
+        check_models(pset, self.catalog)
+        return pset
 
 
 def build_context(config_path: str | None, catalog_paths: list[str] | None, output: object) -> Context:
