@@ -9,6 +9,7 @@ Two formats are read (README, "Inventory"):
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Iterator
@@ -88,8 +89,6 @@ class Inventory:
 
     def select(self, patterns: list[str]) -> Inventory:
         """Hosts whose name or a group matches one of the names (shell-style wildcards)."""
-        import fnmatch
-
         if not patterns:
             return self
         keep = tuple(h for h in self.hosts
@@ -209,9 +208,9 @@ class _Settings:
 
 def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
     readers: dict[str, Any] = {
-        "address": lambda n: _address(n),
-        "port": lambda n: _port(n),
-        "user": lambda n: _user(n),
+        "address": _address,
+        "port": _port,
+        "user": _user,
         "key_file": lambda n: n.str(),
         "become": _become,
         "labels": _labels,

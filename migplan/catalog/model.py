@@ -7,6 +7,7 @@ nvmlGpuInstancePlacement_t.start is the "Index of first occupied memory slice".
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from migplan.errors import CatalogError
@@ -71,11 +72,13 @@ class GpuModel:
     confidence: str = "real"
     source: str = ""
 
-    def __post_init__(self) -> None:
-        by_name = {p.name: p for p in self.profiles}
-        by_id = {p.id: p for p in self.profiles}
-        object.__setattr__(self, "_by_name", by_name)
-        object.__setattr__(self, "_by_id", by_id)
+    @functools.cached_property
+    def _by_name(self) -> dict[str, GiProfile]:
+        return {p.name: p for p in self.profiles}
+
+    @functools.cached_property
+    def _by_id(self) -> dict[int, GiProfile]:
+        return {p.id: p for p in self.profiles}
 
     @property
     def full_profile(self) -> GiProfile:
@@ -99,8 +102,7 @@ class GpuModel:
 
     def profile(self, ref: str | int) -> GiProfile:
         """Look up a profile by short name (`3g.20gb`), full name (`MIG 3g.20gb`) or numeric ID."""
-        by_name: dict[str, GiProfile] = self.__dict__["_by_name"]
-        by_id: dict[int, GiProfile] = self.__dict__["_by_id"]
+        by_name, by_id = self._by_name, self._by_id
         if isinstance(ref, int):
             if ref in by_id:
                 return by_id[ref]

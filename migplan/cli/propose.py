@@ -16,6 +16,7 @@ from migplan.layout import picture
 from migplan.planner import Plan, Policy, plan, plan_to_dict
 from migplan.planner.demand import policy_from_mapping
 from migplan.planner.solver import SOLVERS, PulpSolver
+from migplan.snapshot import load_snapshot
 from migplan.state import FleetState, state_from_inventory
 
 
@@ -27,8 +28,6 @@ def _policy(ctx: Context, overrides: dict[str, Any]) -> Policy:
 def _state(ctx: Context, inventory: str | None, snapshot: str | None) -> FleetState:
     chosen = snapshot or ctx.config.snapshot
     if chosen:
-        from migplan.snapshot import load_snapshot
-
         return load_snapshot(chosen, ctx.catalog)
     inv = ctx.inventory(inventory)
     unknown = [h.name for h in inv.hosts if not h.gpus]

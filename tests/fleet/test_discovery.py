@@ -157,7 +157,9 @@ esac
 """.replace("@EVIL@", "0, GPU-11111111-2222-3333-4444-555555555555, $(touch CANARY) `touch CANARY`; touch CANARY && x, "
             "00000000:17:00.0, 15360, [N/A], [N/A], 0x1EB810DE")
 
-EVIL_VALUES = r"""#!/bin/sh
+def _a30_with_lgi(rows: str) -> str:
+    """A hostile host: a well-formed A30 listing whose `-lgi` table carries `rows` (the attack)."""
+    return r"""#!/bin/sh
 case "$*" in
   *--query-gpu*) echo "@A30@" ;;
   *-L*) echo "GPU 0: NVIDIA A30 (UUID: GPU-11111111-2222-3333-4444-555555555555)" ;;
@@ -167,31 +169,19 @@ case "$*" in
 | GPU   Name             Profile  Instance   Placement  |
 |                          ID       ID       Start:Size |
 |=======================================================|
-|   0  MIG 1g.6gb          14  99999999999    0:77     |
+@ROWS@
 +-------------------------------------------------------+
 EOF
   ;;
 esac
-""".replace("@A30@", A30_LINE)
+""".replace("@A30@", A30_LINE).replace("@ROWS@", rows)
 
-EVIL_OVERLAP = r"""#!/bin/sh
-case "$*" in
-  *--query-gpu*) echo "@A30@" ;;
-  *-L*) echo "GPU 0: NVIDIA A30 (UUID: GPU-11111111-2222-3333-4444-555555555555)" ;;
-  *-lgi*) cat <<'EOF'
-+-------------------------------------------------------+
-| GPU instances:                                        |
-| GPU   Name             Profile  Instance   Placement  |
-|                          ID       ID       Start:Size |
-|=======================================================|
-|   0  MIG 4g.24gb          0        0          0:4     |
-+-------------------------------------------------------+
-|   0  MIG 1g.6gb          14        3          1:1     |
-+-------------------------------------------------------+
-EOF
-  ;;
-esac
-""".replace("@A30@", A30_LINE)
+
+EVIL_VALUES = _a30_with_lgi("|   0  MIG 1g.6gb          14  99999999999    0:77     |")
+EVIL_OVERLAP = _a30_with_lgi("|   0  MIG 4g.24gb          0        0          0:4     |\n"
+                             "+-------------------------------------------------------+\n"
+                             "|   0  MIG 1g.6gb          14        3          1:1     |")
+
 
 EVIL_ESCAPES = "#!/bin/sh\nprintf '0, GPU-1, \\033]0;pwned\\007\\033[2J, x, 1, Enabled, Enabled, 0x1\\n'\n"
 EVIL_FLOOD = "#!/bin/sh\nhead -c 40000000 /dev/zero\n"
