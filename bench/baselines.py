@@ -17,16 +17,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from migplan.catalog.model import GpuModel
+from migplan.fleet.state import GpuState
 from migplan.layout import Instance, Layout
 from migplan.planner.patterns import maximal
-from migplan.planner.problem import Item, PGpu, Problem
+from migplan.planner.problem import Item, Problem
 
 
 @dataclass
 class Gpu:
     """Free/used bookkeeping with bit masks (fast enough for 10,240 GPUs)."""
 
-    pg: PGpu
+    pg: GpuState
     model: GpuModel
     mask: int = 0
     compute: int = 0
@@ -84,7 +85,7 @@ class Result:
 
 
 def _gpus(problem: Problem) -> list[Gpu]:
-    return [Gpu(g, problem.models[g.model]) for g in problem.gpus if g.frozen is None]
+    return [Gpu(g, problem.models[g.model]) for g in problem.gpus if g.hold is None]
 
 
 def whole_gpu(problem: Problem) -> Result:
@@ -107,7 +108,7 @@ def _uniform_layout(model: GpuModel, kind: str) -> list[tuple[str, int]]:
     for p in sorted(plain, key=lambda p: (p.memory_slices, p.name)):
         by_g.setdefault(p.compute_slices, []).append(p.name)
     wanted = {"all-1g": [1] * 7, "all-2g": [2] * 3, "all-3g": [3] * 2, "all-balanced": [3, 2, 1, 1]}[kind]
-    g = Gpu(PGpu("x", 0, model.id, None, None), model)
+    g = Gpu(GpuState("x", 0, model.id), model)
     out = []
     for size in wanted:
         for q in by_g.get(size, [])[:1]:

@@ -18,13 +18,13 @@ if __package__ in (None, ""):
 
 from bench.baselines import BASELINES  # noqa: E402
 from bench.generate import MIXES, Spec, change_demand, generate  # noqa: E402
+from migplan.adapters.solver import PulpSolver  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.fleet.state import FleetState  # noqa: E402
 from migplan.planner import Plan, Policy, Weights, build_problem, plan_problem  # noqa: E402
 from migplan.planner.groups import split  # noqa: E402
 from migplan.planner.planner import gpu_lower_bound  # noqa: E402
 from migplan.planner.replay import applied  # noqa: E402
-from migplan.planner.solver import PulpSolver  # noqa: E402
-from migplan.state import FleetState  # noqa: E402
 
 CHURN_FIRST = Weights(unplaced=100000, disrupt=100, gpu=1, change=1000, fragment=0, waste=0)
 

@@ -1,51 +1,238 @@
-"""Writing files safely (generic helpers, no migplan types).
+"""Writing files safely (generic helpers, no migplan types beyond `InputError`).
 
 `write_atomic` writes a temporary file in the target's directory, flushes it to disk and renames
 it over the target, so a reader sees either the old or the new content, never half of it
-(rename(2) is atomic within one file system).
+(rename(2) is atomic within one file system). What it will and will not replace:
+
+* Only regular files. A target that exists as a directory, a character or block device (such as
+  `/dev/null`), a FIFO or a socket is refused with an `InputError`: renaming over `/dev/null` as
+  root would turn it into a plain file for every program on the machine.
+* Symbolic links are followed deliberately: the link's final target is replaced (the temporary file
+  is made in *that* directory, so the rename stays atomic) and the link itself is kept, as `cat >
+  link` would do. A link in a sticky, world-writable directory (/tmp) that belongs neither to us nor
+  to the directory's owner is refused, as the kernel's `fs.protected_symlinks` does, so nobody can
+  aim a root-run migplan at /etc/shadow with a planted link.
+* The replaced file keeps its permission bits (unless `keep_mode=False`) and its owner and group.
+  When the owner or group cannot be kept (a non-root user replacing someone else's file), the write
+  is refused rather than silently handing the file to the current user.
+* `private=True` masks the group/other write bits off the final mode, whatever the old file had:
+  files such as known_hosts decide whom SSH trusts and must never be writable by others.
+* `forbid` (or `check_output_path`) refuses to write onto a file the caller reads (same device and
+  inode, also through symlinks), e.g. `--out` naming the inventory it was computed from.
+
+`append_durable` appends whole lines to a journal (O_APPEND, fsync), refusing the same targets.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
+import threading
+from collections.abc import Iterable
+
+from migplan.errors import InputError
+
+PathLike = str | os.PathLike[str]
+
+_GROUP_OTHER_WRITE = 0o022
+_APPEND_LOCK = threading.Lock()
+_UMASK_LOCK = threading.Lock()
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
-    """Replace `path` with `text` (UTF-8) atomically.
+# --- what a path is -----------------------------------------------------------------------------
 
-    The new file keeps the permissions of the file it replaces; a new file gets `mode`, or 0o644
-    minus the umask when `mode` is None. Missing parent directories are created (0o700).
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _refuse_special(shown: str, real: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        via = f" (through the link to {real})" if os.path.abspath(shown) != real else ""
+        raise InputError(f"{shown}{via} is {_kind(st.st_mode)}, not a regular file; migplan only replaces "
+                         "regular files", source=None,
+                         hint="give the path of a regular file (or a new one); to discard output, leave the "
+                              "option out instead of naming a device")
+
+
+def _check_link_is_safe(link: str) -> None:
+    """Refuse a link that someone else planted in a sticky world-writable directory (/tmp)."""
+    parent = os.path.dirname(link) or "."
+    try:
+        lst = os.lstat(link)
+        dst = os.stat(parent)
+    except OSError:
+        return
+    sticky_public = bool(dst.st_mode & stat.S_ISVTX) and bool(dst.st_mode & stat.S_IWOTH)
+    if sticky_public and lst.st_uid not in (os.geteuid(), dst.st_uid):
+        raise InputError(f"{link} is a symbolic link owned by uid {lst.st_uid} in the shared directory {parent}; "
+                         "refusing to follow it",
+                         hint="write to a path in a directory that only you (or root) can write")
+
+
+def resolve_target(path: PathLike) -> str:
+    """The absolute path a write to `path` lands on: every symlink on the way followed and checked.
+
+    Like os.path.realpath, but each link (the file's and its directories') must pass the
+    protected-symlinks rule first, since following links ourselves bypasses the kernel's check.
     """
-    target = os.path.abspath(os.fspath(path))
-    directory = os.path.dirname(target)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    shown = os.path.abspath(os.fspath(path))
+    pending = shown.split("/")[1:]
+    resolved = "/"
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, part)
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            return os.path.normpath(os.path.join(candidate, *pending))
+        except OSError as err:
+            raise InputError(f"cannot inspect {shown}: {err.strerror}") from None
+        if not stat.S_ISLNK(st.st_mode):
+            resolved = candidate
+            continue
+        links += 1
+        if links > 40:  # Linux's MAXSYMLINKS
+            raise InputError(f"{shown}: too many levels of symbolic links (a loop?)")
+        _check_link_is_safe(candidate)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            resolved = "/"
+        pending = target.split("/") + pending
+    return resolved
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
     try:
-        keep: int | None = stat.S_IMODE(os.stat(target).st_mode)
+        return os.stat(path)
     except FileNotFoundError:
-        keep = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{path}: too many levels of symbolic links (a loop?)") from None
+        raise InputError(f"cannot inspect {path}: {err.strerror}") from None
+
+
+def check_output_path(out: PathLike, inputs: Iterable[PathLike]) -> None:
+    """Refuse to write `out` when it is the same file (device and inode, through links) as an input."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if keep is not None:
-            os.chmod(tmp, keep)
-        elif mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o644 & ~umask)
-        os.replace(tmp, target)
+        ost = os.stat(os.fspath(out))
+    except OSError:
+        return  # does not exist (yet): it cannot be one of the inputs
+    for src in inputs:
+        try:
+            ist = os.stat(os.fspath(src))
+        except OSError:
+            continue
+        if (ost.st_dev, ost.st_ino) == (ist.st_dev, ist.st_ino):
+            same = "" if os.path.abspath(os.fspath(out)) == os.path.abspath(os.fspath(src)) else " (the same file)"
+            raise InputError(f"refusing to write {os.fspath(out)}: it is {os.fspath(src)}{same}, which migplan "
+                             "reads as input", hint="write the output to another path")
+
+
+def check_replaceable(path: PathLike) -> str:
+    """The resolved target of `path` if `write_atomic`/`append_durable` may write it; InputError if not."""
+    real = resolve_target(path)
+    st = _stat_or_none(real)
+    if st is not None:
+        _refuse_special(os.fspath(path), real, st)
+    return real
+
+
+# --- atomic replace ---------------------------------------------------------------------------------
+
+def write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None, private: bool = False,
+                 keep_mode: bool = True, forbid: Iterable[PathLike] = ()) -> None:
+    """Replace `path` with `text` (str as UTF-8, or bytes) atomically (see the module notes).
+
+    Permissions: an existing file keeps its mode (unless `keep_mode=False`, then `mode` is applied);
+    a new file gets `mode`, or 0o644 minus the umask when `mode` is None. `private` then clears the
+    group/other write bits. Owner and group of a replaced file are kept (os.chown; refused when
+    that is not permitted). Missing parent directories of a plain (non-link) path are created (0o700).
+    """
+    check_output_path(path, forbid)
+    shown = os.fspath(path)
+    real = resolve_target(path)
+    directory = os.path.dirname(real)
+    if not os.path.isdir(directory):
+        if os.path.islink(shown):
+            raise InputError(f"{shown} is a symbolic link to {real}, whose directory does not exist")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    old = _stat_or_none(real)
+    if old is not None:
+        _refuse_special(shown, real, old)
+    if old is not None and keep_mode:
+        final = stat.S_IMODE(old.st_mode)
+    elif mode is not None:
+        final = mode
+    else:
+        final = 0o644 & ~_current_umask()
+    if private:
+        final &= ~_GROUP_OTHER_WRITE
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=directory)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+            if old is not None:
+                _keep_owner(fd, shown, old)
+            os.fchmod(fd, final)
+        finally:
+            os.close(fd)
+        os.replace(tmp, real)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def _keep_owner(fd: int, shown: str, old: os.stat_result) -> None:
+    now = os.fstat(fd)
+    if (now.st_uid, now.st_gid) == (old.st_uid, old.st_gid):
+        return
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+    except PermissionError:
+        raise InputError(f"cannot keep the owner of {shown} (uid {old.st_uid}, gid {old.st_gid}): replacing it "
+                         f"as uid {os.geteuid()} would change who owns it; refusing",
+                         hint="run as the file's owner or as root, or write to another path") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _current_umask() -> int:
+    """The process umask without the racy umask(0)/umask(old) dance when /proc tells it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        umask = os.umask(0o077)
+        os.umask(umask)
+    return umask
 
 
 def _fsync_dir(directory: str) -> None:
@@ -60,3 +247,51 @@ def _fsync_dir(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --- durable appends ---------------------------------------------------------------------------------
+
+def append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, private: bool = True) -> None:
+    """Append `text` (a newline is added when missing) to a journal and fsync it before returning.
+
+    Opens with O_APPEND (created with `mode`, 0o600 by default; the directory is fsynced when the
+    file was created) and writes the whole text with one write(2) under a process-wide lock, so lines
+    from several threads never interleave and O_APPEND keeps them whole against other processes.
+    Symlinks are followed and non-regular targets refused as in `write_atomic`. `private` clears the
+    group/other write bits of an existing file.
+    """
+    shown = os.fspath(path)
+    real = check_replaceable(path)
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    created = False
+    try:
+        fd = os.open(real, flags | os.O_CREAT | os.O_EXCL, mode)
+        created = True
+    except FileExistsError:
+        fd = _open_existing(shown, real, flags)
+    except OSError as err:
+        raise InputError(f"cannot create {shown}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_special(shown, real, st)  # swapped in after the check (never blocks: O_NONBLOCK)
+        if private and st.st_mode & _GROUP_OTHER_WRITE:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_GROUP_OTHER_WRITE)
+        with _APPEND_LOCK:
+            _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(os.path.dirname(real))
+
+
+def _open_existing(shown: str, real: str, flags: int) -> int:
+    try:
+        return os.open(real, flags)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO):  # a link or a FIFO with no reader swapped in
+            raise InputError(f"{shown} is not a regular file; migplan only appends to regular files") from None
+        raise InputError(f"cannot open {shown} for appending: {err.strerror}") from None

@@ -1,18 +1,41 @@
-"""Validation of names and tokens that end up in commands or file names (pure)."""
+"""Validation of names and tokens that end up in commands or file names, and hardware bounds (pure).
+
+Every pattern here matches the WHOLE string: each is anchored with ``\\A...\\Z`` (a trailing ``$``
+also accepts a trailing newline, so ``"gpu01\\n"`` would pass as a host name), so ``match`` and
+``fullmatch`` agree; new code uses ``fullmatch``. Digits are ASCII only (``\\d`` and
+``str.isdigit`` also take ``'٣'`` or ``'²'``).
+
+Bounds, documented in one place so every reader uses the same ones (the numbers hardware has, with
+a margin):
+
+* `MAX_GPUS_PER_HOST` = 64 GPUs per host, so a GPU index is 0..63 (the largest MIG-capable
+  servers have 8 or 16 GPUs);
+* `MAX_MIG_SLICES` = 16 memory or compute slices per GPU (MIG GPUs have at most 8 memory and 7
+  compute slices today);
+* `MAX_MEMORY_MIB` = 1,048,576 MiB (1 TiB) of memory per GPU or instance (the largest MIG GPUs have
+  under 300 GB).
+"""
 
 from __future__ import annotations
 
 import re
 import shlex
 
-HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+MAX_GPUS_PER_HOST = 64
+MAX_GPU_INDEX = MAX_GPUS_PER_HOST - 1
+MAX_MIG_SLICES = 16
+MAX_MEMORY_MIB = 1 << 20
+
+HOST_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 # A host address: DNS name, IPv4, or IPv6 (with optional brackets).
-ADDRESS = re.compile(r"^(\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9][A-Za-z0-9.-]{0,252})$")
-WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,252}$")
-GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f-]{8,64}$")
+ADDRESS = re.compile(r"\A(?:\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9][A-Za-z0-9.-]{0,252})\Z")
+WORKLOAD_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._/:-]{0,252}\Z")
+GPU_UUID = re.compile(r"\AGPU-[0-9A-Fa-f-]{8,64}\Z")
+# A login or become user (POSIX portable user names, as `useradd` accepts them).
+USER_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 # Tokens of a become prefix such as `sudo -n` or `sudo -n -u root`.
-SAFE_TOKEN = re.compile(r"^[A-Za-z0-9@%+=:,./_-]+$")
-PROFILE_NAME = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:[+-][A-Za-z0-9.]+)?$")
+SAFE_TOKEN = re.compile(r"\A[A-Za-z0-9@%+=:,./_-]+\Z")
+PROFILE_NAME = re.compile(r"\A(?:([0-9]{1,3})c\.)?([0-9]{1,3})g\.([0-9]{1,4})gb(?:[+-][A-Za-z0-9.]+)?\Z")
 
 
 def split_become(text: str) -> tuple[str, ...] | None:
@@ -21,7 +44,7 @@ def split_become(text: str) -> tuple[str, ...] | None:
         tokens = shlex.split(text)
     except ValueError:
         return None
-    if not all(SAFE_TOKEN.match(t) for t in tokens):
+    if not all(SAFE_TOKEN.fullmatch(t) for t in tokens):
         return None
     return tuple(tokens)
 
@@ -31,7 +54,12 @@ def profile_size(name: str) -> tuple[int, int] | None:
 
     Grammar from go-nvlib parseMigProfile: `[<c>c.]<g>g.<gb>gb[+attr|-attr]`.
     """
-    m = PROFILE_NAME.match(name.strip())
+    m = PROFILE_NAME.fullmatch(name.strip())
     if not m:
         return None
     return int(m.group(2)), int(m.group(3))
+
+
+def is_ascii_digits(text: str) -> bool:
+    """True for a non-empty string of ASCII digits 0-9 only (unlike `str.isdigit`)."""
+    return bool(text) and text.isascii() and text.isdigit()

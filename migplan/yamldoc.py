@@ -1,20 +1,73 @@
 """Strict reading of YAML documents with file, key path and line in every error.
 
 PyYAML's `safe_load` forgets where a value came from and silently keeps the last of two
-duplicate keys. We compose the node tree instead and read it through `Node`, so that each
+duplicate keys. We compose the node tree ourselves and read it through `Node`, so that each
 error can say `inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad input").
+
+How a document is read (every refusal is an `InputError` with file and line, never a traceback):
+
+* Files: only regular files are read (a FIFO, `/dev/zero` or a socket is refused before any read,
+  which never blocks: the file is opened with O_NONBLOCK and checked with fstat on the opened
+  descriptor), at most `MAX_FILE_MB` MiB (64; the environment variable MIGPLAN_MAX_FILE_MB
+  raises or lowers it), UTF-8, without control characters.
+* Parsing: libyaml's C parser when PyYAML was built with it (about 5x faster), else PyYAML's
+  pure-Python parser. Both feed the same composer below, so tags, anchors, merge keys, limits and
+  values are handled identically; when libyaml refuses a document of at most
+  `REPARSE_LIMIT_BYTES` the pure-Python parser reads it again, so the error message and line
+  are the same with or without libyaml.
+* One document per file. Nesting is at most `MAX_DEPTH` levels (counted through aliases), and
+  aliases may expand to at most `MAX_ALIAS_NODES` nodes in all (a "billion laughs" document is
+  refused before anything is built); an alias inside the collection it names is refused.
+* Tags: values are plain YAML: strings, numbers, booleans, null, lists and mappings. Explicit
+  `!!str`, `!!int`, `!!float`, `!!bool`, `!!null`, `!!timestamp`, `!!map` and `!!seq` are
+  accepted when the value is one (`!!int abc` is refused); Ansible's `!unsafe` reads as a string.
+  Any other tag (`!vault`, `!!python/...`, `!!binary`, `!!set`, `!!omap`, custom ones) is refused:
+  migplan neither decrypts vault values nor builds objects.
+* Values are converted once, at parse time: an impossible date (`2026-02-30`) or a number longer
+  than `MAX_NUMBER_CHARS` characters is refused; `.nan` and `.inf` are values, refused by `number()`.
+* Merge keys (`<<: *common`, `<<: [*a, *b]`) work as YAML 1.1 defines them: the merged mapping's
+  entries come first, explicit keys win over merged ones, an earlier mapping in a merge list wins
+  over a later one; duplicate explicit keys are still errors.
+* Keys are text as written: `0755:`, `on:`, `007:` and `1e3:` are the keys "0755", "on", "007"
+  and "1e3" (YAML 1.1 would turn them into 493, True, 7 and 1000.0). A list or mapping used as a
+  key, and an empty key, are refused.
+* Strings (`Node.str()`): a plain scalar that YAML would read as a number or a date is read as
+  written, so `name: 007`, `name: 0x1F` and `user: 1e3` give "007", "0x1F" and "1e3". A plain
+  `yes`/`no`/`on`/`off`/`true`/`false` or null where a string is expected is refused with a hint
+  to quote it (that is nearly always a mistake, and quoting says what was meant).
 """
 
 from __future__ import annotations
 
 import builtins
+import math
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import yaml
+import yaml.events as ev
+from yaml.constructor import SafeConstructor
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from migplan.errors import InputError
+
+try:  # libyaml, when PyYAML was built with it
+    from yaml import CParser as _CParser
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    _CParser = None
+
+MAX_FILE_MB = 64  # default cap on a file's size; MIGPLAN_MAX_FILE_MB overrides it
+MAX_FILE_ENV = "MIGPLAN_MAX_FILE_MB"
+MAX_DEPTH = 100  # nested lists and mappings, counted through aliases
+MAX_ALIAS_NODES = 200_000  # nodes reached through aliases (and merge keys), in all
+MAX_NUMBER_CHARS = 64  # characters of one integer or float (2**64 has 20 digits)
+REPARSE_LIMIT_BYTES = 2 * 1024 * 1024  # libyaml errors in documents up to this are re-read by PyYAML
+USE_LIBYAML = _CParser is not None  # tests set this False to check the pure-Python parser
 
 _KINDS = {
     "str": (str,),
@@ -25,19 +78,378 @@ _KINDS = {
     "map": (dict,),
 }
 
+_Y = "tag:yaml.org,2002:"
+STR, INT, FLOAT, BOOL, NULL, TIMESTAMP = (_Y + t for t in ("str", "int", "float", "bool", "null", "timestamp"))
+MAP, SEQ, MERGE = _Y + "map", _Y + "seq", _Y + "merge"
+_SCALAR_TAGS = {STR, INT, FLOAT, BOOL, NULL, TIMESTAMP}
+_STRING_TAGS = {"!unsafe"}  # Ansible: a string never templated
+_IMPLICIT = Resolver.yaml_implicit_resolvers
+_NON_PRINTABLE = Reader.NON_PRINTABLE
+_QUOTE_HINT = "quote the value if it is text, e.g. '...'"
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader used only to resolve scalars of a composed tree."""
+
+class _Scalar(yaml.ScalarNode):
+    """A scalar node with its value converted (`data`) and whether it was written plain."""
+
+    def __init__(self, tag: str, value: str, start_mark: Any, end_mark: Any, style: str | None,
+                 data: Any) -> None:
+        super().__init__(tag, value, start_mark, end_mark, style)
+        self.data = data
 
 
-_LOADER = _Loader("")
+class _Collection:
+    """Mixin: the expanded size (nodes, through aliases) and height of a finished collection."""
+
+    size = 1
+    height = 1
 
 
-def _scalar(node: yaml.ScalarNode) -> Any:
+class _Mapping(yaml.MappingNode, _Collection):
+    pass
+
+
+class _Sequence(yaml.SequenceNode, _Collection):
+    pass
+
+
+def _tag_name(tag: str) -> str:
+    return "!!" + tag[len(_Y):] if tag.startswith(_Y) else tag
+
+
+def _fail_at(source: str, mark: Any, message: str, hint: str | None = None) -> NoReturn:
+    line = mark.line + 1 if mark is not None else None
+    raise InputError(message, source=source, line=line, hint=hint)
+
+
+# --- scalars ----------------------------------------------------------------------------------
+
+_CONSTRUCTOR = SafeConstructor()
+
+
+def _resolve_plain(value: str) -> str:
+    """The tag YAML 1.1 (PyYAML's resolver) gives a plain scalar."""
+    if value == "":
+        return NULL
+    for tag, regexp in (*_IMPLICIT.get(value[0], ()), *_IMPLICIT.get(None, ())):
+        if regexp.match(value):
+            return str(tag)
+    return STR
+
+
+def _matches(tag: str, value: str) -> bool:
+    key = value[0] if value else ""
+    return any(t == tag and r.match(value) for t, r in _IMPLICIT.get(key, ()))
+
+
+def _convert(tag: str, value: str, node: yaml.ScalarNode, source: str, explicit: bool) -> Any:
+    """A scalar's Python value; an InputError (at its line) when it is not what its tag says."""
+    if tag == STR or tag in _STRING_TAGS:
+        return value
+    if tag == NULL:
+        if explicit and value not in ("", "~", "null", "Null", "NULL"):
+            _fail_at(source, node.start_mark, f"{_short(value)} is not null (tagged !!null)")
+        return None
+    if tag == BOOL:
+        if explicit and not _matches(BOOL, value):
+            _fail_at(source, node.start_mark, f"{_short(value)} is not true or false (tagged !!bool)")
+        return _CONSTRUCTOR.construct_yaml_bool(node)
+    if tag in (INT, FLOAT):
+        what = "an integer" if tag == INT else "a number"
+        if len(value) > MAX_NUMBER_CHARS:
+            _fail_at(source, node.start_mark,
+                     f"a number of {len(value)} characters is too long (at most {MAX_NUMBER_CHARS})", _QUOTE_HINT)
+        try:
+            return (_CONSTRUCTOR.construct_yaml_int if tag == INT else _CONSTRUCTOR.construct_yaml_float)(node)
+        except (ValueError, TypeError, IndexError, ArithmeticError):
+            _fail_at(source, node.start_mark, f"{_short(value)} is not {what} (tagged {_tag_name(tag)})")
+    if tag == TIMESTAMP:
+        if explicit and not _matches(TIMESTAMP, value):
+            _fail_at(source, node.start_mark, f"{_short(value)} is not a date or time (tagged !!timestamp)")
+        try:
+            return _CONSTRUCTOR.construct_yaml_timestamp(node)
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as err:
+            _fail_at(source, node.start_mark, f"{_short(value)} is not a valid date or time ({err})", _QUOTE_HINT)
+    if tag == "!vault":
+        _fail_at(source, node.start_mark, "an Ansible Vault value (!vault) cannot be read: migplan does not decrypt",
+                 "keep encrypted variables in group_vars/ or host_vars/ files, which migplan does not read")
+    _fail_at(source, node.start_mark, f"the tag {_tag_name(tag)} is not supported; migplan reads plain values",
+             "remove the tag (strings, numbers, true/false, lists and mappings need none)")
+
+
+def _short(value: str) -> str:
+    return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
+
+
+def _scalar_node(event: ev.ScalarEvent, source: str) -> _Scalar:
+    tag, value = event.tag, event.value
+    explicit = tag is not None and tag != "!"
+    if not explicit:
+        tag = _resolve_plain(value) if event.implicit[0] else STR
+        if tag not in _SCALAR_TAGS:  # `=` and the like: text; `<<` is a merge key only as a key
+            tag = MERGE if tag == MERGE else STR
+    assert tag is not None
+    node = _Scalar(tag, value, event.start_mark, event.end_mark, event.style, None)
+    if tag != MERGE:
+        node.data = _convert(tag, value, node, source, explicit)
+    else:
+        node.data = value
+    return node
+
+
+# --- composition --------------------------------------------------------------------------------
+
+class _Frame:
+    __slots__ = ("anchor", "items", "key", "node")
+
+    def __init__(self, node: _Mapping | _Sequence, anchor: str | None) -> None:
+        self.node = node
+        self.anchor = anchor
+        self.items: list[Any] = []
+        self.key: yaml.Node | None = None
+
+
+def _collection_tag(event: ev.CollectionStartEvent, default: str, source: str) -> str:
+    tag = event.tag
+    if tag is None or tag == "!":
+        return default
+    if tag != default:
+        what = "mapping" if default == MAP else "list"
+        hint = ("remove the tag; migplan reads plain lists and mappings" if tag not in _SCALAR_TAGS
+                else "a tag for a single value cannot stand on a list or mapping")
+        _fail_at(source, event.start_mark, f"the tag {_tag_name(tag)} is not supported on a {what}", hint)
+    return tag
+
+
+class _Composer:
+    """Builds a node tree from parser events iteratively (no recursion, so no depth limit of
+    Python's), resolving and converting scalars, and bounding depth and alias expansion."""
+
+    def __init__(self, next_event: Callable[[], Any], source: str) -> None:
+        self.next_event = next_event
+        self.source = source
+        self.anchors: dict[str, yaml.Node] = {}
+        self.open: set[int] = set()  # ids of collections still being composed
+        self.alias_nodes = 0
+
+    def fail(self, mark: Any, message: str, hint: str | None = None) -> NoReturn:
+        _fail_at(self.source, mark, message, hint)
+
+    def compose(self) -> yaml.Node | None:
+        nxt = self.next_event
+        nxt()  # StreamStart
+        event = nxt()
+        if isinstance(event, ev.StreamEndEvent):
+            return None
+        root = self._document()
+        event = nxt()
+        if not isinstance(event, ev.StreamEndEvent):
+            self.fail(event.start_mark, "found a second document (after '---'); a migplan file holds one document",
+                      "remove the extra '---' line or split the file")
+        return root
+
+    def _size(self, node: yaml.Node) -> tuple[int, int]:
+        if isinstance(node, _Collection):
+            return node.size, node.height
+        return 1, 1
+
+    def _document(self) -> yaml.Node:  # noqa: C901 - one loop over event kinds
+        stack: list[_Frame] = []
+        root: yaml.Node | None = None
+        source = self.source
+        while True:
+            event = self.next_event()
+            node: yaml.Node
+            if isinstance(event, ev.ScalarEvent):
+                node = _scalar_node(event, source)
+                if event.anchor is not None:
+                    self._anchor(event.anchor, node, event)
+            elif isinstance(event, ev.AliasEvent):
+                node = self._alias(event, len(stack))
+            elif isinstance(event, (ev.MappingStartEvent, ev.SequenceStartEvent)):
+                if len(stack) >= MAX_DEPTH:
+                    self.fail(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} levels deep",
+                              "migplan files need only a few levels; check for runaway brackets")
+                coll: _Mapping | _Sequence
+                if isinstance(event, ev.MappingStartEvent):
+                    coll = _Mapping(_collection_tag(event, MAP, source), [], event.start_mark, None,
+                                    event.flow_style)
+                else:
+                    coll = _Sequence(_collection_tag(event, SEQ, source), [], event.start_mark, None,
+                                     event.flow_style)
+                if event.anchor is not None:
+                    self._anchor(event.anchor, coll, event)
+                self.open.add(id(coll))
+                stack.append(_Frame(coll, event.anchor))
+                continue
+            elif isinstance(event, (ev.MappingEndEvent, ev.SequenceEndEvent)):
+                frame = stack.pop()
+                node = frame.node
+                node.end_mark = event.end_mark
+                if isinstance(node, _Mapping):
+                    node.value = _merge(frame.items, source)
+                else:
+                    node.value = frame.items
+                self._finish(node)
+                self.open.discard(id(node))
+            else:  # DocumentStart/End: structure only
+                if isinstance(event, ev.DocumentEndEvent):
+                    assert root is not None
+                    return root
+                continue
+            if not stack:
+                root = node
+                continue
+            top = stack[-1]
+            if isinstance(top.node, _Mapping):
+                if top.key is None:
+                    if not isinstance(node, yaml.ScalarNode):
+                        self.fail(node.start_mark, "a key must be a name, not a list or mapping",
+                                  "write the key as plain text")
+                    if node.tag != MERGE and _key_text(node) == "":
+                        self.fail(node.start_mark, "a key is empty", "give the key a name")
+                    top.key = node
+                else:
+                    top.items.append((top.key, node))
+                    top.key = None
+            else:
+                top.items.append(node)
+
+    def _anchor(self, anchor: str, node: yaml.Node, event: Any) -> None:
+        if anchor in self.anchors:
+            first = self.anchors[anchor].start_mark.line + 1
+            self.fail(event.start_mark, f"anchor &{anchor} is defined twice (first at line {first})",
+                      "give each anchor its own name")
+        self.anchors[anchor] = node
+
+    def _alias(self, event: ev.AliasEvent, depth: int) -> yaml.Node:
+        name = event.anchor
+        target = self.anchors.get(name) if name is not None else None
+        if target is None:
+            self.fail(event.start_mark, f"alias *{name} names no anchor defined above it",
+                      f"define '&{name}' on a value before this line")
+        if id(target) in self.open:
+            self.fail(event.start_mark, f"alias *{name} is inside the collection &{name} it names (a recursive alias)",
+                      "an alias may only repeat a value defined and closed before it")
+        size, height = self._size(target)
+        if depth + height > MAX_DEPTH:
+            self.fail(event.start_mark, f"alias *{name} nests lists and mappings more than {MAX_DEPTH} levels deep")
+        self.alias_nodes += size
+        if self.alias_nodes > MAX_ALIAS_NODES:
+            self.fail(event.start_mark, f"aliases expand to more than {MAX_ALIAS_NODES} values (at *{name})",
+                      "this looks like an alias bomb; write the repeated values out or use fewer aliases")
+        return target
+
+    def _finish(self, node: _Mapping | _Sequence) -> None:
+        size, height = 1, 0
+        children: list[yaml.Node] = ([n for pair in node.value for n in pair] if isinstance(node, _Mapping)
+                                     else node.value)
+        for child in children:
+            s, h = self._size(child)
+            size += s
+            height = max(height, h)
+        node.size, node.height = size, height + 1
+
+
+def _key_text(node: yaml.Node) -> str:
+    """A mapping key as written: the source text of a plain scalar, the value of a quoted one."""
+    return node.value if isinstance(node.value, str) else "?"
+
+
+def _merge(pairs: list[tuple[yaml.Node, yaml.Node]], source: str) -> list[tuple[yaml.Node, yaml.Node]]:
+    """YAML 1.1 merge keys: merged entries first (an earlier merged mapping wins), explicit keys win."""
+    merges = [(k, v) for k, v in pairs if k.tag == MERGE]
+    if not merges:
+        return pairs
+    if len(merges) > 1:
+        _fail_at(source, merges[1][0].start_mark, f"duplicate key '<<' (first at line {merges[0][0].start_mark.line + 1})",
+                 "merge several mappings with one key: '<<: [*a, *b]'")
+    key, value = merges[0]
+    sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+    for src in sources:
+        if not isinstance(src, yaml.MappingNode):
+            _fail_at(source, src.start_mark, "'<<' merges a mapping or a list of mappings, such as '<<: *common'",
+                     "point '<<' at an anchored mapping (&common)")
+    explicit = [(k, v) for k, v in pairs if k.tag != MERGE]
+    taken = {_key_text(k) for k, _ in explicit}
+    merged: list[tuple[yaml.Node, yaml.Node]] = []
+    for src in sources:
+        for k, v in src.value:
+            text = _key_text(k)
+            if text not in taken:
+                taken.add(text)
+                merged.append((k, v))
+    return merged + explicit
+
+
+class _PyParser(Reader, Scanner, Parser):
+    """PyYAML's pure-Python parser alone (events, no composer or constructor)."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+
+
+def _syntax_error(err: yaml.YAMLError, source: str) -> InputError:
+    if not isinstance(err, yaml.MarkedYAMLError):
+        return InputError(f"not valid YAML: {err}", source=source)
+    mark = err.problem_mark
+    line = mark.line + 1 if mark is not None else None
+    ctx = err.context_mark
+    began = ""
+    if ctx is not None and err.context:
+        # An unclosed bracket or quote is reported at the end of the stream; the line where
+        # the construct began is the one to fix.
+        began = f" ({err.context} at line {ctx.line + 1})"
+        line = ctx.line + 1
+    return InputError(f"not valid YAML: {err.problem}{began}", source=source, line=line,
+                      hint="check indentation and quoting around this line")
+
+
+def _compose_with(parser: Any, source: str) -> yaml.Node | None:
     try:
-        return _LOADER.construct_object(node, deep=True)
+        return _Composer(parser.get_event, source).compose()
     finally:
-        _LOADER.constructed_objects.clear()
+        dispose = getattr(parser, "dispose", None)
+        if dispose is not None:
+            dispose()
+
+
+def compose(text: str, source: str) -> yaml.Node | None:
+    """The composed node tree of YAML text (None for an empty stream), checked as the module says."""
+    bad = _NON_PRINTABLE.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise InputError(f"unacceptable character #x{ord(bad.group()):04x}: control characters are not allowed",
+                         source=source, line=line, hint="save the file as plain UTF-8 text")
+    if USE_LIBYAML and _CParser is not None:
+        try:
+            return _compose_with(_CParser(text), source)
+        except yaml.YAMLError as err:
+            if len(text) > REPARSE_LIMIT_BYTES:
+                raise _syntax_error(err, source) from None
+            # libyaml words its errors differently (and is stricter about %YAML 1.3): let PyYAML
+            # read it again so the message does not depend on how PyYAML was built.
+    try:
+        return _compose_with(_PyParser(text), source)
+    except yaml.YAMLError as err:
+        raise _syntax_error(err, source) from None
+    except RecursionError:  # pragma: no cover - the composer is iterative; belt and braces
+        raise InputError("document nested too deeply", source=source) from None
+
+
+# --- reading nodes ------------------------------------------------------------------------------
+
+def _data(node: yaml.ScalarNode, source: str) -> Any:
+    if isinstance(node, _Scalar):
+        return node.data
+    # A node composed elsewhere (yaml.compose): resolve and convert it the same way.
+    tag = node.tag
+    if tag in (None, "!"):
+        tag = _resolve_plain(node.value) if node.style is None else STR
+    if tag == MERGE:
+        return node.value
+    return _convert(tag, node.value, node, source, explicit=False)
 
 
 class Node:
@@ -51,7 +463,7 @@ class Node:
     # -- location and errors -------------------------------------------------------
     @property
     def line(self) -> int:
-        return self._node.start_mark.line + 1
+        return int(self._node.start_mark.line) + 1
 
     def fail(self, message: str, *, hint: str | None = None) -> NoReturn:
         raise InputError(message, source=self.source, key=self.path or None, line=self.line, hint=hint)
@@ -71,53 +483,83 @@ class Node:
         return isinstance(self._node, yaml.SequenceNode)
 
     @property
-    def is_null(self) -> bool:
-        return isinstance(self._node, yaml.ScalarNode) and self._node.tag == "tag:yaml.org,2002:null"
+    def is_scalar(self) -> bool:
+        return isinstance(self._node, yaml.ScalarNode)
 
-    def value(self, kind: str | None = None) -> Any:
+    @property
+    def is_null(self) -> bool:
+        return isinstance(self._node, yaml.ScalarNode) and _data(self._node, self.source) is None
+
+    @property
+    def text(self) -> builtins.str | None:
+        """A scalar's text as written in the file (None for a list or mapping)."""
+        return self._node.value if isinstance(self._node, yaml.ScalarNode) else None
+
+    def value(self, kind: builtins.str | None = None) -> Any:
         """Plain Python value; with `kind`, check its type first."""
         if isinstance(self._node, yaml.ScalarNode):
-            val = _scalar(self._node)
+            val = _data(self._node, self.source)
         else:
             val = _to_plain(self)
         if kind is not None:
             ok = isinstance(val, _KINDS[kind]) and not (kind in ("int", "number") and isinstance(val, bool))
             if not ok:
-                self.fail(f"expected {_describe(kind)}, got {_describe_value(val)}")
+                self.fail(f"expected {_describe(kind)}, got {_describe_value(val)}",
+                          hint=_QUOTE_HINT if kind == "str" and isinstance(val, bool) else None)
         return val
 
-    def str(self) -> str:
-        v = self.value()
-        if isinstance(v, bool) or v is None or isinstance(v, (list, dict)):
-            self.fail(f"expected a string, got {_describe_value(v)}")
-        return str(v)
+    def str(self) -> builtins.str:
+        """A string. Plain numbers and dates are read as written (`007` stays "007"); booleans and
+        null are refused with a hint to quote them."""
+        node = self._node
+        if not isinstance(node, yaml.ScalarNode):
+            self.fail(f"expected a string, got {_describe_value(self.value())}")
+        v = _data(node, self.source)
+        if isinstance(v, bool) or v is None:
+            self.fail(f"expected a string, got {_describe_value(v)}",
+                      hint=f"quote it if it is text: '{node.value}'" if v is not None or node.value else None)
+        if isinstance(v, builtins.str):
+            return v
+        return builtins.str(node.value)  # a number or date: as written
 
-    def int(self, *, minimum: int | None = None) -> int:
-        v: int = self.value("int")
+    def int(self, *, minimum: builtins.int | None = None, maximum: builtins.int | None = None) -> builtins.int:
+        v: builtins.int = self.value("int")
         if minimum is not None and v < minimum:
             self.fail(f"must be at least {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            self.fail(f"must be at most {maximum}, got {v}")
         return v
 
     def number(self, *, minimum: float | None = None, maximum: float | None = None) -> float:
-        v = float(self.value("number"))
+        raw = self.value("number")
+        try:
+            v = float(raw)
+        except OverflowError:
+            self.fail(f"{raw} is too large for a number")
+        if not math.isfinite(v):
+            self.fail(f"must be a finite number, got {self.text}",
+                      hint="'.nan' and '.inf' are not measurements; give a number")
         if minimum is not None and v < minimum:
             self.fail(f"must be at least {minimum:g}, got {v:g}")
         if maximum is not None and v > maximum:
             self.fail(f"must be at most {maximum:g}, got {v:g}")
         return v
 
-    def bool(self) -> bool:
-        v: bool = self.value("bool")
+    def bool(self) -> builtins.bool:
+        v: builtins.bool = self.value("bool")
         return v
 
     # -- containers ----------------------------------------------------------------
     def items(self) -> Iterator[tuple[builtins.str, Node]]:
-        """Key/value pairs of a mapping, refusing duplicate keys."""
+        """Key/value pairs of a mapping (keys as written), refusing duplicate keys."""
         if not self.is_map:
             self.fail(f"expected a mapping, got {_describe_value(self.value())}")
-        seen: dict[str, int] = {}
+        seen: dict[builtins.str, builtins.int] = {}
         for k, v in self._node.value:
-            key = str(_scalar(k)) if isinstance(k, yaml.ScalarNode) else "?"
+            if not isinstance(k, yaml.ScalarNode):
+                raise InputError("a key must be a name, not a list or mapping", source=self.source,
+                                 key=self.path or None, line=k.start_mark.line + 1)
+            key = _key_text(k)
             if key in seen:
                 raise InputError(
                     f"duplicate key {key!r} (first at line {seen[key]})",
@@ -182,40 +624,84 @@ def _describe_value(v: Any) -> str:
 
 def parse(text: str, source: str) -> Node | None:
     """Compose YAML text into a `Node` (None for an empty document)."""
-    try:
-        composed = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark
-        line = mark.line + 1 if mark is not None else None
-        ctx = err.context_mark
-        began = ""
-        if ctx is not None and err.context:
-            # An unclosed bracket or quote is reported at the end of the stream; the line where
-            # the construct began is the one to fix.
-            began = f" ({err.context} at line {ctx.line + 1})"
-            line = ctx.line + 1
-        raise InputError(
-            f"not valid YAML: {err.problem}{began}", source=source, line=line,
-            hint="check indentation and quoting around this line",
-        ) from None
-    except yaml.YAMLError as err:
-        raise InputError(f"not valid YAML: {err}", source=source) from None
+    composed = compose(text, source)
     return None if composed is None else Node(composed, source)
+
+
+# --- files --------------------------------------------------------------------------------------
+
+def max_file_bytes() -> int:
+    """The cap on a file's size: MIGPLAN_MAX_FILE_MB MiB, else `MAX_FILE_MB`."""
+    raw = os.environ.get(MAX_FILE_ENV, "").strip()
+    if not raw:
+        return MAX_FILE_MB * 1024 * 1024
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not math.isfinite(mb) or mb <= 0:
+        raise InputError(f"{MAX_FILE_ENV}={raw!r} must be a positive number of MiB", hint=f"the default is {MAX_FILE_MB}")
+    return int(mb * 1024 * 1024)
+
+
+def _too_big(source: str, size: int, cap: int) -> InputError:
+    return InputError(f"file is larger than the {cap / 1024 / 1024:g} MiB migplan reads ({size} bytes)", source=source,
+                      hint=f"raise the limit with {MAX_FILE_ENV}=<MiB> if the file is right")
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A regular file's text (UTF-8), refusing devices, FIFOs, sockets and files over the cap."""
+    source = os.fspath(path)
+    cap = max_file_bytes()
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(source, flags)
+    except FileNotFoundError:
+        raise InputError("file not found", source=source, hint="check the path or the option naming it") from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a YAML file", source=source) from None
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", source=source) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a directory, expected a YAML file", source=source)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if
+                    stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket" if
+                    stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise InputError(f"is {kind}, not a regular file; migplan reads YAML files", source=source,
+                             hint="save the document to a file and pass that file")
+        if st.st_size > cap:
+            raise _too_big(source, st.st_size, cap)
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise _too_big(source, total, cap)
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", source=source) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise InputError(f"not UTF-8 text (byte 0x{data[err.start]:02x})", source=source, line=line,
+                         hint="save the file as UTF-8") from None
 
 
 def load(path: str | os.PathLike[str]) -> Node:
     """Read and compose a YAML file; an empty file is an error."""
     source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise InputError("file not found", source=source, hint="check the path or the option naming it") from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a YAML file", source=source) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read: {err}", source=source) from None
-    node = parse(text, source)
+    node = parse(read_text(source), source)
     if node is None:
         raise InputError("file is empty", source=source, hint="see README for the expected format")
     return node
@@ -230,3 +716,4 @@ def check_version(fields: dict[str, Node], node: Node, supported: int, what: str
     if ver != supported:
         fields["version"].fail(f"unsupported {what} version {ver}; this migplan reads version {supported}",
                                hint="upgrade migplan or convert the file")
+

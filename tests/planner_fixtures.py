@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
+from migplan.fleet.state import FleetState, GpuState
 from migplan.layout import Layout
 from migplan.planner import Plan, Policy, plan
-from migplan.planner.solver import PulpSolver
 from migplan.profiles import ComputeStats, MemoryStats, Observation, Pin, ProfileSet, Workload
-from migplan.state import FleetState, GpuState
 
 CAT = builtin_catalog()
 A100 = "A100-SXM4-40GB"

@@ -9,9 +9,9 @@ import pytest
 
 from migplan.catalog import builtin_catalog
 from migplan.errors import InputError
+from migplan.fleet.state import state_from_inventory
 from migplan.inventory import expand_pattern, load_inventory
 from migplan.layout import Layout
-from migplan.state import state_from_inventory
 
 CAT = builtin_catalog()
 ROOT = Path(__file__).resolve().parent.parent

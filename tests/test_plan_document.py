@@ -10,9 +10,9 @@ import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
 from migplan.errors import InputError
-from migplan.layout import Layout
-from migplan.planner import build_problem, plan_from_dict, plan_to_dict, validate
-from migplan.planner.diff import Action
+from migplan.fleet.diff import Action, Op
+from migplan.layout import Instance, Layout
+from migplan.planner import PLAN_VERSION, build_problem, plan_from_dict, plan_to_dict, validate
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +26,13 @@ def case():
 def test_round_trip(case) -> None:
     _, _, p, prob = case
     doc = json.loads(json.dumps(plan_to_dict(p)))
-    back = plan_from_dict(doc)
+    back = plan_from_dict(doc, CAT)
     assert back == p and validate(back, prob) == []
-    assert doc["version"] == 1 and doc["fingerprint"].startswith("sha256:")
+    assert doc["version"] == PLAN_VERSION and doc["fingerprint"].startswith("sha256:")
 
 
 @pytest.mark.parametrize(("mutate", "field"), [
-    (lambda d: d.update(version=2), "version"),
+    (lambda d: d.update(version=PLAN_VERSION + 1), "version"),
     (lambda d: d.update(extra=1), "extra"),
     (lambda d: d.pop("gpus"), "gpus"),
     (lambda d: d["gpus"][0].update(target=["9g.1gb@0"]), None),
@@ -43,7 +43,7 @@ def test_strict_loader(case, mutate, field) -> None:
     doc = copy.deepcopy(plan_to_dict(case[2]))
     mutate(doc)
     try:
-        plan_from_dict(doc)
+        plan_from_dict(doc, CAT)
     except InputError as err:
         assert field is None or field in str(err)
         return
@@ -57,9 +57,11 @@ def _corrupt_gpu(p, host, idx, **changes):
 
 @pytest.mark.parametrize("corrupt", [
     lambda p: _corrupt_gpu(p, "h", 1, target=Layout.parse(["3g.20gb@0", "4g.20gb@0"])),  # overlap
-    lambda p: _corrupt_gpu(p, "h", 2, target=Layout(), actions=(Action("enable-mig"),)),  # reserved touched
-    lambda p: _corrupt_gpu(p, "h", 0, target=Layout(), actions=(Action("destroy-ci", "3g.20gb@0"),
-                                                                Action("destroy-gi", "3g.20gb@0"))),  # busy destroyed
+    lambda p: _corrupt_gpu(p, "h", 2, target=Layout(),  # reserved touched
+                           actions=(Action(Op.ENABLE_MIG, ("h", 2), reset=True),)),
+    lambda p: _corrupt_gpu(p, "h", 0, target=Layout(), actions=(
+        Action(Op.DESTROY_CI, ("h", 0), Instance.parse("3g.20gb@0")),
+        Action(Op.DESTROY_GI, ("h", 0), Instance.parse("3g.20gb@0")))),  # busy destroyed
     lambda p: dataclasses.replace(p, workloads=p.workloads[1:]),  # a workload lost
     lambda p: dataclasses.replace(p, fingerprint="sha256:0"),
     lambda p: dataclasses.replace(p, workloads=tuple(

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, pin, placed, profiles, run, targets, wl
 
+from migplan.adapters.solver import available
 from migplan.layout import Instance
 from migplan.planner import PlanError, Policy, build_problem
-from migplan.planner.solver import available
 
 
 def two_hosts() -> list:
@@ -51,11 +51,11 @@ def test_more_replicas_than_gpus_reported() -> None:
 
 
 @pytest.mark.parametrize("flag", ["reserved", "excluded"])
-def test_frozen_gpus_untouched(flag) -> None:
+def test_held_gpus_untouched(flag) -> None:
     st = fleet(gpu("a", 0, layout=["3g.20gb@4"], **{flag: True}), gpu("a", 1))
     p = run(st, profiles(wl("x", 15000), wl("y", 15000)))
     g = p.gpu("a", 0)
-    assert g is not None and g.target == st.gpus[0].layout and not g.actions and g.note == flag
+    assert g is not None and g.target == st.gpus[0].layout and not g.actions and g.hold == flag
     assert all(v[:2] != ("a", 0) for v in placed(p).values())
 
 

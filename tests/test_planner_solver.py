@@ -8,9 +8,9 @@ import pulp
 import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, wl
 
+from migplan.adapters.solver import PulpSolver, _status, parse_cbc_log
 from migplan.planner import PlanError, plan
 from migplan.planner.milp import Milp, SolveResult, SolveStatus
-from migplan.planner.solver import PulpSolver, _status, parse_cbc_log
 
 
 @pytest.mark.parametrize(("status", "sol_status", "expect"), [

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from migplan.adapters.solver import available
 from migplan.cli.app import app
-from migplan.planner.plan import plan_from_dict
-from migplan.planner.solver import available
+from migplan.documents import load_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 INV = str(ROOT / "inventory" / "example.yaml")
@@ -44,11 +44,11 @@ def test_example_fleet_json_and_plan_file(run, tmp_path: Path) -> None:  # type:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert json.loads(out.read_text()) == doc
-    plan = plan_from_dict(doc, str(out))
+    plan = load_plan(out)
     assert plan.summary.workloads_placed + plan.summary.workloads_unplaced == 41  # 40 workloads, one with 2 replicas
     assert plan.solve.status == "optimal" and plan.summary.gpus_used == plan.summary.gpus_lower_bound
     reserved = next(g for g in plan.gpus if (g.host, g.index) == ("gpu-a100-01", 7))
-    assert reserved.note == "reserved" and reserved.actions == ()
+    assert reserved.hold == "reserved" and reserved.actions == ()
     assert not list(out.parent.glob(".*.tmp"))  # the atomic write left no temporary file
 
 

@@ -67,7 +67,7 @@ class Catalog:
         """
         candidates = [m for m in self.models if normalise_name(name) in self._names(m)]
         if not candidates and pci_device_id:
-            pid = _pci_device(pci_device_id)
+            pid = pci_device(pci_device_id)
             candidates = [m for m in self.models if pid in m.pci_device_ids]
         if memory_total_mib is not None and len(candidates) > 1:
             fitting = [m for m in candidates if m.memory_mib <= memory_total_mib <= m.memory_mib * 1.1]
@@ -85,7 +85,7 @@ class Catalog:
         return Catalog(tuple(models.values()))
 
 
-def _pci_device(raw: str) -> str:
+def pci_device(raw: str) -> str:
     """`0x20B010DE` (nvidia-smi pci.device_id: device then vendor) or `0x20b0` -> `0x20b0`."""
     r = raw.strip().lower()
     if r.startswith("0x"):

@@ -7,9 +7,9 @@ from typing import Any
 import typer
 
 from migplan.catalog import Catalog
-from migplan.cli.context import build_context
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
+from migplan.commands.context import build_context
 from migplan.inventory import GpuSpec, Host, Inventory
 from migplan.layout import picture
 

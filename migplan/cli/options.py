@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
+
+from migplan.adapters.runner import DEFAULT_TIMEOUT
+from migplan.adapters.ssh import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshOptions
+from migplan.commands.fleet import DEFAULT_PARALLEL, FleetRequest
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 class OutputFormat(str, Enum):
@@ -39,3 +50,77 @@ ProfilesOpt = Annotated[
     typer.Option("--profiles", "-p", help="Workload profile file or directory.", envvar="MIGPLAN_PROFILES",
                  show_default=False),
 ]
+
+
+# --- the options of every command that contacts hosts ------------------------------------------------
+
+def fleet_options(*, parallel: bool = True, limit: bool = True) -> Callable[[F], F]:
+    """Add the SSH/fleet options to a command once, here, instead of repeating them on every command.
+
+    The wrapped function receives `fleet: FleetOptions` instead of the individual options (typer reads
+    the signature we set on the wrapper, so `--help` lists every option with its help text).
+    """
+    params = [p for p in _FLEET_PARAMS if (parallel or p.name != "parallel") and (limit or p.name != "limit")]
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)  # typer cannot evaluate a set __signature__ itself
+        own = [p for p in sig.parameters.values() if p.name != "fleet"]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = {p.name: kwargs.pop(p.name) for p in params}
+            kwargs["fleet"] = FleetOptions(**values)
+            return fn(*args, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """The fleet options as given on the command line (see `fleet_options`)."""
+
+    parallel: int = DEFAULT_PARALLEL
+    accept_new_host_keys: bool = False
+    known_hosts: str = DEFAULT_KNOWN_HOSTS
+    ssh_config: str = DEFAULT_SSH_CONFIG
+    limit: list[str] | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+
+    def ssh(self) -> SshOptions:
+        return SshOptions(known_hosts=self.known_hosts, accept_new_host_keys=self.accept_new_host_keys,
+                          ssh_config=None if self.ssh_config.lower() == "none" else self.ssh_config,
+                          connect_timeout=self.connect_timeout)
+
+    def request(self, inventory: str | None) -> FleetRequest:
+        return FleetRequest(inventory=inventory, limit=tuple(self.limit or ()), parallel=self.parallel,
+                            timeout=self.timeout, ssh=self.ssh())
+
+
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+_FLEET_PARAMS = (
+    _param("parallel", Annotated[int, typer.Option("--parallel", "-j", min=1, max=512,
+                                                   help="Hosts contacted at the same time.")], DEFAULT_PARALLEL),
+    _param("accept_new_host_keys", Annotated[bool, typer.Option(
+        "--accept-new-host-keys", help="Record the host key of a host not yet in known_hosts (a changed key is "
+                                       "always refused).")], False),
+    _param("known_hosts", Annotated[str, typer.Option(
+        "--known-hosts", help="known_hosts file to verify (and record) host keys.",
+        envvar="MIGPLAN_KNOWN_HOSTS")], DEFAULT_KNOWN_HOSTS),
+    _param("ssh_config", Annotated[str, typer.Option(
+        "--ssh-config", help="ssh_config file for Host/HostName/User/Port/IdentityFile/ProxyJump ('none' to read "
+                             "none).", envvar="MIGPLAN_SSH_CONFIG")], DEFAULT_SSH_CONFIG),
+    _param("limit", Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional on 3.10
+        "--limit", "-l", help="Only these hosts or groups (names, wildcards, comma-separated; repeatable).",
+        show_default=False)], None),
+    _param("timeout", Annotated[float, typer.Option("--timeout", min=1.0,
+                                                    help="Seconds each remote command may take.")], DEFAULT_TIMEOUT),
+    _param("connect_timeout", Annotated[float, typer.Option(
+        "--connect-timeout", min=0.5, help="Seconds to connect and log in to a host.")], DEFAULT_CONNECT_TIMEOUT),
+)

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from migplan.cli.context import build_context
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt, ProfilesOpt
 from migplan.cli.render import emit, grid, handle_errors
+from migplan.commands.context import build_context
 from migplan.profiles import Workload
 
 app = typer.Typer(help="Workload profiles.", no_args_is_help=True)

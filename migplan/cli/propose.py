@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from typing import Annotated, Any, Optional
 
 import typer
 
-from migplan.cli.context import Context, build_context
+from migplan.adapters.solver import SOLVERS
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt
 from migplan.cli.render import emit, grid, handle_errors, info
-from migplan.files import write_atomic
+from migplan.commands.context import build_context
+from migplan.commands.propose import ProposeRequest
+from migplan.commands.propose import propose as run_propose
 from migplan.layout import picture
-from migplan.planner import Plan, Policy, plan, plan_to_dict
-from migplan.planner.demand import policy_from_mapping
-from migplan.planner.solver import SOLVERS, PulpSolver
-from migplan.snapshot import load_snapshot
-from migplan.state import FleetState, state_from_inventory
-
-
-def _policy(ctx: Context, overrides: dict[str, Any]) -> Policy:
-    base = policy_from_mapping(dict(ctx.config.planner), source=ctx.config.source or "config")
-    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
-
-
-def _state(ctx: Context, inventory: str | None, snapshot: str | None) -> FleetState:
-    chosen = snapshot or ctx.config.snapshot
-    if chosen:
-        return load_snapshot(chosen, ctx.catalog)
-    inv = ctx.inventory(inventory)
-    unknown = [h.name for h in inv.hosts if not h.gpus]
-    if unknown:
-        info(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
-             f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out SNAPSHOT' "
-             "and plan with '--snapshot SNAPSHOT'")
-    return state_from_inventory(inv)
+from migplan.planner import Plan, plan_to_dict
 
 
 def _table(p: Plan, catalog: Any) -> str:
@@ -47,7 +26,7 @@ def _table(p: Plan, catalog: Any) -> str:
     rows = []
     for g in p.gpus:
         model = catalog.get(g.model)
-        change = g.note or ("change" if g.actions else "")
+        change = g.hold or ("change" if g.actions else "")
         rows.append([g.host, g.index, g.model, picture(model, g.current), picture(model, g.target), change,
                      ", ".join(by_gpu.get((g.host, g.index), []))])
     out = [grid(rows, ["HOST", "GPU", "MODEL", "CURRENT", "TARGET", "", "WORKLOADS"])]
@@ -89,20 +68,10 @@ def propose(
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     ctx = build_context(config, catalog, output)
-    pol = _policy(ctx, {"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
-                        "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
-                        "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
-    cfg = ctx.config.planner
-    sv = PulpSolver(name=solver or str(cfg.get("solver", "cbc")),
-                    time_limit=time_limit if time_limit is not None else float(cfg.get("time_limit", 60)),  # type: ignore[arg-type]
-                    gap=gap if gap is not None else float(cfg.get("gap", 0.0001)),  # type: ignore[arg-type]
-                    gap_abs=0.99 * pol.weights.gpu)
-    state = _state(ctx, inventory, snapshot)
-    result = plan(state, ctx.profiles(profiles), ctx.catalog, pol, sv, progress=info)
-    doc = plan_to_dict(result)
-    if out:
-        import json
-
-        write_atomic(out, json.dumps(doc, indent=2) + "\n")
-        info(f"plan written to {out}")
-    emit(doc, ctx.output, lambda: _table(result, ctx.catalog))
+    req = ProposeRequest(
+        inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
+        gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
+                         "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
+                         "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
+    result = run_propose(ctx, req, report=info)
+    emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog))

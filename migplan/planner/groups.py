@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
 from migplan.planner.patterns import Key, key
-from migplan.planner.problem import GpuKey, Item, PGpu, Problem
+from migplan.planner.problem import Item, Problem
 
 ClassKey = tuple[object, ...]
 
@@ -46,7 +47,7 @@ class Group:
     host: str | None  # set when the group is tied to one host
     gpu: int | None  # set when the group is tied to one GPU
     present: frozenset[str]  # anti-affinity sets with a kept member here
-    gpus: list[PGpu] = field(default_factory=list)
+    gpus: list[GpuState] = field(default_factory=list)
 
 
 @dataclass
@@ -65,7 +66,7 @@ def class_key(it: Item) -> ClassKey:
     return (it.fits, it.need, round(it.value, 6), it.pin_host, it.pin_gpu, it.groups)
 
 
-def fits_where_it_runs(it: Item, gpu: PGpu, model_full: str) -> bool:
+def fits_where_it_runs(it: Item, gpu: GpuState, model_full: str) -> bool:
     """Its instance (or the whole GPU) is a profile it fits, and its pin allows this GPU."""
     if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
         return False
@@ -106,7 +107,7 @@ class _Splitter:
         self.running[gpu.key].append(it)
         model = self.p.models[gpu.model]
         ikey = key(model, it.running_on) if it.running_on else None
-        if gpu.frozen:
+        if gpu.hold:
             self.kept[it.name] = (gpu.key, it.running_on)
         elif fits_where_it_runs(it, gpu, model.full_profile.name):
             if self.p.policy.allow_disrupt:
@@ -131,7 +132,7 @@ def split(problem: Problem) -> Split:
     host_tags, gpu_tags = _tags(problem)
     groups: dict[tuple[object, ...], Group] = {}
     for gpu in problem.gpus:
-        if gpu.frozen:
+        if gpu.hold:
             continue
         g = _group_of(problem, s, gpu, host_tags, gpu_tags, groups)
         g.gpus.append(gpu)
@@ -139,7 +140,7 @@ def split(problem: Problem) -> Split:
                  s.forced, dict(s.running))
 
 
-def _group_of(problem: Problem, s: _Splitter, gpu: PGpu, host_tags: set[str], gpu_tags: set[GpuKey],
+def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str], gpu_tags: set[GpuKey],
               groups: dict[tuple[object, ...], Group]) -> Group:
     model = problem.models[gpu.model]
     busy = frozenset(key(model, i) for i in gpu.busy)

@@ -14,11 +14,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from migplan.catalog.model import GpuModel
+from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
+from migplan.planner.formulation import Formulation, PatternInfo
 from migplan.planner.groups import Group, Klass, class_key
-from migplan.planner.model import Formulation, PatternInfo
 from migplan.planner.patterns import WHOLE, Key, key, keys
-from migplan.planner.problem import GpuKey, Item, PGpu
+from migplan.planner.problem import Item
 
 Where = tuple[GpuKey, Instance | None]
 
@@ -33,7 +34,7 @@ class Mapped:
 
 @dataclass
 class _Slots:
-    gpu: PGpu
+    gpu: GpuState
     keep: list[Instance]  # current instances that stay
     free: dict[str, list[Instance]]  # profile -> free instances, lowest start first
     used: list[Instance] = field(default_factory=list)
@@ -41,7 +42,7 @@ class _Slots:
     same: bool = False  # pattern is the current layout: keep it as it is
 
 
-def _slots(model: GpuModel, g: Group, gpu: PGpu, info: PatternInfo, running: list[Item],
+def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running: list[Item],
            m: Mapped, queue: dict[int, list[Item]], klass: dict[tuple[object, ...], Klass], skip: set[str]) -> _Slots:
     if info.pattern is WHOLE:
         for it in running:
@@ -70,7 +71,7 @@ def _slots(model: GpuModel, g: Group, gpu: PGpu, info: PatternInfo, running: lis
     return _Slots(gpu, keep, dict(free), same=not info.change and len(info.pattern) > 0)
 
 
-def _conflict(it: Item, gpu: PGpu, where: dict[str, set[object]], scope: str) -> bool:
+def _conflict(it: Item, gpu: GpuState, where: dict[str, set[object]], scope: str) -> bool:
     spot: object = gpu.host if scope == "host" else gpu.key
     return any(spot in where[a] for a in it.groups)
 
@@ -153,7 +154,7 @@ class _Mapper:
                                                     f"(priority {it.priority})")
         p = self.f.problem
         for gpu in p.gpus:
-            if gpu.frozen:
+            if gpu.hold:
                 self.m.targets[gpu.key] = gpu.current
         for sls in self.slots.values():
             for sl in sls:

@@ -1,6 +1,6 @@
 """A small solver-neutral mixed-integer program and the Solver interface (pure).
 
-The formulation is built here as plain data; `migplan.planner.solver` (the only module that imports
+The formulation is built here as plain data; `migplan.adapters.solver` (the only module that imports
 PuLP) turns it into a PuLP problem. Tests can pass any object with the `Solver` shape.
 """
 

@@ -1,31 +1,49 @@
-"""The plan document: versioned, written as JSON or YAML, read back strictly (pure).
+"""The plan: its types, its document form, and a strict reader that trusts nothing in the file (pure).
 
-    version: 1
+    version: 2
     kind: migplan/plan
-    fingerprint: sha256:...        # of the observed state the plan was computed from
+    fingerprint: sha256:...        # of the whole observed state the plan was computed from
+    created_at: 2026-12-01T08:00:00Z
     source: inventory
     policy: {...}                  # every knob used
     solve: {solver, status, objective, bound, gap, time_s, gpus_lower_bound}
     summary: {...}
-    gpus: [{host, index, model, uuid, note, current: [..]|null, target: [..]|null, actions: [..]}]
+    gpus: [{host, index, model, uuid, hold, current, mig_pending, busy, whole_gpu_busy, fingerprint,
+            target, actions}]
     workloads: [{name, workload, status, host, gpu, instance, memory_mib, slices, kept, moved, reason}]
 
-Layouts are lists of PROFILE@START; `null` means MIG disabled. Actions are `OP` or `OP PROFILE@START`.
+Layouts are lists of PROFILE@START; `null` means MIG disabled. Per GPU the document records what the
+plan assumed (`current`, `mig_pending`, `busy`, `whole_gpu_busy` and their `fingerprint`) so that
+`apply` can check each GPU on its own. A plan file is untrusted input: the reader validates every
+field (names, ranges, models and layouts against the catalog), recomputes each GPU's fingerprint and
+re-derives the actions from `current` and `target`, refusing a file whose listed actions differ.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from migplan.errors import InputError, MigplanError
-from migplan.layout import Layout
-from migplan.planner.diff import OPS, Action
+from migplan import names, yamldoc
+from migplan.catalog import Catalog
+from migplan.errors import CatalogError, InputError, MigplanError
+from migplan.fleet.diff import Action, diff
+from migplan.fleet.state import GpuKey, GpuState, Hold
+from migplan.layout import Instance, Layout, check_layout
+from migplan.planner.demand import policy_from_mapping
+from migplan.planner.milp import SolveStatus
+from migplan.yamldoc import Node
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 PLAN_KIND = "migplan/plan"
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+_REPLICA = re.compile(r"#[0-9]{1,4}")
+MAX_GPU_INDEX = 255  # nvidia-smi's -i takes 0..255 (smi builders' bound)
 
 
 class PlanError(MigplanError):
@@ -63,14 +81,39 @@ class Summary:
 
 @dataclass(frozen=True)
 class GpuPlan:
-    host: str
-    index: int
-    model: str
-    uuid: str | None
-    current: Layout | None
+    """One GPU of the plan: the state the plan assumed, the layout it wants, and the actions between them."""
+
+    observed: GpuState
     target: Layout | None
     actions: tuple[Action, ...]
-    note: str | None = None  # reserved | excluded
+
+    @property
+    def host(self) -> str:
+        return self.observed.host
+
+    @property
+    def index(self) -> int:
+        return self.observed.index
+
+    @property
+    def key(self) -> GpuKey:
+        return self.observed.key
+
+    @property
+    def model(self) -> str:
+        return self.observed.model
+
+    @property
+    def uuid(self) -> str | None:
+        return self.observed.uuid
+
+    @property
+    def current(self) -> Layout | None:
+        return self.observed.current
+
+    @property
+    def hold(self) -> Hold | None:
+        return self.observed.hold
 
 
 @dataclass(frozen=True)
@@ -88,6 +131,9 @@ class WorkloadPlan:
     reason: str | None = None
 
 
+WORKLOAD_STATUSES = ("placed", "unplaced")
+
+
 @dataclass(frozen=True)
 class Plan:
     fingerprint: str
@@ -97,18 +143,29 @@ class Plan:
     summary: Summary
     gpus: tuple[GpuPlan, ...]
     workloads: tuple[WorkloadPlan, ...]
+    created_at: str | None = None  # ISO 8601 UTC, set by whoever ran the planner (the core has no clock)
     version: int = PLAN_VERSION
 
     @functools.cached_property
-    def _by_key(self) -> dict[tuple[str, int], GpuPlan]:
-        return {(g.host, g.index): g for g in self.gpus}
+    def _by_key(self) -> dict[GpuKey, GpuPlan]:
+        return {g.key: g for g in self.gpus}
 
     def gpu(self, host: str, index: int) -> GpuPlan | None:
         return self._by_key.get((host, index))
 
 
+# --- writing -------------------------------------------------------------------------------------
+
 def _layout(lay: Layout | None) -> list[str] | None:
     return lay.as_list() if lay is not None else None
+
+
+def gpu_to_dict(g: GpuPlan) -> dict[str, Any]:
+    o = g.observed
+    return {"host": o.host, "index": o.index, "model": o.model, "uuid": o.uuid, "hold": o.hold,
+            "current": _layout(o.current), "mig_pending": o.mig_pending, "busy": [str(i) for i in sorted(o.busy)],
+            "whole_gpu_busy": o.whole_busy, "fingerprint": o.fingerprint(),
+            "target": _layout(g.target), "actions": [str(a) for a in g.actions]}
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -116,96 +173,198 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "version": plan.version,
         "kind": PLAN_KIND,
         "fingerprint": plan.fingerprint,
+        "created_at": plan.created_at,
         "source": plan.source,
         "policy": dict(plan.policy),
         "solve": asdict(plan.solve),
         "summary": asdict(plan.summary),
-        "gpus": [{"host": g.host, "index": g.index, "model": g.model, "uuid": g.uuid, "note": g.note,
-                  "current": _layout(g.current), "target": _layout(g.target),
-                  "actions": [str(a) for a in g.actions]} for g in plan.gpus],
+        "gpus": [gpu_to_dict(g) for g in plan.gpus],
         "workloads": [asdict(w) for w in plan.workloads],
     }
 
 
-# --- strict loader --------------------------------------------------------------------------
+# --- strict reader -------------------------------------------------------------------------------
 
-def _fail(where: str, message: str) -> InputError:
-    return InputError(message, key=where, hint="regenerate the plan with 'migplan propose --out PLAN'")
-
-
-def _map(doc: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
-    if not isinstance(doc, dict):
-        raise _fail(where, "expected a mapping")
-    unknown = set(doc) - required - optional
-    if unknown:
-        raise _fail(where, f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-    missing = required - set(doc)
-    if missing:
-        raise _fail(where, f"missing field(s) {', '.join(sorted(missing))}")
-    return doc
+_HINT = "regenerate the plan with 'migplan propose --out PLAN'"
+_GPU_KEYS = {"host", "index", "model", "uuid", "hold", "current", "mig_pending", "busy", "whole_gpu_busy",
+             "fingerprint", "target", "actions"}
 
 
-def _typed(value: Any, kinds: tuple[type, ...], where: str, *, nullable: bool = False) -> Any:
-    if value is None and nullable:
+def _null(f: dict[str, Node], key: str) -> bool:
+    return f[key].is_null
+
+
+def _opt_str(n: Node) -> str | None:
+    return None if n.is_null else n.str()
+
+
+def _opt_number(n: Node) -> float | None:
+    if n.is_null:
         return None
-    if isinstance(value, bool) and bool not in kinds:
-        raise _fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got {value!r}")
-    if not isinstance(value, kinds):
-        raise _fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got {value!r}")
-    return value
+    v = n.number()
+    if not math.isfinite(v):
+        n.fail("must be a finite number")
+    return v
 
 
-def _read_layout(value: Any, where: str) -> Layout | None:
-    if value is None:
+def _opt_int(n: Node, minimum: int = 0) -> int | None:
+    return None if n.is_null else n.int(minimum=minimum)
+
+
+def _read_layout(n: Node) -> Layout | None:
+    if n.is_null:
         return None
-    if not isinstance(value, list):
-        raise _fail(where, "expected a list of PROFILE@START or null")
+    items = [i.str() for i in n.list()]
     try:
-        return Layout.parse([_typed(v, (str,), where) for v in value])
+        return Layout.parse(items)
     except InputError as err:
-        raise _fail(where, err.message) from err
+        n.fail(err.message)
 
 
-def _read_action(text: Any, where: str) -> Action:
-    op, _, inst = _typed(text, (str,), where).partition(" ")
-    if op not in OPS:
-        raise _fail(where, f"unknown action {op!r} (one of {', '.join(OPS)})")
-    return Action(op, inst or None)
+def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
+    f = n.fields(_GPU_KEYS, _GPU_KEYS)
+    host = f["host"].str()
+    if not names.HOST_NAME.fullmatch(host):
+        f["host"].fail(f"{host!r} is not a host name (letters, digits, '.', '_' or '-')", hint=_HINT)
+    index = f["index"].int(minimum=0)
+    if index > MAX_GPU_INDEX:
+        f["index"].fail(f"GPU index {index} is out of range 0..{MAX_GPU_INDEX}")
+    try:
+        model = catalog.get(f["model"].str())
+    except CatalogError as err:
+        f["model"].fail(err.message, hint="pass the catalog file the plan was made with (--catalog)")
+    uuid = _opt_str(f["uuid"])
+    if uuid is not None and not names.GPU_UUID.fullmatch(uuid):
+        f["uuid"].fail(f"{uuid!r} is not a GPU UUID (GPU-xxxxxxxx-...)")
+    hold = _opt_str(f["hold"])
+    if hold not in (None, "reserved", "excluded"):
+        f["hold"].fail(f"{hold!r} is not a hold; expected reserved, excluded or null")
+    current, target = _read_layout(f["current"]), _read_layout(f["target"])
+    for key, lay in (("current", current), ("target", target)):
+        bad = check_layout(model, lay) if lay is not None else []
+        if bad:
+            f[key].fail(f"not a valid {model.id} layout: " + "; ".join(c.message for c in bad), hint=_HINT)
+    busy = tuple(Instance.parse(b.str()) for b in f["busy"].list())
+    stray = [str(b) for b in busy if current is None or b not in current.instances]
+    if stray:
+        f["busy"].fail(f"busy instance(s) {', '.join(stray)} are not in the current layout")
+    pending = None if _null(f, "mig_pending") else f["mig_pending"].bool()
+    observed = GpuState(host=host, index=index, model=model.id, uuid=uuid, mig_enabled=current is not None,
+                        mig_pending=pending, layout=current, busy=busy, whole_gpu_busy=f["whole_gpu_busy"].bool(),
+                        reserved=hold == "reserved", excluded=hold == "excluded")
+    if f["fingerprint"].str() != observed.fingerprint():
+        f["fingerprint"].fail("does not match this GPU's recorded state: the file was edited or damaged", hint=_HINT)
+    actions = tuple(diff(current, target, gpu=observed.key, architecture=model.architecture))
+    listed = [a.str() for a in f["actions"].list()]
+    if listed != [str(a) for a in actions]:
+        shown = ", ".join(listed[:6]) or "none"
+        f["actions"].fail(f"listed actions ({shown}) are not the ones that turn current into target "
+                          f"({', '.join(map(str, actions)) or 'none'})", hint=_HINT)
+    return GpuPlan(observed, target, actions)
 
 
-def _dc(cls: type[Any], doc: Any, where: str) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**_map(doc, where, names))
+def _dataclass(cls: type[Any], n: Node) -> dict[str, Node]:
+    keys = {f.name for f in fields(cls)}
+    return n.fields(keys, keys)
 
 
-def _gpu(doc: Any, where: str) -> GpuPlan:
-    d = _map(doc, where, {"host", "index", "model", "uuid", "note", "current", "target", "actions"})
-    return GpuPlan(host=_typed(d["host"], (str,), f"{where}.host"), index=_typed(d["index"], (int,), f"{where}.index"),
-                   model=_typed(d["model"], (str,), f"{where}.model"),
-                   uuid=_typed(d["uuid"], (str,), f"{where}.uuid", nullable=True),
-                   current=_read_layout(d["current"], f"{where}.current"),
-                   target=_read_layout(d["target"], f"{where}.target"),
-                   actions=tuple(_read_action(a, f"{where}.actions[{i}]")
-                                 for i, a in enumerate(_typed(d["actions"], (list,), f"{where}.actions"))),
-                   note=_typed(d["note"], (str,), f"{where}.note", nullable=True))
+def _read_solve(n: Node) -> SolveInfo:
+    f = _dataclass(SolveInfo, n)
+    status = f["status"].str()
+    if status not in {s.value for s in SolveStatus}:
+        f["status"].fail(f"unknown solve status {status!r}")
+    time_s = f["time_s"].number(minimum=0)
+    return SolveInfo(solver=f["solver"].str(), status=status, objective=_opt_number(f["objective"]),
+                     bound=_opt_number(f["bound"]), gap=_opt_number(f["gap"]), time_s=time_s,
+                     gpus_lower_bound=_opt_int(f["gpus_lower_bound"]))
 
 
-def plan_from_dict(doc: Any, source: str = "plan") -> Plan:
-    """A plan read back strictly: unknown or missing fields, a wrong version or kind are errors naming the field."""
-    d = _map(doc, source, {"version", "kind", "fingerprint", "source", "policy", "solve", "summary", "gpus",
-                           "workloads"})
-    if d["version"] != PLAN_VERSION:
-        raise _fail(f"{source}: version", f"plan version {d['version']!r} is not supported (this migplan reads "
-                                          f"version {PLAN_VERSION})")
-    if d["kind"] != PLAN_KIND:
-        raise _fail(f"{source}: kind", f"expected kind {PLAN_KIND!r}, got {d['kind']!r}")
-    fp = _typed(d["fingerprint"], (str,), "fingerprint")
-    if not fp.startswith("sha256:"):
-        raise _fail("fingerprint", "expected sha256:<hex>")
-    return Plan(
-        fingerprint=fp, source=_typed(d["source"], (str,), "source"),
-        policy=_typed(d["policy"], (dict,), "policy"),
-        solve=_dc(SolveInfo, d["solve"], "solve"), summary=_dc(Summary, d["summary"], "summary"),
-        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(_typed(d["gpus"], (list,), "gpus"))),
-        workloads=tuple(_dc(WorkloadPlan, w, f"workloads[{i}]")
-                        for i, w in enumerate(_typed(d["workloads"], (list,), "workloads"))))
+def _read_summary(n: Node) -> Summary:
+    f = _dataclass(Summary, n)
+    values: dict[str, Any] = {}
+    for k, v in f.items():
+        if k == "placed_value":
+            values[k] = _opt_number(v) or 0.0
+        elif k == "gpus_lower_bound":
+            values[k] = _opt_int(v)
+        else:
+            values[k] = v.int(minimum=0)
+    return Summary(**values)
+
+
+def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan:
+    f = _dataclass(WorkloadPlan, n)
+    name, workload = f["name"].str(), f["workload"].str()
+    base = _REPLICA.sub("", name, count=1) if "#" in name else name
+    if not names.WORKLOAD_NAME.fullmatch(base) or not names.WORKLOAD_NAME.fullmatch(workload):
+        f["name"].fail(f"{name!r} is not a workload name")
+    status = f["status"].str()
+    if status not in WORKLOAD_STATUSES:
+        f["status"].fail(f"unknown workload status {status!r}; expected placed or unplaced")
+    host = _opt_str(f["host"])
+    gpu = _opt_int(f["gpu"])
+    instance = _opt_str(f["instance"])
+    if status == "placed":
+        g = gpus.get((host or "", gpu if gpu is not None else -1))
+        if g is None:
+            f["host"].fail(f"placed on {host}/{gpu}, which is not a GPU of this plan")
+        if instance is not None:
+            inst = Instance.parse(instance)
+            if g.target is None or inst not in g.target.instances:
+                f["instance"].fail(f"{instance} is not in the target layout of {host}/{gpu}")
+        elif g.target is not None:
+            f["instance"].fail(f"a whole-GPU placement on {host}/{gpu}, whose target has MIG enabled")
+    return WorkloadPlan(name=name, workload=workload, status=status, host=host, gpu=gpu, instance=instance,
+                        memory_mib=f["memory_mib"].int(minimum=0), slices=f["slices"].int(minimum=0),
+                        kept=f["kept"].bool(), moved=f["moved"].bool(), reason=_opt_str(f["reason"]))
+
+
+def parse_plan(root: Node, catalog: Catalog) -> Plan:
+    """A plan document read back strictly (see the module docstring); every error names the key and line."""
+    if not root.is_map:
+        root.fail("a plan is a mapping with 'version' and 'kind: migplan/plan' (written by 'migplan propose --out')")
+    top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
+           "workloads"}
+    f = root.fields(top, top)
+    version = f["version"].int()
+    if version != PLAN_VERSION:
+        f["version"].fail(f"plan version {version} is not supported (this migplan reads version {PLAN_VERSION})",
+                          hint=_HINT)
+    if f["kind"].str() != PLAN_KIND:
+        f["kind"].fail(f"expected kind {PLAN_KIND!r}, got {f['kind'].str()!r}")
+    fingerprint = f["fingerprint"].str()
+    if not _SHA256.fullmatch(fingerprint):
+        f["fingerprint"].fail("expected sha256:<64 hex digits>", hint=_HINT)
+    policy_doc = f["policy"].value("map")
+    policy = policy_from_mapping(policy_doc, source=f"{root.source}: policy").to_dict()
+    gpus: dict[GpuKey, GpuPlan] = {}
+    for n in f["gpus"].list():
+        g = _read_gpu(n, catalog)
+        if g.key in gpus:
+            n.fail(f"GPU {g.host}/{g.index} listed twice")
+        gpus[g.key] = g
+    workloads: list[WorkloadPlan] = []
+    seen: dict[str, int] = {}
+    taken: dict[tuple[GpuKey, str], str] = {}
+    for n in f["workloads"].list():
+        w = _read_workload(n, gpus)
+        if w.name in seen:
+            n.fail(f"workload {w.name!r} listed twice (first at line {seen[w.name]})")
+        seen[w.name] = n.line
+        if w.status == "placed" and w.instance is not None:
+            spot = ((w.host or "", w.gpu or 0), w.instance)
+            if spot in taken:
+                n.fail(f"{w.name} and {taken[spot]} are both placed on {w.instance} of {w.host}/{w.gpu}")
+            taken[spot] = w.name
+        workloads.append(w)
+    return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy, solve=_read_solve(f["solve"]),
+                summary=_read_summary(f["summary"]), gpus=tuple(gpus.values()), workloads=tuple(workloads),
+                created_at=_opt_str(f["created_at"]), version=version)
+
+
+def plan_from_dict(doc: Any, catalog: Catalog, source: str = "plan") -> Plan:
+    """`parse_plan` over an already-decoded document (JSON is YAML, so one reader serves both)."""
+    node = yamldoc.parse(json.dumps(doc), source)
+    if node is None:
+        raise InputError("empty plan document", source=source, hint=_HINT)
+    return parse_plan(node, catalog)

@@ -11,18 +11,18 @@ import math
 from collections.abc import Callable
 
 from migplan.catalog import Catalog
+from migplan.fleet.diff import Op, diff
+from migplan.fleet.state import FleetState
 from migplan.layout import used_compute
 from migplan.planner.demand import Policy, Weights
-from migplan.planner.diff import diff
+from migplan.planner.formulation import formulate
 from migplan.planner.groups import Split, split
 from migplan.planner.mapping import Mapped, map_solution
 from migplan.planner.milp import Solver, SolveResult
-from migplan.planner.model import formulate
 from migplan.planner.plan import GpuPlan, Plan, PlanError, SolveInfo, Summary, WorkloadPlan
 from migplan.planner.problem import Item, Problem, build_problem
 from migplan.planner.validate import validate
 from migplan.profiles import ProfileSet
-from migplan.state import FleetState
 
 Progress = Callable[[str], None]
 LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0)
@@ -47,8 +47,8 @@ def _gpus(problem: Problem, m: Mapped) -> tuple[GpuPlan, ...]:
     out = []
     for g in problem.gpus:
         target = m.targets.get(g.key, g.current)
-        out.append(GpuPlan(g.host, g.index, g.model, g.uuid, g.current, target, tuple(diff(g.current, target)),
-                           g.frozen))
+        arch = problem.models[g.model].architecture
+        out.append(GpuPlan(g, target, tuple(diff(g.current, target, gpu=g.key, architecture=arch))))
     return tuple(out)
 
 
@@ -81,7 +81,7 @@ def _busy_disrupted(problem: Problem, gpus: tuple[GpuPlan, ...]) -> int:
 def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPlan, ...], value: float,
              lb: int | None) -> Summary:
     hosting = {(w.host, w.gpu) for w in wls if w.status == "placed"}
-    planned = [g for g in gpus if g.note is None]
+    planned = [g for g in gpus if g.hold is None]
     used = [g for g in planned if (g.target is not None and len(g.target)) or (g.host, g.index) in hosting]
     stranded = sum(problem.models[g.model].compute_slices - used_compute(problem.models[g.model], g.target)
                    for g in used if g.target is not None)
@@ -92,8 +92,8 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
     return Summary(
         gpus_total=len(gpus), gpus_planned=len(planned), gpus_used=len(used), gpus_lower_bound=lb,
         gpus_changed=sum(1 for g in gpus if g.actions), free_whole_gpus=len(planned) - len(used),
-        instances_destroyed=sum(1 for g in gpus for a in g.actions if a.op == "destroy-gi"),
-        instances_created=sum(1 for g in gpus for a in g.actions if a.op == "create-gi"),
+        instances_destroyed=sum(1 for g in gpus for a in g.actions if a.op is Op.DESTROY_GI),
+        instances_created=sum(1 for g in gpus for a in g.actions if a.op is Op.CREATE_GI),
         workloads_placed=sum(1 for w in wls if w.status == "placed"),
         workloads_unplaced=sum(1 for w in wls if w.status != "placed"),
         workloads_disrupted=disrupted, busy_disrupted=busy_disrupted, stranded_slices=stranded,

@@ -1,8 +1,9 @@
 """The planner's frozen input, built from the observed state, the workload profiles and the catalog (pure).
 
-One `Item` per workload replica (replica 0 keeps the workload's name, replica k is `name#k`); one
-`PGpu` per GPU. Whatever cannot be planned at all (a workload larger than any instance of any model
-in the fleet) is set aside in `rejected` with its reason.
+One `Item` per workload replica (replica 0 keeps the workload's name, replica k is `name#k`); the GPUs
+are the observed `GpuState`s themselves (`current`, `hold`, `busy`, `whole_busy`). Whatever cannot
+be planned at all (a workload larger than any instance of any model in the fleet) is set aside in
+`rejected` with its reason.
 """
 
 from __future__ import annotations
@@ -13,28 +14,10 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog
 from migplan.catalog.model import GpuModel
-from migplan.layout import Instance, Layout
+from migplan.fleet.state import FleetState, GpuKey, GpuState
+from migplan.layout import Instance
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
 from migplan.profiles import ProfileSet, Workload
-from migplan.state import FleetState, GpuState
-
-GpuKey = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class PGpu:
-    host: str
-    index: int
-    model: str
-    uuid: str | None
-    current: Layout | None  # None: MIG disabled
-    frozen: str | None = None  # "reserved" | "excluded": left exactly as it is
-    busy: tuple[Instance, ...] = ()  # instances with processes no profile accounts for
-    whole_busy: bool = False  # MIG disabled and processes run on the GPU: enabling MIG stops them
-
-    @property
-    def key(self) -> GpuKey:
-        return (self.host, self.index)
 
 
 @dataclass(frozen=True)
@@ -68,7 +51,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Problem:
-    gpus: tuple[PGpu, ...]
+    gpus: tuple[GpuState, ...]
     items: tuple[Item, ...]
     models: Mapping[str, GpuModel]
     policy: Policy
@@ -77,21 +60,14 @@ class Problem:
     rejected_items: tuple[Item, ...] = ()  # the same items, for their demand in the plan
 
     @functools.cached_property
-    def _by_key(self) -> dict[GpuKey, PGpu]:
+    def _by_key(self) -> dict[GpuKey, GpuState]:
         return {g.key: g for g in self.gpus}
 
-    def gpu(self, key: GpuKey) -> PGpu | None:
+    def gpu(self, key: GpuKey) -> GpuState | None:
         return self._by_key.get(key)
 
 
-def _pgpu(g: GpuState) -> PGpu:
-    frozen = "excluded" if g.excluded else "reserved" if g.reserved else None
-    layout = g.layout if g.mig_enabled else None
-    return PGpu(g.host, g.index, g.model, g.uuid, layout, frozen, tuple(g.busy),
-                whole_busy=g.whole_gpu_busy and not g.mig_enabled)
-
-
-def _running(w: Workload, gpus: Mapping[GpuKey, PGpu]) -> tuple[GpuKey | None, Instance | None]:
+def _running(w: Workload, gpus: Mapping[GpuKey, GpuState]) -> tuple[GpuKey | None, Instance | None]:
     """Where the workload runs now, if the observed place exists in the current state."""
     o = w.observed
     if o.host is None or o.gpu is None or (o.host, o.gpu) not in gpus:
@@ -106,7 +82,7 @@ def _running(w: Workload, gpus: Mapping[GpuKey, PGpu]) -> tuple[GpuKey | None, I
 
 
 def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel],
-           gpus: Mapping[GpuKey, PGpu]) -> list[Item]:
+           gpus: Mapping[GpuKey, GpuState]) -> list[Item]:
     measured = catalog.find(w.observed.gpu_model) if w.observed.gpu_model else None
     if measured is None and w.observed.host is not None and w.observed.gpu is not None:
         here = gpus.get((w.observed.host, w.observed.gpu))
@@ -135,8 +111,8 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
 
 def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy) -> Problem:
     """Items and GPUs sorted by name and (host, index), so the same input always gives the same problem."""
-    gpus = {g.key: _pgpu(g) for g in sorted(state.gpus, key=lambda g: g.key)}
-    model_ids = sorted({g.model for g in gpus.values() if g.frozen is None})
+    gpus = {g.key: g for g in sorted(state.gpus, key=lambda g: g.key)}
+    model_ids = sorted({g.model for g in gpus.values() if g.hold is None})
     models = [catalog.get(m) for m in model_ids] or [catalog.get(g.model) for g in gpus.values()][:1]
     items: list[Item] = []
     rejected: list[tuple[str, str]] = []
@@ -156,7 +132,7 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
                    tuple(rejected_items))
 
 
-def _pin_reason(it: Item, gpus: Mapping[GpuKey, PGpu]) -> str | None:
+def _pin_reason(it: Item, gpus: Mapping[GpuKey, GpuState]) -> str | None:
     """A pin to a host or GPU the fleet does not have (or only has reserved/excluded) can never be met."""
     if it.pin_host is None:
         return None
@@ -164,6 +140,6 @@ def _pin_reason(it: Item, gpus: Mapping[GpuKey, PGpu]) -> str | None:
     where = it.pin_host + (f" GPU {it.pin_gpu}" if it.pin_gpu is not None else "")
     if not mine:
         return f"pinned to {where}, which is not in the fleet (check the pin or the inventory)"
-    if it.running is None and all(g.frozen for g in mine):
+    if it.running is None and all(g.hold for g in mine):
         return f"pinned to {where}, whose GPUs are all reserved or excluded"
     return None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from migplan.fleet.state import FleetState
 from migplan.layout import Instance
 from migplan.planner.plan import Plan
 from migplan.profiles import Observation, ProfileSet
-from migplan.state import FleetState
 
 
 def applied_state(state: FleetState, plan: Plan) -> FleetState:
@@ -15,7 +15,7 @@ def applied_state(state: FleetState, plan: Plan) -> FleetState:
     gpus = []
     for g in state.gpus:
         gp = plan.gpu(g.host, g.index)
-        if gp is None or gp.note is not None:
+        if gp is None or gp.hold is not None:
             gpus.append(g)
             continue
         gpus.append(dataclasses.replace(g, mig_enabled=gp.target is not None, layout=gp.target, busy=()))

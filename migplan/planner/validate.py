@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from migplan.fleet.diff import diff
+from migplan.fleet.state import GpuKey
 from migplan.layout import check_layout
-from migplan.planner.diff import diff
 from migplan.planner.plan import GpuPlan, Plan, WorkloadPlan
-from migplan.planner.problem import GpuKey, Item, Problem
+from migplan.planner.problem import Item, Problem
 
 
 def _gpus(plan: Plan, problem: Problem) -> list[str]:
@@ -25,12 +26,12 @@ def _gpus(plan: Plan, problem: Problem) -> list[str]:
             continue
         if g.current != pg.current:
             out.append(f"gpu {g.host}/{g.index}: current layout differs from the observed one")
-        if pg.frozen and (g.target != pg.current or g.actions):
-            out.append(f"gpu {g.host}/{g.index}: {pg.frozen} GPU would be changed")
+        if pg.hold and (g.target != pg.current or g.actions):
+            out.append(f"gpu {g.host}/{g.index}: {pg.hold} GPU would be changed")
         if g.target is not None:
             out += [f"gpu {g.host}/{g.index}: layout: {c.message}"
                     for c in check_layout(problem.models[pg.model], g.target)]
-        if list(g.actions) != diff(g.current, g.target):
+        if list(g.actions) != diff(g.current, g.target, gpu=g.key, architecture=problem.models[pg.model].architecture):
             out.append(f"gpu {g.host}/{g.index}: actions do not turn the current layout into the target")
     if len({(g.host, g.index) for g in plan.gpus}) != len(problem.gpus) or len(plan.gpus) != len(problem.gpus):
         out.append("gpus: the plan must list every observed GPU exactly once")
@@ -79,7 +80,7 @@ def _workloads(plan: Plan, problem: Problem) -> list[str]:
             out.append(f"{w.name}: shares {w.instance} on {g.host}/{g.index} with {taken[spot]}")
         taken[spot] = w.name
         pg = problem.gpu((g.host, g.index))
-        out += _item_checks(w, it, g, problem, bool(pg and pg.frozen))
+        out += _item_checks(w, it, g, problem, bool(pg and pg.hold))
         where: object = g.host if problem.policy.anti_affinity_scope == "host" else (g.host, g.index)
         for a in it.groups:
             other = spots[a].get(where)
@@ -117,7 +118,7 @@ def _keep_free(plan: Plan, problem: Problem) -> list[str]:
     if not k:
         return []
     used = {(w.host, w.gpu) for w in plan.workloads if w.status == "placed"}
-    free = sum(1 for g in plan.gpus if g.note is None and (g.target is None or not len(g.target))
+    free = sum(1 for g in plan.gpus if g.hold is None and (g.target is None or not len(g.target))
                and (g.host, g.index) not in used)
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]
 

@@ -49,9 +49,9 @@ from migplan.smi.rows import (
     CreatedComputeInstance,
     CreatedGpuInstance,
     Destroyed,
-    GpuInfo,
     GpuInstanceRow,
     GpuListing,
+    GpuQueryRow,
     MigDevice,
     PlacementRow,
     ProfileRow,
@@ -60,7 +60,7 @@ from migplan.smi.tables import layouts_of, parse_compute_instances, parse_gi_pro
 
 __all__ = [
     "APP_FIELDS", "GPU_FIELDS", "ComputeApp", "ComputeInstanceRow", "CreatedComputeInstance", "CreatedGpuInstance",
-    "Destroyed", "GpuInfo", "GpuInstanceRow", "GpuListing", "InUseError", "InsufficientPermissionsError",
+    "Destroyed", "GpuQueryRow", "GpuInstanceRow", "GpuListing", "InUseError", "InsufficientPermissionsError",
     "InsufficientResourcesError", "InvalidArgumentError", "MigDevice", "MigDisabledError", "NotFoundError",
     "NotSupportedError", "PlacementRow", "ProfileRow", "SmiCommandError", "SmiError", "SmiParseError",
     "classify_failure", "create_compute_instances", "create_gpu_instances", "create_instances_for",

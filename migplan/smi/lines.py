@@ -14,8 +14,8 @@ from migplan.smi.rows import (
     CreatedComputeInstance,
     CreatedGpuInstance,
     Destroyed,
-    GpuInfo,
     GpuListing,
+    GpuQueryRow,
     MigDevice,
     PlacementRow,
 )
@@ -132,7 +132,7 @@ def parse_csv(text: str, fields: Sequence[str], free: str | None = None) -> list
     return out
 
 
-def parse_query_gpus(text: str) -> list[GpuInfo]:
+def parse_query_gpus(text: str) -> list[GpuQueryRow]:
     """Output of `commands.query_gpus()` (csv,noheader,nounits; a header line is skipped)."""
     what = "nvidia-smi --query-gpu"
     out = []
@@ -140,7 +140,7 @@ def parse_query_gpus(text: str) -> list[GpuInfo]:
         if line.startswith("index,"):
             continue
         v = _csv(line, GPU_FIELDS, "name", what, no)
-        out.append(GpuInfo(
+        out.append(GpuQueryRow(
             index=num(v["index"] or "", MAX_GPU, what, no, line),
             uuid=_required(v["uuid"], _GPU_UUID, what, no, line),
             name=_required(v["name"], _PRINTABLE, what, no, line),
@@ -180,10 +180,10 @@ _DESTROYED_CI = re.compile(r"Successfully destroyed compute instance ID\s+(?P<ci
 _DESTROYED_GI = re.compile(r"Successfully destroyed GPU instance ID\s+(?P<gi>\d+) from GPU\s+(?P<gpu>\d+)")
 _FAILURE_PREFIXES = ("Unable to ", "Failed to ", "Warning: ", "No GPU instances found", "No compute instances found")
 
-Action = CreatedGpuInstance | CreatedComputeInstance | Destroyed
+ReportedChange = CreatedGpuInstance | CreatedComputeInstance | Destroyed
 
 
-def _action(m: re.Match[str], what: str, no: int, line: str) -> Action:
+def _action(m: re.Match[str], what: str, no: int, line: str) -> ReportedChange:
     def n(key: str) -> int:
         return num(m.group(key), MAX_ID, what, no, line)
 
@@ -196,11 +196,11 @@ def _action(m: re.Match[str], what: str, no: int, line: str) -> Action:
     return CreatedComputeInstance(n("gpu"), n("gi"), None if m.group("ci") is None else n("ci"), name, n("pid"))
 
 
-def parse_actions(text: str) -> list[Action]:
+def parse_actions(text: str) -> list[ReportedChange]:
     """The `Successfully ...` lines of -cgi/-cci/-dci/-dgi output, in order. Failure lines are skipped
     (classify them with `classify_failure`); any other line is a parse error."""
     what = "nvidia-smi mig"
-    out: list[Action] = []
+    out: list[ReportedChange] = []
     for no, line in lines_of(text, what):
         body = line.strip()
         for pattern in (_CREATED_GI, _CREATED_CI, _DESTROYED_CI, _DESTROYED_GI):

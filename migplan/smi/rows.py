@@ -8,7 +8,7 @@ from migplan.catalog.model import Engines
 
 
 @dataclass(frozen=True)
-class GpuInfo:
+class GpuQueryRow:
     """One line of `--query-gpu=index,uuid,name,pci.bus_id,memory.total,mig.mode.*,pci.device_id`.
 
     None means nvidia-smi printed a bracketed value such as `[N/A]` (a GPU without MIG, §2).

@@ -17,8 +17,8 @@ from typer.testing import CliRunner, Result
 from migplan import smi
 from migplan.catalog import builtin_catalog
 from migplan.cli.app import app
+from migplan.documents import load_snapshot_state
 from migplan.layout import Layout
-from migplan.snapshot import load_snapshot
 
 Run = Callable[..., Result]
 
@@ -61,7 +61,7 @@ def test_discover_writes_snapshot_and_reports_partial_failure(run: Run, fleet: F
     assert doc["version"] == 1 and [h["name"] for h in doc["hosts"]] == ["g1", "g2", "down"]
     assert doc["hosts"][2]["error"]["code"] == "unreachable"
     assert "[3/3]" in r.stderr and "down: FAILED (unreachable)" in r.stderr and "Traceback" not in r.output
-    state_ = load_snapshot(out)
+    state_ = load_snapshot_state(out)
     assert {(g.host, g.index) for g in state_} == {("g1", 0), ("g1", 1), ("g2", 0)}
     assert state_.gpu("g2", 0).busy == Layout.parse(["3g.40gb@4"]).instances  # type: ignore[union-attr]
     r = run("discover", "-i", str(inv), "--limit", "g2,nothing*", "-o", "yaml")
@@ -165,7 +165,7 @@ def test_discover_then_propose_from_the_snapshot(run: Run, fleet: Fleet) -> None
     assert r.exit_code == 0, r.output
     doc = json.loads(plan_file.read_text())
     assert doc == json.loads(r.stdout)
-    assert doc["fingerprint"] == load_snapshot(snap).fingerprint()
+    assert doc["fingerprint"] == load_snapshot_state(snap).fingerprint()
     gpus = {(g["host"], g["index"]): g for g in doc["gpus"]}
     assert "3g.40gb@4" in gpus[("g2", 0)]["target"]  # busy (a process runs there): kept
     where = {w["name"]: (w["host"], w["gpu"], w["instance"]) for w in doc["workloads"]}

@@ -13,10 +13,11 @@ from simhosts import MODELS, Proc, mixed_layout, read, state, write
 from migplan import smi
 from migplan.adapters.ssh import SshFleet
 from migplan.catalog import builtin_catalog
-from migplan.discover import discover_fleet, inventory_drift
+from migplan.documents import load_snapshot, load_snapshot_state, write_snapshot
+from migplan.fleet.discover import discover_fleet, inventory_drift
+from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Inventory, load_inventory
 from migplan.layout import Layout
-from migplan.snapshot import Snapshot, load_snapshot, load_snapshot_file, write_snapshot
 
 CATALOG = builtin_catalog()
 # Every command discovery may run: the argv the smi builders make, nothing else.
@@ -216,7 +217,7 @@ def test_hostile_output_is_data_or_rejected_never_run(fleet: Fleet) -> None:
     # the snapshot round-trips the hostile text as data
     out = fleet.tmp / "snap.json"
     write_snapshot(out, snap)
-    again = load_snapshot_file(out, CATALOG)
+    again = load_snapshot(out, CATALOG)
     assert again.host("names") == names
 
 
@@ -230,9 +231,9 @@ def test_snapshot_round_trip_and_strict_loading(fleet: Fleet, tmp_path: Path) ->
     for suffix in ("json", "yaml"):
         path = tmp_path / f"snap.{suffix}"
         write_snapshot(path, snap)
-        assert load_snapshot(path).fingerprint() == snap.fleet_state().fingerprint()
-        assert load_snapshot(path).source == f"snapshot:{path}"
-        full = load_snapshot_file(path)
+        assert load_snapshot_state(path).fingerprint() == snap.fleet_state().fingerprint()
+        assert load_snapshot_state(path).source == f"snapshot:{path}"
+        full = load_snapshot(path)
         assert full == snap and [h.name for h in full.failed] == ["gone"]
     text = (tmp_path / "snap.json").read_text()
     bad = {
@@ -245,7 +246,7 @@ def test_snapshot_round_trip_and_strict_loading(fleet: Fleet, tmp_path: Path) ->
         p = tmp_path / "bad.json"
         p.write_text(doc)
         with pytest.raises(Exception, match=needle) as err:
-            load_snapshot(p)
+            load_snapshot_state(p)
         assert "bad.json:" in str(err.value)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from migplan.fleet.diff import Action, Op, diff
 from migplan.layout import Layout
-from migplan.planner.diff import Action, diff
 
 L = Layout.parse
 
@@ -26,4 +26,4 @@ def test_diff(current, target, expect) -> None:
 
 
 def test_action_str() -> None:
-    assert str(Action("enable-mig")) == "enable-mig"
+    assert str(Action(Op.ENABLE_MIG)) == "enable-mig"

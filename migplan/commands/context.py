@@ -17,19 +17,25 @@ class Context:
     catalog: Catalog
     output: str
 
-    def inventory(self, path: str | None) -> Inventory:
+    def inventory_path(self, path: str | None) -> str:
         chosen = path or self.config.inventory
         if not chosen:
             raise InputError("no inventory given",
                              hint="pass --inventory FILE, set MIGPLAN_INVENTORY, or 'inventory:' in the config file")
-        return load_inventory(chosen, self.catalog)
+        return chosen
 
-    def profiles(self, path: str | None) -> ProfileSet:
+    def inventory(self, path: str | None) -> Inventory:
+        return load_inventory(self.inventory_path(path), self.catalog)
+
+    def profiles_path(self, path: str | None) -> str:
         chosen = path or self.config.profiles
         if not chosen:
             raise InputError("no workload profiles given",
                              hint="pass --profiles DIR, set MIGPLAN_PROFILES, or 'profiles:' in the config file")
-        pset = load_profiles(chosen)
+        return chosen
+
+    def profiles(self, path: str | None) -> ProfileSet:
+        pset = load_profiles(self.profiles_path(path))
         check_models(pset, self.catalog)
         return pset
 

@@ -18,28 +18,24 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
 
 from migplan import smi
 from migplan.adapters.pool import HostResult, for_each_host
-from migplan.adapters.runner import CommandRunner, Completed, HostError
+from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, HostError
+from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import CatalogError
-from migplan.inventory import Host, Inventory
-from migplan.layout import Instance, Layout, check_layout
-from migplan.snapshot import (
-    ComputeInstanceInfo,
-    GpuRecord,
+from migplan.fleet.snapshot import (
+    ComputeInstance,
+    DiscoveredGpu,
+    DiscoveredHost,
+    DiscoveredInstance,
+    GpuProcess,
     HostFailure,
-    HostRecord,
-    InstanceInfo,
-    ProcessInfo,
     Snapshot,
 )
-
-DEFAULT_COMMAND_TIMEOUT = 60.0
-_Row = TypeVar("_Row", smi.GpuInstanceRow, smi.ComputeInstanceRow)
+from migplan.inventory import Host, Inventory
+from migplan.layout import Instance, Layout, check_layout
 
 
 class DiscoveryError(HostError):
@@ -52,72 +48,32 @@ class UnknownModelError(HostError):
     code = "unknown-model"
 
 
-class NoNvidiaSmiError(HostError):
-    code = "no-nvidia-smi"
-
-
 # --- one host ---------------------------------------------------------------------------------
 
-@dataclass
-class _Session:
-    runner: CommandRunner
-    host: Host
-    timeout: float
-
-    def run(self, argv: list[str]) -> Completed:
-        done = self.runner.run(argv, timeout=self.timeout)
-        if done.exit_code == 127 and "not found" in (done.stderr + done.stdout):
-            raise NoNvidiaSmiError(self.host.name, "nvidia-smi is not installed or not on the PATH",
-                                   hint="install the NVIDIA driver utilities on the host, or fix the login PATH")
-        return done
-
-    def output(self, argv: list[str]) -> str:
-        """stdout of a command that must succeed; its typed nvidia-smi error otherwise."""
-        done = self.run(argv)
-        if not done.ok:
-            raise smi.classify_failure(argv, done.exit_code, done.stdout, done.stderr)
-        return done.stdout
-
-    def listing(self, argv: list[str], parse: Callable[[str], list[_Row]]) -> list[_Row]:
-        """A -lgi/-lci listing: "No ... found: Not Found" (a non-zero exit) is an empty list."""
-        done = self.run(argv)
-        if done.ok:
-            return parse(done.stdout)
-        text = done.stdout if done.stdout.strip() else done.stderr
-        rows = parse(text)  # raises the typed error for anything but the "nothing found" message
-        if rows:
-            raise smi.classify_failure(argv, done.exit_code, done.stdout, done.stderr)
-        return rows
-
-
-
-
 def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
-                  timeout: float = DEFAULT_COMMAND_TIMEOUT) -> HostRecord:
+                  timeout: float = DEFAULT_TIMEOUT) -> DiscoveredHost:
     """Everything discovery reports about one host; raises a HostError/SmiError when it cannot."""
-    s = _Session(runner, host, timeout)
-    infos = smi.parse_query_gpus(s.output(smi.query_gpus()))
-    listing = {g.index: g for g in smi.parse_list_gpus(s.output(smi.list_gpus()))}
-    apps = smi.parse_compute_apps(s.output(smi.query_compute_apps()))
+    s = SmiSession(runner, timeout=timeout)
+    infos = s.gpus()
+    listing = {g.index: g for g in s.gpu_listing()}
+    apps = s.compute_apps()
     notes: list[str] = []
     if not infos:
         notes.append("nvidia-smi lists no GPUs")
     gpus = []
     for info in sorted(infos, key=lambda i: i.index):
         model = _model(host, info, catalog, notes)
-        instances: tuple[InstanceInfo, ...] = ()
+        instances: tuple[DiscoveredInstance, ...] = ()
         if model is not None and info.mig_current:
-            gi_rows = [r for r in s.listing(smi.list_gpu_instances(info.index), smi.parse_gpu_instances)
-                       if r.gpu == info.index]
-            ci_rows = [r for r in s.listing(smi.list_compute_instances(info.index), smi.parse_compute_instances)
-                       if r.gpu == info.index] if gi_rows else []
+            gi_rows = s.gpu_instances(info.index)
+            ci_rows = s.compute_instances(info.index) if gi_rows else []
             devices = listing[info.index].mig_devices if info.index in listing else ()
             instances = _instances(host, info.index, model, gi_rows, ci_rows, devices, notes)
-        gpus.append(_gpu_record(host, info, model, instances, apps, notes))
-    return HostRecord(host.name, host.address, tuple(gpus), notes=tuple(notes))
+        gpus.append(_discovered_gpu(host, info, model, instances, apps, notes))
+    return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes))
 
 
-def _model(host: Host, info: smi.GpuInfo, catalog: Catalog, notes: list[str]) -> GpuModel | None:
+def _model(host: Host, info: smi.GpuQueryRow, catalog: Catalog, notes: list[str]) -> GpuModel | None:
     try:
         return catalog.match(info.name, memory_total_mib=info.memory_total_mib, pci_device_id=info.pci_device_id)
     except CatalogError:
@@ -134,7 +90,7 @@ def _model(host: Host, info: smi.GpuInfo, catalog: Catalog, notes: list[str]) ->
 
 def _instances(host: Host, gpu: int, model: GpuModel, gi_rows: Sequence[smi.GpuInstanceRow],
                ci_rows: Sequence[smi.ComputeInstanceRow], devices: Sequence[smi.MigDevice],
-               notes: list[str]) -> tuple[InstanceInfo, ...]:
+               notes: list[str]) -> tuple[DiscoveredInstance, ...]:
     """GPU instances checked against the catalog, with their compute instances and MIG device UUIDs."""
     uuids = _device_uuids(gpu, ci_rows, devices, notes)
     out = []
@@ -149,9 +105,9 @@ def _instances(host: Host, gpu: int, model: GpuModel, gi_rows: Sequence[smi.GpuI
                                  f"{r.size} here, but id {prof.id} of size {prof.memory_slices} in the catalog "
                                  f"({model.id})", hint=f"re-learn the model with 'migplan catalog learn --host "
                                                        f"{host.name}' and use it with --catalog")
-        cis = tuple(ComputeInstanceInfo(c.ci_id, c.profile_name, uuids.get((c.gi_id, c.ci_id)))
+        cis = tuple(ComputeInstance(c.ci_id, c.profile_name, uuids.get((c.gi_id, c.ci_id)))
                     for c in sorted(ci_rows, key=lambda c: c.ci_id) if c.gi_id == r.gi_id)
-        out.append(InstanceInfo(Instance(r.start, r.profile_name), r.gi_id, cis))
+        out.append(DiscoveredInstance(Instance(r.start, r.profile_name), r.gi_id, cis))
     if len({r.gi_id for r in gi_rows}) != len(gi_rows):
         raise DiscoveryError(host.name, f"GPU {gpu}: nvidia-smi lists a GPU instance id twice")
     conflicts = check_layout(model, Layout.of(i.instance for i in out))
@@ -176,22 +132,23 @@ def _device_uuids(gpu: int, ci_rows: Sequence[smi.ComputeInstanceRow], devices: 
     return {(c.gi_id, c.ci_id): d.uuid for c, d in zip(cis, ordered, strict=True)}
 
 
-def _gpu_record(host: Host, info: smi.GpuInfo, model: GpuModel | None, instances: tuple[InstanceInfo, ...],
-                apps: Sequence[smi.ComputeApp], notes: list[str]) -> GpuRecord:
+def _discovered_gpu(host: Host, info: smi.GpuQueryRow, model: GpuModel | None,
+                    instances: tuple[DiscoveredInstance, ...], apps: Sequence[smi.ComputeApp],
+                    notes: list[str]) -> DiscoveredGpu:
     mine = [a for a in apps if a.gpu_uuid == info.uuid]
     by_uuid = {c.uuid: i for i in instances for c in i.compute_instances if c.uuid}
     with_ci = [i for i in instances if i.compute_instances]
-    placed: dict[Instance, list[ProcessInfo]] = {}
-    loose: list[ProcessInfo] = []
+    placed: dict[Instance, list[GpuProcess]] = {}
+    loose: list[GpuProcess] = []
     for a in apps:
-        proc = ProcessInfo(a.pid, a.process_name, a.used_memory_mib)
+        proc = GpuProcess(a.pid, a.process_name, a.used_memory_mib)
         if a.gpu_uuid in by_uuid:
             placed.setdefault(by_uuid[a.gpu_uuid].instance, []).append(proc)
         elif a in mine and info.mig_current and len(with_ci) == 1:
             placed.setdefault(with_ci[0].instance, []).append(proc)
         elif a in mine:
             loose.append(proc)
-    instances = tuple(InstanceInfo(i.instance, i.gi_id, i.compute_instances, tuple(placed.get(i.instance, ())))
+    instances = tuple(DiscoveredInstance(i.instance, i.gi_id, i.compute_instances, tuple(placed.get(i.instance, ())))
                       for i in instances)
     if loose and info.mig_current and instances:
         notes.append(f"GPU {info.index}: {len(loose)} process(es) cannot be placed on one GPU instance; "
@@ -199,7 +156,7 @@ def _gpu_record(host: Host, info: smi.GpuInfo, model: GpuModel | None, instances
     if info.mig_change_pending:
         notes.append(f"GPU {info.index}: MIG mode change pending ({_mode(info.mig_current)} now, "
                      f"{_mode(info.mig_pending)} after a GPU reset)")
-    return GpuRecord(
+    return DiscoveredGpu(
         index=info.index, model=model.id if model else None, name=info.name, uuid=info.uuid,
         pci_bus_id=info.pci_bus_id, memory_total_mib=info.memory_total_mib, mig_capable=info.mig_capable,
         mig_current=bool(info.mig_current), mig_pending=bool(info.mig_pending), instances=instances,
@@ -218,8 +175,8 @@ def discover_fleet(
     connect: Callable[[Host], CommandRunner],
     *,
     parallel: int = 8,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
-    on_done: Callable[[int, int, HostResult[HostRecord]], None] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    on_done: Callable[[int, int, HostResult[DiscoveredHost]], None] | None = None,
     now: dt.datetime | None = None,
 ) -> Snapshot:
     """Discover every inventory host (at most `parallel` at once); failed hosts carry their error."""
@@ -234,13 +191,13 @@ def discover_fleet(
         else:
             err = res.error
             assert err is not None  # a result has a value or an error
-            records.append(HostRecord(host.name, host.address, error=HostFailure(err.code, err.detail, err.hint)))
+            records.append(DiscoveredHost(host.name, host.address, error=HostFailure(err.code, err.detail, err.hint)))
     return Snapshot(tuple(records), taken_at=taken, inventory=inventory.source)
 
 
 # --- discovered vs declared -------------------------------------------------------------------
 
-def inventory_drift(host: Host, record: HostRecord) -> list[str]:
+def inventory_drift(host: Host, record: DiscoveredHost) -> list[str]:
     """What the host has that its inventory entry does not say (empty when they agree)."""
     if not record.ok:
         return []

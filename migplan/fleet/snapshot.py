@@ -1,55 +1,51 @@
-"""Discovered fleet state as a versioned document (`migplan discover --out`), and its strict loader.
+"""What discovery saw, host by host, and the snapshot document that records it (pure).
 
 A snapshot records, per host, every GPU with its model, MIG mode (current and pending), GPU
 instances with their placements, compute instances, MIG device UUIDs and processes; or the error
-that host failed with. `load_snapshot` turns it into the `FleetState` that `propose` plans from,
-in place of the layouts an inventory declares. JSON is written (YAML when the file name ends in
-.yaml/.yml); both are read, with file, key path and line in every error.
+that host failed with. `Snapshot.fleet_state` turns it into the `FleetState` that `propose` plans
+from, in place of the layouts an inventory declares. `snapshot_to_dict` and `parse_snapshot` are
+the document's two directions; reading and writing files is `migplan.documents`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from migplan import names, yamldoc
-from migplan.catalog import Catalog, builtin_catalog
+from migplan.catalog import Catalog
 from migplan.errors import CatalogError
-from migplan.files import write_atomic
+from migplan.fleet.state import FleetState, GpuState
 from migplan.layout import Instance, Layout, check_layout
-from migplan.state import FleetState, GpuState
 from migplan.yamldoc import Node
 
 SNAPSHOT_VERSION = 1
-SNAPSHOT_KIND = "migplan-snapshot"
+SNAPSHOT_KIND = "migplan/snapshot"
+LEGACY_KINDS = ("migplan-snapshot",)  # written by migplan 0.1 before document kinds were unified
 
 
 @dataclass(frozen=True)
-class ProcessInfo:
+class GpuProcess:
     pid: int
     name: str | None = None
     used_memory_mib: int | None = None
 
 
 @dataclass(frozen=True)
-class ComputeInstanceInfo:
+class ComputeInstance:
     ci_id: int
     profile: str
     uuid: str | None = None  # the MIG device UUID (`nvidia-smi -L`)
 
 
 @dataclass(frozen=True)
-class InstanceInfo:
+class DiscoveredInstance:
     """A GPU instance as discovered: placement, ids, compute instances and the processes on it."""
 
     instance: Instance
     gi_id: int | None = None
-    compute_instances: tuple[ComputeInstanceInfo, ...] = ()
-    processes: tuple[ProcessInfo, ...] = ()
+    compute_instances: tuple[ComputeInstance, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
 
     @property
     def busy(self) -> bool:
@@ -57,7 +53,7 @@ class InstanceInfo:
 
 
 @dataclass(frozen=True)
-class GpuRecord:
+class DiscoveredGpu:
     """One GPU of a host. `model` is None only for a GPU without MIG that the catalog does not know."""
 
     index: int
@@ -69,8 +65,8 @@ class GpuRecord:
     mig_capable: bool = True
     mig_current: bool = False
     mig_pending: bool = False
-    instances: tuple[InstanceInfo, ...] = ()
-    processes: tuple[ProcessInfo, ...] = ()  # processes not attributed to one GPU instance
+    instances: tuple[DiscoveredInstance, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()  # processes not attributed to one GPU instance
     reserved: bool = False
     excluded: bool = False
 
@@ -107,10 +103,10 @@ class HostFailure:
 
 
 @dataclass(frozen=True)
-class HostRecord:
+class DiscoveredHost:
     name: str
     address: str | None = None
-    gpus: tuple[GpuRecord, ...] = ()
+    gpus: tuple[DiscoveredGpu, ...] = ()
     error: HostFailure | None = None
     notes: tuple[str, ...] = ()
 
@@ -121,15 +117,15 @@ class HostRecord:
 
 @dataclass(frozen=True)
 class Snapshot:
-    hosts: tuple[HostRecord, ...]
+    hosts: tuple[DiscoveredHost, ...]
     taken_at: str = ""  # ISO 8601 UTC
     inventory: str | None = None
 
     @property
-    def failed(self) -> tuple[HostRecord, ...]:
+    def failed(self) -> tuple[DiscoveredHost, ...]:
         return tuple(h for h in self.hosts if not h.ok)
 
-    def host(self, name: str) -> HostRecord | None:
+    def host(self, name: str) -> DiscoveredHost | None:
         return next((h for h in self.hosts if h.name == name), None)
 
     def fleet_state(self, source: str = "discovery") -> FleetState:
@@ -140,11 +136,11 @@ class Snapshot:
 
 # --- writing ----------------------------------------------------------------------------------
 
-def _process(p: ProcessInfo) -> dict[str, Any]:
+def _process(p: GpuProcess) -> dict[str, Any]:
     return {"pid": p.pid, "name": p.name, "used_memory_mib": p.used_memory_mib}
 
 
-def _gpu_dict(g: GpuRecord) -> dict[str, Any]:
+def _gpu_dict(g: DiscoveredGpu) -> dict[str, Any]:
     return {
         "index": g.index, "model": g.model, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
         "memory_total_mib": g.memory_total_mib,
@@ -160,7 +156,7 @@ def _gpu_dict(g: GpuRecord) -> dict[str, Any]:
     }
 
 
-def host_dict(h: HostRecord) -> dict[str, Any]:
+def host_dict(h: DiscoveredHost) -> dict[str, Any]:
     out: dict[str, Any] = {"name": h.name, "address": h.address}
     if h.error is not None:
         out["error"] = {"code": h.error.code, "message": h.error.message, "hint": h.error.hint}
@@ -169,22 +165,9 @@ def host_dict(h: HostRecord) -> dict[str, Any]:
     return out
 
 
-def snapshot_dict(s: Snapshot) -> dict[str, Any]:
+def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
     return {"version": SNAPSHOT_VERSION, "kind": SNAPSHOT_KIND, "taken_at": s.taken_at, "inventory": s.inventory,
             "hosts": [host_dict(h) for h in s.hosts]}
-
-
-def dump_snapshot(s: Snapshot, *, fmt: str = "json") -> str:
-    doc = snapshot_dict(s)
-    if fmt == "yaml":
-        return str(yaml.safe_dump(doc, sort_keys=False, width=120))
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def write_snapshot(path: str | os.PathLike[str], s: Snapshot) -> None:
-    """Write atomically: JSON, or YAML when the name ends in .yaml/.yml."""
-    fmt = "yaml" if os.fspath(path).endswith((".yaml", ".yml")) else "json"
-    write_atomic(path, dump_snapshot(s, fmt=fmt))
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -204,24 +187,24 @@ def _opt_int(f: dict[str, Node], key: str) -> int | None:
     return None if n is None else n.int(minimum=0)
 
 
-def _processes(node: Node | None) -> tuple[ProcessInfo, ...]:
+def _processes(node: Node | None) -> tuple[GpuProcess, ...]:
     if node is None:
         return ()
     out = []
     for n in node.list():
         f = n.fields({"pid", "name", "used_memory_mib"}, {"pid"})
-        out.append(ProcessInfo(pid=f["pid"].int(minimum=0), name=_opt_str(f, "name"),
+        out.append(GpuProcess(pid=f["pid"].int(minimum=0), name=_opt_str(f, "name"),
                                used_memory_mib=_opt_int(f, "used_memory_mib")))
     return tuple(out)
 
 
-def _instance(node: Node) -> InstanceInfo:
+def _instance(node: Node) -> DiscoveredInstance:
     f = node.fields({"profile", "start", "gi_id", "compute_instances", "processes"}, {"profile", "start"})
     cis = []
     for n in (f["compute_instances"].list() if _opt(f, "compute_instances") else []):
         cf = n.fields({"ci_id", "profile", "uuid"}, {"ci_id", "profile"})
-        cis.append(ComputeInstanceInfo(cf["ci_id"].int(minimum=0), cf["profile"].str(), _opt_str(cf, "uuid")))
-    return InstanceInfo(Instance(f["start"].int(minimum=0), f["profile"].str()), _opt_int(f, "gi_id"),
+        cis.append(ComputeInstance(cf["ci_id"].int(minimum=0), cf["profile"].str(), _opt_str(cf, "uuid")))
+    return DiscoveredInstance(Instance(f["start"].int(minimum=0), f["profile"].str()), _opt_int(f, "gi_id"),
                         tuple(cis), _processes(_opt(f, "processes")))
 
 
@@ -229,7 +212,7 @@ _GPU_KEYS = {"index", "model", "name", "uuid", "pci_bus_id", "memory_total_mib",
              "instances", "processes"}
 
 
-def _gpu(node: Node, catalog: Catalog) -> GpuRecord:
+def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
     f = node.fields(_GPU_KEYS, {"index", "model", "name", "mig"})
     mf = f["mig"].fields({"capable", "current", "pending"}, {"capable", "current", "pending"})
     model = _opt_str(f, "model")
@@ -251,7 +234,7 @@ def _gpu(node: Node, catalog: Catalog) -> GpuRecord:
             f["instances"].fail("invalid layout: " + "; ".join(c.message for c in conflicts))
     elif capable:
         f["model"].fail("a MIG-capable GPU needs its catalog model")
-    return GpuRecord(
+    return DiscoveredGpu(
         index=f["index"].int(minimum=0), model=model, name=f["name"].str(), uuid=uuid,
         pci_bus_id=_opt_str(f, "pci_bus_id"), memory_total_mib=_opt_int(f, "memory_total_mib"),
         mig_capable=capable, mig_current=current, mig_pending=mf["pending"].bool(), instances=instances,
@@ -260,7 +243,7 @@ def _gpu(node: Node, catalog: Catalog) -> GpuRecord:
         excluded=f["excluded"].bool() if "excluded" in f else False)
 
 
-def _host(node: Node, catalog: Catalog) -> HostRecord:
+def _host(node: Node, catalog: Catalog) -> DiscoveredHost:
     f = node.fields({"name", "address", "error", "notes", "gpus"}, {"name"})
     name = f["name"].str()
     if not names.HOST_NAME.match(name):
@@ -269,14 +252,14 @@ def _host(node: Node, catalog: Catalog) -> HostRecord:
     if _opt(f, "error") is not None:
         ef = f["error"].fields({"code", "message", "hint"}, {"code", "message"})
         error = HostFailure(ef["code"].str(), ef["message"].str(), _opt_str(ef, "hint"))
-    gpus: list[GpuRecord] = []
+    gpus: list[DiscoveredGpu] = []
     for n in (f["gpus"].list() if _opt(f, "gpus") else []):
         g = _gpu(n, catalog)
         if any(x.index == g.index for x in gpus):
             n.fail(f"GPU index {g.index} listed twice")
         gpus.append(g)
     notes = tuple(n.str() for n in f["notes"].list()) if _opt(f, "notes") else ()
-    return HostRecord(name, _opt_str(f, "address"), tuple(gpus), error, notes)
+    return DiscoveredHost(name, _opt_str(f, "address"), tuple(gpus), error, notes)
 
 
 def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
@@ -284,9 +267,9 @@ def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
         root.fail("a snapshot is a mapping with 'version: 1' and 'hosts:' (written by 'migplan discover')")
     f = root.fields({"version", "kind", "taken_at", "inventory", "hosts"}, {"hosts"})
     yamldoc.check_version(f, root, SNAPSHOT_VERSION, "snapshot")
-    if "kind" in f and f["kind"].str() != SNAPSHOT_KIND:
+    if "kind" in f and f["kind"].str() not in (SNAPSHOT_KIND, *LEGACY_KINDS):
         f["kind"].fail(f"this is a {f['kind'].str()!r} document, not a {SNAPSHOT_KIND}")
-    hosts: list[HostRecord] = []
+    hosts: list[DiscoveredHost] = []
     for n in f["hosts"].list():
         h = _host(n, catalog)
         if any(x.name == h.name for x in hosts):
@@ -295,19 +278,7 @@ def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
     return Snapshot(tuple(hosts), taken_at=_opt_str(f, "taken_at") or "", inventory=_opt_str(f, "inventory"))
 
 
-def load_snapshot_file(path: str | os.PathLike[str], catalog: Catalog | None = None) -> Snapshot:
-    """The whole snapshot document, validated (models and layouts against `catalog`, default built-in)."""
-    return parse_snapshot(yamldoc.load(path), catalog or builtin_catalog())
-
-
-def load_snapshot(path: str | os.PathLike[str], catalog: Catalog | None = None) -> FleetState:
-    """The FleetState a snapshot records (hosts that failed discovery are left out; see Snapshot.failed)."""
-    snap = load_snapshot_file(path, catalog)
-    return snap.fleet_state(source=f"snapshot:{os.fspath(path)}")
-
-
 __all__ = [
-    "SNAPSHOT_VERSION", "ComputeInstanceInfo", "GpuRecord", "HostFailure", "HostRecord", "InstanceInfo", "ProcessInfo",
-    "Snapshot", "dump_snapshot", "host_dict", "load_snapshot", "load_snapshot_file", "parse_snapshot",
-    "snapshot_dict", "write_snapshot",
+    "SNAPSHOT_KIND", "SNAPSHOT_VERSION", "ComputeInstance", "DiscoveredGpu", "DiscoveredHost", "DiscoveredInstance",
+    "GpuProcess", "HostFailure", "Snapshot", "host_dict", "parse_snapshot", "snapshot_to_dict",
 ]

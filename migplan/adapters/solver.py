@@ -1,4 +1,11 @@
-"""The only module that imports PuLP: translate a `Milp`, solve it with CBC or HiGHS, read the answer.
+"""The solver adapter (the only module that imports PuLP): translate a `Milp`, solve it, read the answer.
+
+This is outside the pure core because solving is I/O: PuLP writes the model to a temporary
+directory, CBC runs as a child process (PuLP's bundled `cbc` binary) and writes its log there, and
+file descriptor 1 is pointed at stderr while HiGHS (in-process) prints its banner, so that stdout
+keeps carrying only migplan's data. The temporary directory is removed when the solve ends. The
+planner sees none of this: it calls `Solver.solve(milp)` (`migplan.planner.milp`) and re-checks
+every row of the answer itself.
 
 Status is taken from PuLP's `status` and `sol_status` together (PuLP reports "Optimal" after a time
 limit when an incumbent exists; `sol_status == 2` says it is not proven). CBC exposes no bound through

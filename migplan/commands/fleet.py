@@ -1,0 +1,187 @@
+"""Commands that read live hosts over SSH: discover, status and catalog learn.
+
+Each takes a `FleetRequest` (which hosts, how to reach them) and a `Report` for progress, and returns
+data; per-host failures are part of the result (`Snapshot.failed`), never an exception.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from migplan import smi
+from migplan.adapters.pool import HostResult
+from migplan.adapters.runner import DEFAULT_TIMEOUT, printable
+from migplan.adapters.smi_session import SmiSession
+from migplan.adapters.ssh import SshFleet, SshOptions
+from migplan.catalog import Catalog, GpuModel
+from migplan.catalog.catalog import pci_device
+from migplan.commands import Report, quiet
+from migplan.commands.context import Context
+from migplan.errors import InputError
+from migplan.fleet.discover import discover_fleet, inventory_drift
+from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host_dict
+from migplan.inventory import Host, Inventory
+from migplan.layout import picture
+
+DEFAULT_PARALLEL = 8
+
+
+@dataclass(frozen=True)
+class FleetRequest:
+    """Which hosts to contact and how."""
+
+    inventory: str | None = None
+    limit: tuple[str, ...] = ()  # host or group names, wildcards; empty: every host
+    parallel: int = DEFAULT_PARALLEL
+    timeout: float = DEFAULT_TIMEOUT  # seconds per remote command
+    ssh: SshOptions = field(default_factory=SshOptions)
+
+
+def limit_patterns(limit: tuple[str, ...] | list[str] | None) -> list[str]:
+    """`["a,b", "c"]` -> `["a", "b", "c"]`."""
+    return [p.strip() for item in (limit or ()) for p in item.split(",") if p.strip()]
+
+
+def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None) -> Inventory:
+    patterns = limit_patterns(limit)
+    chosen = inventory.select(patterns)
+    if not chosen.hosts:
+        raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
+                         hint="list the hosts with 'migplan inventory check'")
+    return chosen
+
+
+def _progress(report: Report):  # type: ignore[no-untyped-def]
+    def on_done(done: int, total: int, result: HostResult[DiscoveredHost]) -> None:
+        if result.error is None and result.value is not None:
+            n = len(result.value.gpus)
+            report(f"[{done}/{total}] {result.host}: ok, {n} GPU{'s' if n != 1 else ''} ({result.duration_s:.1f} s)")
+        elif result.error is not None:
+            report(f"[{done}/{total}] {result.host}: FAILED ({result.error.code}) "
+                   f"{printable(result.error.detail, 200)}")
+    return on_done
+
+
+def discover_hosts(ctx: Context, inventory: Inventory, req: FleetRequest, report: Report = quiet) -> Snapshot:
+    """Discover the given hosts (already selected) over SSH."""
+    report(f"discovering {len(inventory.hosts)} host(s), {req.parallel} at a time")
+    with SshFleet(req.ssh) as ssh:
+        return discover_fleet(inventory, ctx.catalog, ssh.runner, parallel=req.parallel, timeout=req.timeout,
+                              on_done=_progress(report))
+
+
+def discover(ctx: Context, req: FleetRequest, report: Report = quiet) -> Snapshot:
+    """Every selected inventory host's GPUs, MIG mode, instances and processes."""
+    return discover_hosts(ctx, select_hosts(ctx.inventory(req.inventory), req.limit), req, report)
+
+
+# --- status ------------------------------------------------------------------------------------
+
+def _picture(catalog: Catalog, g: DiscoveredGpu) -> str:
+    if g.model is None or not g.mig_capable:
+        return "(no MIG)"
+    return picture(catalog.get(g.model), g.layout)
+
+
+def status_data(snapshot: Snapshot, inventory: Inventory | None, catalog: Catalog) -> dict[str, Any]:
+    """The snapshot per host with slot pictures, busy instances, pending mode changes and drift."""
+    hosts = []
+    for h in snapshot.hosts:
+        entry = host_dict(h)
+        declared = inventory.host(h.name) if inventory is not None else None
+        entry["ok"] = h.ok
+        entry["drift"] = inventory_drift(declared, h) if declared is not None else []
+        for gd, g in zip(entry["gpus"], h.gpus, strict=True):
+            gd["layout"] = g.layout.as_list() if g.layout is not None else None
+            gd["picture"] = _picture(catalog, g)
+            gd["busy"] = [str(i) for i in g.busy_instances]
+            gd["mode_change_pending"] = g.mode_change_pending
+        hosts.append(entry)
+    failed = [h.name for h in snapshot.hosts if not h.ok]
+    return {"taken_at": snapshot.taken_at, "hosts": hosts,
+            "summary": {"hosts": len(snapshot.hosts), "failed": failed,
+                        "gpus": sum(len(h.gpus) for h in snapshot.hosts),
+                        "drift": sum(len(h["drift"]) for h in hosts)}}
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    snapshot: Snapshot
+    data: dict[str, Any]
+
+
+def status(ctx: Context, req: FleetRequest, *, snapshot_path: str | None = None,
+           report: Report = quiet) -> StatusResult:
+    """Live (over SSH) or from a saved snapshot; compared with the inventory when there is one."""
+    inv: Inventory | None = None
+    if snapshot_path:
+        from migplan import documents
+
+        snap = documents.load_snapshot(snapshot_path, ctx.catalog)
+        if req.inventory or ctx.config.inventory:
+            inv = ctx.inventory(req.inventory)
+        if req.limit:
+            if inv is not None:
+                keep = {h.name for h in select_hosts(inv, req.limit).hosts}
+            else:
+                patterns = limit_patterns(req.limit)
+                keep = {h.name for h in snap.hosts if any(fnmatch.fnmatch(h.name, p) for p in patterns)}
+            snap = Snapshot(tuple(h for h in snap.hosts if h.name in keep), snap.taken_at, snap.inventory)
+    else:
+        inv = select_hosts(ctx.inventory(req.inventory), req.limit)
+        snap = discover_hosts(ctx, inv, req, report)
+    return StatusResult(snap, status_data(snap, inv, ctx.catalog))
+
+
+# --- catalog learn -------------------------------------------------------------------------------
+
+_ARCH_BY_NAME = (("B2", "blackwell"), ("B1", "blackwell"), ("GB", "blackwell"), ("H1", "hopper"),
+                 ("H2", "hopper"), ("GH", "hopper"), ("A1", "ampere"), ("A3", "ampere"), ("A8", "ampere"))
+
+
+def guess_model(name: str) -> tuple[str, str | None]:
+    """`NVIDIA H100 80GB HBM3` -> ('H100-80GB-HBM3', 'hopper')."""
+    base = re.sub(r"^NVIDIA\s+", "", name.strip())
+    model_id = re.sub(r"[^A-Za-z0-9.]+", "-", base).strip("-") or "learned-gpu"
+    arch = next((a for prefix, a in _ARCH_BY_NAME if base.upper().startswith(prefix)), None)
+    return model_id, arch
+
+
+@dataclass(frozen=True)
+class LearnRequest:
+    host: str
+    gpu: int = 0
+    model_id: str | None = None
+    architecture: str | None = None
+
+
+def learn(ctx: Context, req: FleetRequest, what: LearnRequest) -> GpuModel:
+    """A catalog model learned from one host's `nvidia-smi mig -lgip`/`-lgipp`."""
+    inv = ctx.inventory(req.inventory)
+    target: Host | None = inv.host(what.host)
+    if target is None:
+        raise InputError(f"host {what.host!r} is not in {inv.source}",
+                         hint="list the hosts with 'migplan inventory check'")
+    with SshFleet(req.ssh) as ssh:
+        session = SmiSession(ssh.runner(target), timeout=req.timeout)
+        infos = {i.index: i for i in session.gpus()}
+        if what.gpu not in infos:
+            raise InputError(f"{what.host} has no GPU {what.gpu} (GPUs: {sorted(infos)})")
+        gi = infos[what.gpu]
+        if not gi.mig_current:
+            raise InputError(f"{what.host} GPU {what.gpu} ({printable(gi.name, 60)}) is not in MIG mode; nvidia-smi "
+                             "lists MIG profiles only for MIG-enabled GPUs",
+                             hint="enable MIG on that GPU first, or pick another --gpu")
+        lgip = session.gi_profiles_text(what.gpu)
+        lgipp = session.gi_placements_text(what.gpu)
+    guessed_id, guessed_arch = guess_model(gi.name)
+    arch = what.architecture or guessed_arch
+    if arch is None:
+        raise InputError(f"cannot tell the architecture of {printable(gi.name, 60)!r}", hint="pass --architecture")
+    pci = [pci_device(gi.pci_device_id)] if gi.pci_device_id else []
+    return smi.learn_model(lgip, lgipp, what.model_id or guessed_id, architecture=arch, gpu=what.gpu,
+                           smi_names=[gi.name], pci_device_ids=pci,
+                           source=f"learned from {what.host} GPU {what.gpu} with nvidia-smi mig -lgip/-lgipp")

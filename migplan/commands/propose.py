@@ -1,0 +1,88 @@
+"""Propose: merge the planner settings, pick the observed state, plan, and write the plan document.
+
+Precedence for every setting: the caller's value (a command-line flag) > the config file's
+`planner:` section > the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migplan import documents
+from migplan.adapters.solver import PulpSolver
+from migplan.commands import Report, quiet
+from migplan.commands.context import Context
+from migplan.fleet.state import FleetState, state_from_inventory
+from migplan.planner import Plan, Policy, plan
+from migplan.planner.demand import policy_from_mapping
+
+DEFAULT_SOLVER = "cbc"
+DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_GAP = 0.0001
+
+
+@dataclass(frozen=True)
+class ProposeRequest:
+    """What `propose` was asked for; None means "not given here" (the config file or the default decides)."""
+
+    inventory: str | None = None
+    profiles: str | None = None
+    snapshot: str | None = None
+    out: str | None = None
+    solver: str | None = None
+    time_limit: float | None = None
+    gap: float | None = None
+    policy: Mapping[str, Any] = field(default_factory=dict)  # Policy field -> value (None: not given)
+
+
+def planner_policy(ctx: Context, overrides: Mapping[str, Any]) -> Policy:
+    base = policy_from_mapping(dict(ctx.config.planner), source=ctx.config.source or "config")
+    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSolver:
+    cfg = ctx.config.planner
+    name = req.solver or str(cfg.get("solver", DEFAULT_SOLVER))
+    time_limit = req.time_limit if req.time_limit is not None else float(cfg.get("time_limit", DEFAULT_TIME_LIMIT_S))  # type: ignore[arg-type]
+    gap = req.gap if req.gap is not None else float(cfg.get("gap", DEFAULT_GAP))  # type: ignore[arg-type]
+    return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=0.99 * policy.weights.gpu)
+
+
+def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, report: Report = quiet) -> FleetState:
+    """The state to plan from: a discovery snapshot when one is given, else the inventory's declared layouts."""
+    chosen = snapshot or ctx.config.snapshot
+    if chosen:
+        return documents.load_snapshot_state(chosen, ctx.catalog)
+    inv = ctx.inventory(inventory)
+    unknown = [h.name for h in inv.hosts if not h.gpus]
+    if unknown:
+        report(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
+               f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out "
+               "SNAPSHOT' and plan with '--snapshot SNAPSHOT'")
+    return state_from_inventory(inv)
+
+
+def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
+    """Files this run reads: `--out` must never be one of them."""
+    out = [p for p in (req.snapshot or ctx.config.snapshot, req.inventory or ctx.config.inventory) if p]
+    if req.profiles or ctx.config.profiles:
+        out.append(str(req.profiles or ctx.config.profiles))
+    return out
+
+
+def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: dt.datetime | None = None) -> Plan:
+    """Plan every GPU of the chosen state for the workload profiles; write the plan when `req.out` is set."""
+    policy = planner_policy(ctx, req.policy)
+    solver = planner_solver(ctx, req, policy)
+    state = planner_state(ctx, req.inventory, req.snapshot, report)
+    result = plan(state, ctx.profiles(req.profiles), ctx.catalog, policy, solver, progress=report)
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = dataclasses.replace(result, created_at=stamp)
+    if req.out:
+        documents.write_plan(req.out, result, forbid=_inputs(ctx, req))
+        report(f"plan written to {req.out}")
+    return result

@@ -1,0 +1,135 @@
+"""Every document migplan writes and reads back, in one place: a `load_*` / `write_*` pair per kind.
+
+Kinds are named `migplan/<kind>` (`kind:` in the document) and carry `version:`. Documents are
+written atomically (`files.write_atomic`) as JSON, or YAML when the file name ends in .yaml/.yml,
+and read through the one strict reader (`yamldoc`: file, line and key in every error; JSON is YAML).
+
+  plan       migplan propose --out       -> load_plan / write_plan
+  snapshot   migplan discover --out      -> load_snapshot / write_snapshot
+  profiles   migplan profiles build (collect) -> write_profiles; read by `profiles.load_profiles`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from migplan import yamldoc
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.files import write_atomic
+from migplan.fleet.snapshot import Snapshot, parse_snapshot, snapshot_to_dict
+from migplan.fleet.state import FleetState
+from migplan.planner.plan import Plan, parse_plan, plan_to_dict
+from migplan.profiles import PROFILES_VERSION, Workload
+
+PROFILES_KIND = "migplan/profiles"
+Path = str | os.PathLike[str]
+
+
+def format_for(path: Path) -> str:
+    """`yaml` for .yaml/.yml names, else `json`."""
+    return "yaml" if os.fspath(path).endswith((".yaml", ".yml")) else "json"
+
+
+def dump(doc: Any, fmt: str = "json") -> str:
+    """A document as text: indented JSON, or block-style YAML in key order."""
+    if fmt == "yaml":
+        return str(yaml.safe_dump(doc, sort_keys=False, width=120))
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_document(path: Path, doc: Any, *, forbid: Iterable[Path] = ()) -> None:
+    """Write atomically in the format the name asks for; refuse to overwrite any file in `forbid`."""
+    _check_not_an_input(path, forbid)
+    write_atomic(path, dump(doc, format_for(path)))
+
+
+def _check_not_an_input(path: Path, forbid: Iterable[Path]) -> None:
+    """Never write onto a file this run reads (`--out` equal to the inventory would destroy it)."""
+    try:
+        out = os.stat(path)
+    except OSError:
+        return
+    for other in forbid:
+        try:
+            src = os.stat(other)
+        except OSError:
+            continue
+        if (out.st_dev, out.st_ino) == (src.st_dev, src.st_ino):
+            from migplan.errors import InputError
+
+            raise InputError(f"refusing to write over {os.fspath(other)}, which this command reads",
+                             source=os.fspath(path), hint="choose another output file")
+
+
+# --- plan ----------------------------------------------------------------------------------------
+
+def write_plan(path: Path, plan: Plan, *, forbid: Iterable[Path] = ()) -> None:
+    write_document(path, plan_to_dict(plan), forbid=forbid)
+
+
+def load_plan(path: Path, catalog: Catalog | None = None) -> Plan:
+    """A plan file, validated strictly against `catalog` (default: the built-in one)."""
+    return parse_plan(yamldoc.load(path), catalog or builtin_catalog())
+
+
+# --- snapshot ------------------------------------------------------------------------------------
+
+def write_snapshot(path: Path, snapshot: Snapshot, *, forbid: Iterable[Path] = ()) -> None:
+    write_document(path, snapshot_to_dict(snapshot), forbid=forbid)
+
+
+def load_snapshot(path: Path, catalog: Catalog | None = None) -> Snapshot:
+    """The whole snapshot document, validated (models and layouts against `catalog`, default built-in)."""
+    return parse_snapshot(yamldoc.load(path), catalog or builtin_catalog())
+
+
+def load_snapshot_state(path: Path, catalog: Catalog | None = None) -> FleetState:
+    """The FleetState a snapshot records (hosts that failed discovery are left out; see Snapshot.failed)."""
+    return load_snapshot(path, catalog).fleet_state(source=f"snapshot:{os.fspath(path)}")
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+def _timestamp(value: object) -> str | None:
+    if value is None:
+        return None
+    iso = getattr(value, "isoformat", None)
+    text = iso() if callable(iso) else str(value)
+    return str(text).replace("+00:00", "Z")
+
+
+def workload_to_dict(w: Workload) -> dict[str, Any]:
+    """One workload in the profiles schema (only what is set, so defaults stay defaults)."""
+    o = w.observed
+    observed: dict[str, Any] = {k: v for k, v in (
+        ("host", o.host), ("gpu", o.gpu), ("gpu_model", o.gpu_model), ("mig_profile", o.mig_profile),
+        ("mig_start", o.mig_start), ("samples", o.samples)) if v is not None}
+    if o.window_start is not None or o.window_end is not None:
+        observed["window"] = {"start": _timestamp(o.window_start), "end": _timestamp(o.window_end)}
+    out: dict[str, Any] = {"name": w.name}
+    if observed:
+        out["observed"] = observed
+    out["memory_mib"] = {"p50": w.memory.p50, "p95": w.memory.p95, "p99": w.memory.p99, "max": w.memory.max}
+    out["compute"] = {"p50": w.compute.p50, "p95": w.compute.p95, "max": w.compute.max}
+    if w.priority != 1:
+        out["priority"] = w.priority
+    if w.pin is not None:
+        out["pin"] = {"host": w.pin.host, **({"gpu": w.pin.gpu} if w.pin.gpu is not None else {})}
+    for key in ("anti_affinity", "min_profile"):
+        if getattr(w, key) is not None:
+            out[key] = getattr(w, key)
+    if w.replicas != 1:
+        out["replicas"] = w.replicas
+    return out
+
+
+def write_profiles(path: Path, workloads: Iterable[Workload], *, forbid: Iterable[Path] = ()) -> None:
+    """A profiles file (`profiles.load_profiles` reads it back; the schema is the README's)."""
+    doc = {"version": PROFILES_VERSION, "kind": PROFILES_KIND,
+           "workloads": [workload_to_dict(w) for w in workloads]}
+    write_document(path, doc, forbid=forbid)

@@ -1,0 +1,155 @@
+"""Observed fleet state: the same layout types the planner outputs, so a diff is a pure function.
+
+A `FleetState` comes from the inventory's declared layouts (offline planning) or from live
+discovery (`migplan discover` writes it as a snapshot document). Two fingerprints guard against
+acting on a state that has since changed:
+
+* the fleet fingerprint (`FleetState.fingerprint`) covers every GPU, so it changes whenever any
+  process starts anywhere: it says "this plan was computed from exactly that state";
+* the per-GPU fingerprint (`GpuState.fingerprint`) covers only what a plan's actions on that GPU
+  depend on, so `apply` can check each host, and each GPU, on its own (`changes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from migplan.inventory import Inventory
+from migplan.layout import Instance, Layout
+
+GpuKey = tuple[str, int]
+Hold = Literal["reserved", "excluded"]
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One GPU as observed (or declared): what the planner plans from and what `apply` re-checks."""
+
+    host: str
+    index: int
+    model: str  # catalog model id
+    uuid: str | None = None
+    mig_enabled: bool = False
+    mig_pending: bool | None = None  # the mode after the next reset, when it differs from the current one
+    layout: Layout | None = None  # None when MIG is disabled
+    busy: tuple[Instance, ...] = ()  # instances with running processes: never destroyed without consent
+    whole_gpu_busy: bool = False  # MIG disabled and processes running: enabling MIG would stop them
+    reserved: bool = False
+    excluded: bool = False
+
+    @property
+    def key(self) -> GpuKey:
+        return (self.host, self.index)
+
+    @property
+    def current(self) -> Layout | None:
+        """The layout in force: None when MIG is disabled (one whole-GPU device)."""
+        return self.layout if self.mig_enabled else None
+
+    @property
+    def hold(self) -> Hold | None:
+        """Why the planner must leave this GPU exactly as it is, if it must."""
+        if self.excluded:
+            return "excluded"
+        return "reserved" if self.reserved else None
+
+    @property
+    def whole_busy(self) -> bool:
+        """Processes run on the GPU with MIG disabled: enabling MIG would stop them."""
+        return self.whole_gpu_busy and not self.mig_enabled
+
+    def identity(self) -> dict[str, object]:
+        """What the fingerprints cover: everything a plan's actions on this GPU depend on."""
+        return {
+            "host": self.host,
+            "index": self.index,
+            "model": self.model,
+            "uuid": self.uuid,
+            "mig_enabled": self.mig_enabled,
+            "mig_pending": self.mig_pending,
+            "layout": self.current.as_list() if self.current is not None else None,
+            "busy": [str(i) for i in sorted(self.busy)],
+            "whole_gpu_busy": self.whole_busy,
+        }
+
+    def fingerprint(self) -> str:
+        """sha256 over the canonical JSON of this GPU's identity."""
+        return _sha256(self.identity())
+
+
+@dataclass(frozen=True)
+class FleetState:
+    gpus: tuple[GpuState, ...]
+    source: str = "inventory"  # inventory | discovery | snapshot:<path>
+
+    def __iter__(self) -> Iterator[GpuState]:
+        return iter(self.gpus)
+
+    def gpu(self, host: str, index: int) -> GpuState | None:
+        return next((g for g in self.gpus if g.host == host and g.index == index), None)
+
+    def fingerprint(self) -> str:
+        """sha256 over the canonical JSON of every GPU's identity, sorted by (host, index)."""
+        return _sha256([g.identity() for g in sorted(self.gpus, key=lambda g: g.key)])
+
+
+def _sha256(doc: object) -> str:
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def changes(assumed: GpuState, live: GpuState | None) -> list[str]:
+    """What differs between the state a plan assumed for a GPU and the GPU as it is now (empty: unchanged).
+
+    Each entry is one sentence for a person ("layout is X, the plan assumed Y"). Only what the plan's
+    actions depend on counts (`GpuState.identity`); reserved/excluded flags come from the inventory.
+    """
+    where = f"GPU {assumed.index}"
+    if live is None:
+        return [f"{where}: not found on the host any more"]
+    out = []
+    if live.model != assumed.model:
+        out.append(f"{where}: model is {live.model}, the plan assumed {assumed.model}")
+    if assumed.uuid and live.uuid and assumed.uuid.lower() != live.uuid.lower():
+        out.append(f"{where}: UUID is {live.uuid}, the plan assumed {assumed.uuid} (a different GPU)")
+    if live.mig_enabled != assumed.mig_enabled:
+        out.append(f"{where}: MIG is {_mode(live.mig_enabled)}, the plan assumed {_mode(assumed.mig_enabled)}")
+    if live.mig_pending != assumed.mig_pending:
+        now = "none" if live.mig_pending is None else _mode(live.mig_pending)
+        then = "none" if assumed.mig_pending is None else _mode(assumed.mig_pending)
+        out.append(f"{where}: pending MIG mode change is {now}, the plan assumed {then}")
+    if live.current != assumed.current and live.mig_enabled == assumed.mig_enabled:
+        out.append(f"{where}: layout is {_layout(live.current)}, the plan assumed {_layout(assumed.current)}")
+    newly_busy = sorted(set(live.busy) - set(assumed.busy))
+    if newly_busy:
+        out.append(f"{where}: processes now run on {', '.join(map(str, newly_busy))}")
+    if live.whole_busy and not assumed.whole_busy:
+        out.append(f"{where}: processes now run on the whole GPU")
+    freed = sorted(set(assumed.busy) - set(live.busy))
+    if freed:
+        out.append(f"{where}: {', '.join(map(str, freed))} no longer busy")
+    return out
+
+
+def _mode(on: bool) -> str:
+    return "enabled" if on else "disabled"
+
+
+def _layout(layout: Layout | None) -> str:
+    return "MIG disabled" if layout is None else str(layout)
+
+
+def state_from_inventory(inventory: Inventory) -> FleetState:
+    """The state the inventory declares. A GPU with neither `mig` nor `layout` is taken as MIG
+    disabled (one whole-GPU device), which is how a GPU boots unless MIG was turned on."""
+    gpus = []
+    for host, spec in inventory.gpus():
+        enabled = bool(spec.mig_enabled) if spec.mig_enabled is not None else spec.layout is not None
+        layout = (spec.layout or Layout()) if enabled else None
+        gpus.append(GpuState(host=host.name, index=spec.index, model=spec.model, uuid=spec.uuid,
+                             mig_enabled=enabled, layout=layout, reserved=spec.reserved, excluded=spec.excluded))
+    return FleetState(tuple(gpus), source="inventory")
