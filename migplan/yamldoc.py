@@ -56,10 +56,7 @@ from yaml.scanner import Scanner
 
 from migplan.errors import InputError
 
-try:  # libyaml, when PyYAML was built with it
-    from yaml import CParser as _CParser
-except ImportError:  # pragma: no cover - depends on the PyYAML build
-    _CParser = None
+_CParser: Any = getattr(yaml, "CParser", None)  # libyaml's parser, when PyYAML was built with it
 
 MAX_FILE_MB = 64  # default cap on a file's size; MIGPLAN_MAX_FILE_MB overrides it
 MAX_FILE_ENV = "MIGPLAN_MAX_FILE_MB"
@@ -116,9 +113,18 @@ def _tag_name(tag: str) -> str:
     return "!!" + tag[len(_Y):] if tag.startswith(_Y) else tag
 
 
-def _fail_at(source: str, mark: Any, message: str, hint: str | None = None) -> NoReturn:
+def _fail_at(source: str, mark: Any, message: str, hint: str | None = None, key: str | None = None) -> NoReturn:
     line = mark.line + 1 if mark is not None else None
-    raise InputError(message, source=source, line=line, hint=hint)
+    raise InputError(message, source=source, line=line, hint=hint, key=key or None)
+
+
+class _Problem(Exception):
+    """A value that is not what its tag says; the caller adds file, line and key."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
 
 
 # --- scalars ----------------------------------------------------------------------------------
@@ -141,83 +147,82 @@ def _matches(tag: str, value: str) -> bool:
     return any(t == tag and r.match(value) for t, r in _IMPLICIT.get(key, ()))
 
 
-def _convert(tag: str, value: str, node: yaml.ScalarNode, source: str, explicit: bool) -> Any:
-    """A scalar's Python value; an InputError (at its line) when it is not what its tag says."""
+def _convert(tag: str, value: str, node: yaml.ScalarNode, explicit: bool) -> Any:
+    """A scalar's Python value; `_Problem` when it is not what its tag says."""
     if tag == STR or tag in _STRING_TAGS:
         return value
     if tag == NULL:
         if explicit and value not in ("", "~", "null", "Null", "NULL"):
-            _fail_at(source, node.start_mark, f"{_short(value)} is not null (tagged !!null)")
+            raise _Problem(f"{_short(value)} is not null (tagged !!null)")
         return None
     if tag == BOOL:
         if explicit and not _matches(BOOL, value):
-            _fail_at(source, node.start_mark, f"{_short(value)} is not true or false (tagged !!bool)")
+            raise _Problem(f"{_short(value)} is not true or false (tagged !!bool)")
         return _CONSTRUCTOR.construct_yaml_bool(node)
     if tag in (INT, FLOAT):
-        what = "an integer" if tag == INT else "a number"
         if len(value) > MAX_NUMBER_CHARS:
-            _fail_at(source, node.start_mark,
-                     f"a number of {len(value)} characters is too long (at most {MAX_NUMBER_CHARS})", _QUOTE_HINT)
+            raise _Problem(f"a number of {len(value)} characters is too long (at most {MAX_NUMBER_CHARS})",
+                           _QUOTE_HINT)
         try:
             return (_CONSTRUCTOR.construct_yaml_int if tag == INT else _CONSTRUCTOR.construct_yaml_float)(node)
         except (ValueError, TypeError, IndexError, ArithmeticError):
-            _fail_at(source, node.start_mark, f"{_short(value)} is not {what} (tagged {_tag_name(tag)})")
+            what = "an integer" if tag == INT else "a number"
+            raise _Problem(f"{_short(value)} is not {what} (tagged {_tag_name(tag)})") from None
     if tag == TIMESTAMP:
         if explicit and not _matches(TIMESTAMP, value):
-            _fail_at(source, node.start_mark, f"{_short(value)} is not a date or time (tagged !!timestamp)")
+            raise _Problem(f"{_short(value)} is not a date or time (tagged !!timestamp)")
         try:
             return _CONSTRUCTOR.construct_yaml_timestamp(node)
         except (ValueError, TypeError, AttributeError, ArithmeticError) as err:
-            _fail_at(source, node.start_mark, f"{_short(value)} is not a valid date or time ({err})", _QUOTE_HINT)
+            raise _Problem(f"{_short(value)} is not a valid date or time ({err})", _QUOTE_HINT) from None
     if tag == "!vault":
-        _fail_at(source, node.start_mark, "an Ansible Vault value (!vault) cannot be read: migplan does not decrypt",
-                 "keep encrypted variables in group_vars/ or host_vars/ files, which migplan does not read")
-    _fail_at(source, node.start_mark, f"the tag {_tag_name(tag)} is not supported; migplan reads plain values",
-             "remove the tag (strings, numbers, true/false, lists and mappings need none)")
+        raise _Problem("an Ansible Vault value (!vault) cannot be read: migplan does not decrypt",
+                       "keep encrypted variables in group_vars/ or host_vars/ files, which migplan does not read")
+    raise _Problem(f"the tag {_tag_name(tag)} is not supported; migplan reads plain values",
+                   "remove the tag (strings, numbers, true/false, lists and mappings need none)")
 
 
 def _short(value: str) -> str:
     return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
 
 
-def _scalar_node(event: ev.ScalarEvent, source: str) -> _Scalar:
+def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
     tag, value = event.tag, event.value
     explicit = tag is not None and tag != "!"
     if not explicit:
         tag = _resolve_plain(value) if event.implicit[0] else STR
-        if tag not in _SCALAR_TAGS:  # `=` and the like: text; `<<` is a merge key only as a key
-            tag = MERGE if tag == MERGE else STR
+        if tag not in _SCALAR_TAGS and tag != MERGE:  # `=` and the like: text
+            tag = STR
     assert tag is not None
-    node = _Scalar(tag, value, event.start_mark, event.end_mark, event.style, None)
-    if tag != MERGE:
-        node.data = _convert(tag, value, node, source, explicit)
-    else:
-        node.data = value
+    node = _Scalar(tag, value, event.start_mark, event.end_mark, event.style, value)
+    if tag != MERGE:  # `<<` is a merge key as a key, else the text "<<"
+        node.data = _convert(tag, value, node, explicit)
     return node
 
 
 # --- composition --------------------------------------------------------------------------------
 
 class _Frame:
-    __slots__ = ("anchor", "items", "key", "node")
+    __slots__ = ("items", "key", "node")
 
-    def __init__(self, node: _Mapping | _Sequence, anchor: str | None) -> None:
+    def __init__(self, node: _Mapping | _Sequence) -> None:
         self.node = node
-        self.anchor = anchor
         self.items: list[Any] = []
         self.key: yaml.Node | None = None
 
 
-def _collection_tag(event: ev.CollectionStartEvent, default: str, source: str) -> str:
-    tag = event.tag
-    if tag is None or tag == "!":
-        return default
-    if tag != default:
-        what = "mapping" if default == MAP else "list"
-        hint = ("remove the tag; migplan reads plain lists and mappings" if tag not in _SCALAR_TAGS
-                else "a tag for a single value cannot stand on a list or mapping")
-        _fail_at(source, event.start_mark, f"the tag {_tag_name(tag)} is not supported on a {what}", hint)
-    return tag
+def _path(stack: list[_Frame]) -> str:
+    """The key path of the next node to be added (as `Node` writes it: `a.b[0].c`)."""
+    out = ""
+    for frame in stack:
+        if isinstance(frame.node, _Mapping):
+            if frame.key is None:
+                break
+            key = _key_text(frame.key)
+            out = f"{out}.{key}" if out else key
+        else:
+            out = f"{out}[{len(frame.items)}]"
+    return out if len(out) <= 120 else out[:117] + "..."
 
 
 class _Composer:
@@ -230,9 +235,10 @@ class _Composer:
         self.anchors: dict[str, yaml.Node] = {}
         self.open: set[int] = set()  # ids of collections still being composed
         self.alias_nodes = 0
+        self.stack: list[_Frame] = []
 
     def fail(self, mark: Any, message: str, hint: str | None = None) -> NoReturn:
-        _fail_at(self.source, mark, message, hint)
+        _fail_at(self.source, mark, message, hint, _path(self.stack))
 
     def compose(self) -> yaml.Node | None:
         nxt = self.next_event
@@ -247,72 +253,87 @@ class _Composer:
                       "remove the extra '---' line or split the file")
         return root
 
-    def _size(self, node: yaml.Node) -> tuple[int, int]:
-        if isinstance(node, _Collection):
-            return node.size, node.height
-        return 1, 1
-
-    def _document(self) -> yaml.Node:  # noqa: C901 - one loop over event kinds
-        stack: list[_Frame] = []
+    def _document(self) -> yaml.Node:
+        stack = self.stack
         root: yaml.Node | None = None
-        source = self.source
         while True:
             event = self.next_event()
             node: yaml.Node
             if isinstance(event, ev.ScalarEvent):
-                node = _scalar_node(event, source)
+                try:
+                    node = _scalar_node(event)
+                except _Problem as problem:
+                    self.fail(event.start_mark, problem.message, problem.hint)
                 if event.anchor is not None:
                     self._anchor(event.anchor, node, event)
             elif isinstance(event, ev.AliasEvent):
-                node = self._alias(event, len(stack))
-            elif isinstance(event, (ev.MappingStartEvent, ev.SequenceStartEvent)):
-                if len(stack) >= MAX_DEPTH:
-                    self.fail(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} levels deep",
-                              "migplan files need only a few levels; check for runaway brackets")
-                coll: _Mapping | _Sequence
-                if isinstance(event, ev.MappingStartEvent):
-                    coll = _Mapping(_collection_tag(event, MAP, source), [], event.start_mark, None,
-                                    event.flow_style)
-                else:
-                    coll = _Sequence(_collection_tag(event, SEQ, source), [], event.start_mark, None,
-                                     event.flow_style)
-                if event.anchor is not None:
-                    self._anchor(event.anchor, coll, event)
-                self.open.add(id(coll))
-                stack.append(_Frame(coll, event.anchor))
+                node = self._alias(event)
+            elif isinstance(event, ev.CollectionStartEvent):
+                self._start(event)
                 continue
-            elif isinstance(event, (ev.MappingEndEvent, ev.SequenceEndEvent)):
-                frame = stack.pop()
-                node = frame.node
-                node.end_mark = event.end_mark
-                if isinstance(node, _Mapping):
-                    node.value = _merge(frame.items, source)
-                else:
-                    node.value = frame.items
-                self._finish(node)
-                self.open.discard(id(node))
-            else:  # DocumentStart/End: structure only
-                if isinstance(event, ev.DocumentEndEvent):
-                    assert root is not None
-                    return root
+            elif isinstance(event, ev.CollectionEndEvent):
+                node = self._end(event)
+            elif isinstance(event, ev.DocumentEndEvent):
+                assert root is not None
+                return root
+            else:  # DocumentStart: structure only
                 continue
             if not stack:
                 root = node
-                continue
-            top = stack[-1]
-            if isinstance(top.node, _Mapping):
-                if top.key is None:
-                    if not isinstance(node, yaml.ScalarNode):
-                        self.fail(node.start_mark, "a key must be a name, not a list or mapping",
-                                  "write the key as plain text")
-                    if node.tag != MERGE and _key_text(node) == "":
-                        self.fail(node.start_mark, "a key is empty", "give the key a name")
-                    top.key = node
-                else:
-                    top.items.append((top.key, node))
-                    top.key = None
             else:
-                top.items.append(node)
+                self._add(stack[-1], node)
+
+    def _start(self, event: ev.CollectionStartEvent) -> None:
+        mark: Any = event.start_mark
+        if len(self.stack) >= MAX_DEPTH:
+            self.fail(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} levels deep",
+                      "migplan files need only a few levels; check for runaway brackets")
+        coll: _Mapping | _Sequence
+        if isinstance(event, ev.MappingStartEvent):
+            coll = _Mapping(self._collection_tag(event, MAP), [], mark, None, event.flow_style)
+        else:
+            coll = _Sequence(self._collection_tag(event, SEQ), [], mark, None, event.flow_style)
+        if event.anchor is not None:
+            self._anchor(event.anchor, coll, event)
+        self.open.add(id(coll))
+        self.stack.append(_Frame(coll))
+
+    def _end(self, event: ev.CollectionEndEvent) -> yaml.Node:
+        frame = self.stack[-1]
+        node = frame.node
+        node.end_mark = event.end_mark
+        node.value = self._merge(frame.items) if isinstance(node, _Mapping) else frame.items
+        size, height = 1, 0
+        for child in ([n for pair in node.value for n in pair] if isinstance(node, _Mapping) else node.value):
+            s, h = _size(child)
+            size += s
+            height = max(height, h)
+        node.size, node.height = size, height + 1
+        self.open.discard(id(node))
+        self.stack.pop()
+        return node
+
+    def _add(self, top: _Frame, node: yaml.Node) -> None:
+        if not isinstance(top.node, _Mapping):
+            top.items.append(node)
+        elif top.key is not None:
+            top.items.append((top.key, node))
+            top.key = None
+        elif not isinstance(node, yaml.ScalarNode):
+            self.fail(node.start_mark, "a key must be a name, not a list or mapping", "write the key as plain text")
+        elif node.tag != MERGE and _key_text(node) == "":
+            self.fail(node.start_mark, "a key is empty", "give the key a name")
+        else:
+            top.key = node
+
+    def _collection_tag(self, event: ev.CollectionStartEvent, default: str) -> str:
+        tag = event.tag
+        if tag is None or tag == "!" or tag == default:
+            return default
+        what = "mapping" if default == MAP else "list"
+        hint = ("a tag for a single value cannot stand on a list or mapping" if tag in _SCALAR_TAGS
+                else "remove the tag; migplan reads plain lists and mappings")
+        self.fail(event.start_mark, f"the tag {_tag_name(tag)} is not supported on a {what}", hint)
 
     def _anchor(self, anchor: str, node: yaml.Node, event: Any) -> None:
         if anchor in self.anchors:
@@ -321,7 +342,7 @@ class _Composer:
                       "give each anchor its own name")
         self.anchors[anchor] = node
 
-    def _alias(self, event: ev.AliasEvent, depth: int) -> yaml.Node:
+    def _alias(self, event: ev.AliasEvent) -> yaml.Node:
         name = event.anchor
         target = self.anchors.get(name) if name is not None else None
         if target is None:
@@ -330,8 +351,8 @@ class _Composer:
         if id(target) in self.open:
             self.fail(event.start_mark, f"alias *{name} is inside the collection &{name} it names (a recursive alias)",
                       "an alias may only repeat a value defined and closed before it")
-        size, height = self._size(target)
-        if depth + height > MAX_DEPTH:
+        size, height = _size(target)
+        if len(self.stack) + height > MAX_DEPTH:
             self.fail(event.start_mark, f"alias *{name} nests lists and mappings more than {MAX_DEPTH} levels deep")
         self.alias_nodes += size
         if self.alias_nodes > MAX_ALIAS_NODES:
@@ -339,46 +360,43 @@ class _Composer:
                       "this looks like an alias bomb; write the repeated values out or use fewer aliases")
         return target
 
-    def _finish(self, node: _Mapping | _Sequence) -> None:
-        size, height = 1, 0
-        children: list[yaml.Node] = ([n for pair in node.value for n in pair] if isinstance(node, _Mapping)
-                                     else node.value)
-        for child in children:
-            s, h = self._size(child)
-            size += s
-            height = max(height, h)
-        node.size, node.height = size, height + 1
+    def _merge(self, pairs: list[tuple[yaml.Node, yaml.Node]]) -> list[tuple[yaml.Node, yaml.Node]]:
+        """YAML 1.1 merge keys: merged entries first (an earlier merged mapping wins), explicit keys win."""
+        merges = [(k, v) for k, v in pairs if k.tag == MERGE]
+        if not merges:
+            return pairs
+        if len(merges) > 1:
+            first = merges[0][0].start_mark.line + 1
+            self.fail(merges[1][0].start_mark, f"duplicate key '<<' (first at line {first})",
+                      "merge several mappings with one key: '<<: [*a, *b]'")
+        value = merges[0][1]
+        sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+        for src in sources:
+            if not isinstance(src, yaml.MappingNode):
+                self.fail(src.start_mark, "'<<' merges a mapping or a list of mappings, such as '<<: *common'",
+                          "point '<<' at an anchored mapping (&common)")
+        explicit = [(k, v) for k, v in pairs if k.tag != MERGE]
+        taken = {_key_text(k) for k, _ in explicit}
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        for src in sources:
+            for k, v in src.value:
+                text = _key_text(k)
+                if text not in taken:
+                    taken.add(text)
+                    merged.append((k, v))
+        return merged + explicit
+
+
+def _size(node: yaml.Node) -> tuple[int, int]:
+    """Expanded node count and height of a composed node."""
+    if isinstance(node, _Collection):
+        return node.size, node.height
+    return 1, 1
 
 
 def _key_text(node: yaml.Node) -> str:
     """A mapping key as written: the source text of a plain scalar, the value of a quoted one."""
     return node.value if isinstance(node.value, str) else "?"
-
-
-def _merge(pairs: list[tuple[yaml.Node, yaml.Node]], source: str) -> list[tuple[yaml.Node, yaml.Node]]:
-    """YAML 1.1 merge keys: merged entries first (an earlier merged mapping wins), explicit keys win."""
-    merges = [(k, v) for k, v in pairs if k.tag == MERGE]
-    if not merges:
-        return pairs
-    if len(merges) > 1:
-        _fail_at(source, merges[1][0].start_mark, f"duplicate key '<<' (first at line {merges[0][0].start_mark.line + 1})",
-                 "merge several mappings with one key: '<<: [*a, *b]'")
-    key, value = merges[0]
-    sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
-    for src in sources:
-        if not isinstance(src, yaml.MappingNode):
-            _fail_at(source, src.start_mark, "'<<' merges a mapping or a list of mappings, such as '<<: *common'",
-                     "point '<<' at an anchored mapping (&common)")
-    explicit = [(k, v) for k, v in pairs if k.tag != MERGE]
-    taken = {_key_text(k) for k, _ in explicit}
-    merged: list[tuple[yaml.Node, yaml.Node]] = []
-    for src in sources:
-        for k, v in src.value:
-            text = _key_text(k)
-            if text not in taken:
-                taken.add(text)
-                merged.append((k, v))
-    return merged + explicit
 
 
 class _PyParser(Reader, Scanner, Parser):
@@ -449,7 +467,10 @@ def _data(node: yaml.ScalarNode, source: str) -> Any:
         tag = _resolve_plain(node.value) if node.style is None else STR
     if tag == MERGE:
         return node.value
-    return _convert(tag, node.value, node, source, explicit=False)
+    try:
+        return _convert(tag, node.value, node, explicit=False)
+    except _Problem as problem:
+        _fail_at(source, node.start_mark, problem.message, problem.hint)
 
 
 class Node:
@@ -640,7 +661,8 @@ def max_file_bytes() -> int:
     except ValueError:
         mb = math.nan
     if not math.isfinite(mb) or mb <= 0:
-        raise InputError(f"{MAX_FILE_ENV}={raw!r} must be a positive number of MiB", hint=f"the default is {MAX_FILE_MB}")
+        raise InputError(f"{MAX_FILE_ENV}={raw!r} must be a positive number of MiB",
+                         hint=f"the default is {MAX_FILE_MB}")
     return int(mb * 1024 * 1024)
 
 

@@ -1,4 +1,12 @@
-"""The catalog of MIG-capable GPU models (shipped data plus user overrides)."""
+"""The catalog of MIG-capable GPU models: geometry types, the shipped data, and user overrides.
+
+  model.py    GpuModel, GiProfile, Engines: one model's MIG geometry (pure)
+  catalog.py  Catalog: lookup by id, alias, nvidia-smi name and PCI device id (pure)
+  loader.py   the strict reader of catalog files; reads the shipped `data/models.yaml` (package
+              data) and override files named by `--catalog`: the catalog's only file access
+
+May import: errors, names, yamldoc. Never layout, planner, fleet, adapters, commands or cli.
+"""
 
 from migplan.catalog.catalog import Catalog, normalise_name
 from migplan.catalog.loader import builtin_catalog, load_catalog, load_catalog_file

@@ -20,7 +20,7 @@ from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOp
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands import fleet as run
 from migplan.commands.context import build_context
-from migplan.errors import EXIT_FAILURE
+from migplan.commands.results import Outcome, discovery_outcomes, exit_code
 from migplan.files import write_atomic
 from migplan.fleet.snapshot import Snapshot, snapshot_to_dict
 
@@ -48,13 +48,16 @@ def _warnings_to_stderr() -> Iterator[None]:
 
 
 def _finish(snapshot: Snapshot) -> None:
-    if snapshot.failed:
-        info(f"{len(snapshot.failed)} of {len(snapshot.hosts)} host(s) failed:")
-        for h in snapshot.failed:
-            assert h.error is not None
-            info(f"  {h.name}: {printable(h.error.message, 400)}"
-                 + (f"\n    hint: {printable(h.error.hint, 400)}" if h.error.hint else ""))
-        raise typer.Exit(EXIT_FAILURE)
+    outcomes = discovery_outcomes(snapshot)
+    failed = [o for o in outcomes if o.outcome is not Outcome.OK]
+    if failed:
+        info(f"{len(failed)} of {len(outcomes)} host(s) failed:")
+        for o in failed:
+            info(f"  {o.host}: {printable(o.message or '', 400)}"
+                 + (f"\n    hint: {printable(o.hint, 400)}" if o.hint else ""))
+    code = exit_code(outcomes)
+    if code:
+        raise typer.Exit(code)
 
 
 # --- discover -----------------------------------------------------------------------------------

@@ -43,7 +43,6 @@ PLAN_VERSION = 2
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
-MAX_GPU_INDEX = 255  # nvidia-smi's -i takes 0..255 (smi builders' bound)
 
 
 class PlanError(MigplanError):
@@ -227,8 +226,8 @@ def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
     if not names.HOST_NAME.fullmatch(host):
         f["host"].fail(f"{host!r} is not a host name (letters, digits, '.', '_' or '-')", hint=_HINT)
     index = f["index"].int(minimum=0)
-    if index > MAX_GPU_INDEX:
-        f["index"].fail(f"GPU index {index} is out of range 0..{MAX_GPU_INDEX}")
+    if index > names.MAX_GPU_INDEX:
+        f["index"].fail(f"GPU index {index} is out of range 0..{names.MAX_GPU_INDEX}")
     try:
         model = catalog.get(f["model"].str())
     except CatalogError as err:
@@ -336,7 +335,10 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     if not _SHA256.fullmatch(fingerprint):
         f["fingerprint"].fail("expected sha256:<64 hex digits>", hint=_HINT)
     policy_doc = f["policy"].value("map")
-    policy = policy_from_mapping(policy_doc, source=f"{root.source}: policy").to_dict()
+    try:
+        policy = policy_from_mapping(policy_doc, source=root.source).to_dict()
+    except InputError as err:
+        f["policy"].fail(err.message.removeprefix(f"{root.source}: "), hint=_HINT)
     gpus: dict[GpuKey, GpuPlan] = {}
     for n in f["gpus"].list():
         g = _read_gpu(n, catalog)

@@ -18,8 +18,8 @@ from migplan.smi.errors import (
 )
 
 MAX_TEXT = 4_000_000  # characters; far above any real listing
-MAX_GPU = 255
-MAX_ID = 255
+MAX_GPU = 255  # GPU indices nvidia-smi prints and `-i` takes; the builders use the same bound
+MAX_ID = 255  # profile, GPU instance and compute instance ids
 
 _INT = re.compile(r"\d{1,9}")
 # go-nvlib parseMigProfile grammar (mig-geometry.md §2): [<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Sequence
 
 from migplan.catalog.model import GpuModel
 from migplan.layout import Instance
+from migplan.smi._base import MAX_GPU, MAX_ID
 from migplan.smi.errors import SmiCommandError
 
 NVIDIA_SMI = "nvidia-smi"
 
 # Limits are generous sanity bounds, not hardware facts: GI ids seen are 0..14 and CI ids 0..7
 # (mig-geometry.md §6), profile ids up to 65 (RTX PRO, §3), memory-slice starts 0..7.
-MAX_GPU = 255
-MAX_PROFILE_ID = 255
+MAX_PROFILE_ID = MAX_ID
 MAX_START = 31
 MAX_INSTANCE_ID = 127
 

@@ -1,8 +1,13 @@
 """Build host state files for the nvidia-smi simulator (tests/sim/nvidia_smi_sim.py).
 
-    path = write_host(tmp_path / "gpu01.json", "A100-SXM4-40GB", 2, layouts=[Layout.parse(["7g.40gb@0"]), None])
+    path = write_host(tmp_path / "gpu01.json", "A100-SXM4-40GB", 2, layouts=[["7g.40gb@0"], None])
     env = sim_env(path)            # PATH with tests/sim/bin first, MIGPLAN_SIM_STATE=path
     subprocess.run(["nvidia-smi", "mig", "-lgi"], env=env)
+
+Independent of migplan (it imports none of it): a model is a simulator model id (tests/sim/geometry.py) or
+any object with an `id` (a migplan GpuModel; only its id is used, the geometry is the simulator's own). A
+layout is a list of `PROFILE@START` strings or any object whose `instances` have `start` and `profile`
+(a migplan Layout). Layouts are checked against the simulator's own placement rules.
 """
 
 from __future__ import annotations
@@ -13,15 +18,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from migplan.catalog import builtin_catalog
-from migplan.catalog.model import GpuModel
-from migplan.layout import Layout, validate_layout
-
+from . import geometry as geo
 from . import nvidia_smi_sim as sim
 
 BIN_DIR = Path(__file__).resolve().parent / "bin"
@@ -42,28 +44,57 @@ def _uuid(seed: str) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def gpu_state(model: GpuModel | None, index: int, *, hostname: str = "gpu-host", mig: bool = True,
-              layout: Layout | None = None, cis: bool = True, procs: Sequence[Proc] = (),
+def instances_of(layout: Any) -> list[tuple[str, int]]:
+    """(profile name, start) of a layout: `PROFILE@START` strings or a Layout-like object."""
+    if hasattr(layout, "instances"):
+        return [(str(i.profile), int(i.start)) for i in layout.instances]
+    out = []
+    for item in layout:
+        name, sep, start = str(item).partition("@")
+        if not sep or not start.strip().isdigit():
+            raise ValueError(f"{item!r} is not PROFILE@START")
+        out.append((name.strip(), int(start)))
+    return out
+
+
+def check_layout(model: geo.Model, layout: Any) -> None:
+    """Raise ValueError when the simulator's own rules refuse `layout` on `model`."""
+    placed = instances_of(layout)
+    bad = geo.conflicts(model, placed)
+    if bad:
+        shown = " ".join(f"{n}@{s}" for n, s in placed)
+        raise ValueError(f"invalid layout {shown} on {model.id}: " + "; ".join(f"{r}: {m}" for r, m in bad))
+
+
+def resolve_model(model: Any, catalog_files: Iterable[str] = ()) -> geo.Model | None:
+    """The simulator's model for a model id, an object with `.id`, or a simulator Model; None = no MIG."""
+    if model is None:
+        return None
+    return geo.find_model(model if isinstance(model, str) else str(model.id), catalog_files)
+
+
+def gpu_state(model: geo.Model | None, index: int, *, hostname: str = "gpu-host", mig: bool = True,
+              layout: Any = None, cis: bool = True, procs: Sequence[Proc] = (),
               name: str | None = None, memory_total_mib: int | None = None,
               mode_reset: str = "in-use") -> dict[str, Any]:
     """One GPU: `model` None is a GPU without MIG (like a T4). `layout` is created with default CIs."""
     uuid = _uuid(f"{hostname}/{index}")
     gpu: dict[str, Any] = {
         "index": index, "model": None if model is None else model.id,
-        "name": name or (model.smi_names[0] if model and model.smi_names else f"NVIDIA {model.id if model else 'T4'}"),
+        "name": name or (model.smi_name if model else "NVIDIA T4"),
         "uuid": uuid, "pci_bus_id": f"00000000:{0x17 + 0x10 * index:02X}:00.0",
-        "pci_device_id": (model.pci_device_ids[0][2:].upper() if model and model.pci_device_ids else "1EB8") + "10DE",
-        "memory_total_mib": memory_total_mib or (int(model.memory_mib * 1.02) if model else 15360),
+        "pci_device_id": (model.pci_device_id if model else "0x1EB8") + "10DE",
+        "memory_total_mib": memory_total_mib or (int(model.full_profile.memory_mib * 1.02) if model else 15360),
         "mig_current": bool(mig and model), "mig_pending": bool(mig and model), "mode_reset": mode_reset,
         "gpu_instances": [], "processes": [],
     }
-    gpu["pci_device_id"] = "0x" + gpu["pci_device_id"]
     state: dict[str, Any] = {"uuid_counter": 0}
     if layout is not None and model is not None:
-        validate_layout(model, layout)
-        for inst in layout.instances:
-            prof = model.profile(inst.profile)
-            gi = {"id": sim.next_gi_id(model, gpu, prof.memory_slices), "profile_id": prof.id, "start": inst.start,
+        check_layout(model, layout)
+        for pname, start in instances_of(layout):
+            prof = model.profile(pname)
+            assert prof is not None  # check_layout refused unknown profiles
+            gi = {"id": sim.next_gi_id(model, gpu, prof.memory_slices), "profile_id": prof.id, "start": start,
                   "cis": []}
             gpu["gpu_instances"].append(gi)
             if cis:
@@ -83,14 +114,22 @@ def _proc(gpu: dict[str, Any], proc: Proc) -> dict[str, Any]:
     return {"pid": proc.pid, "name": proc.name, "used_memory_mib": proc.used_memory_mib, "gi": gi, "ci": ci}
 
 
-def host_state(model: str | GpuModel | None, n_gpus: int, *, hostname: str = "gpu-host", mig: bool = True,
-               layouts: Sequence[Layout | None] | Layout | None = None, cis: bool = True,
+def _one_layout(layouts: Any) -> bool:
+    """A single layout for every GPU (a Layout-like object or a list of strings), not one per GPU."""
+    if layouts is None or hasattr(layouts, "instances"):
+        return True
+    items = list(layouts)
+    return bool(items) and all(isinstance(i, str) for i in items)
+
+
+def host_state(model: Any, n_gpus: int, *, hostname: str = "gpu-host", mig: bool = True,
+               layouts: Any = None, cis: bool = True,
                busy: dict[int, Sequence[Proc]] | None = None, faults: Sequence[dict[str, Any]] = (),
                **flags: Any) -> dict[str, Any]:
     """A host with `n_gpus` GPUs of one model. `layouts`: one for all GPUs or one per GPU (None = empty).
     `busy`: GPU index -> processes. `flags`: root, ssh, driver_loaded, nvidia_smi, user, catalog_files..."""
-    m = builtin_catalog().get(model) if isinstance(model, str) else model
-    per_gpu = list(layouts) if isinstance(layouts, (list, tuple)) else [layouts] * n_gpus
+    m = resolve_model(model, flags.get("catalog_files", ()))
+    per_gpu = [layouts] * n_gpus if _one_layout(layouts) else list(layouts)
     gpus = [gpu_state(m, i, hostname=hostname, mig=mig, layout=per_gpu[i], cis=cis,
                       procs=(busy or {}).get(i, ())) for i in range(n_gpus)]
     return {"version": 1, "hostname": hostname, "root": True, "ssh": "ok", "uuid_counter": 100,
@@ -107,7 +146,7 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def write_host(path: str | os.PathLike[str], model: str | GpuModel | None, n_gpus: int, **kw: Any) -> Path:
+def write_host(path: str | os.PathLike[str], model: Any, n_gpus: int, **kw: Any) -> Path:
     return write_state(path, host_state(model, n_gpus, **kw))
 
 

@@ -324,11 +324,11 @@ def conflicts(model: Model, placed: Sequence[tuple[str | int, int]]) -> list[tup
     owner: dict[int, str] = {}
     for prof, start in known:
         for slot in prof.slots(start):
-            if slot in owner:
-                out.append(("overlap", f"{owner[slot]} and {prof.name}@{start} share memory slice {slot}"))
-                break
             if slot >= model.memory_slices:
                 out.append(("bad-start", f"{prof.name}@{start} runs past memory slice {model.memory_slices - 1}"))
+                break
+            if slot in owner:
+                out.append(("overlap", f"{owner[slot]} and {prof.name}@{start} share memory slice {slot}"))
                 break
             owner[slot] = f"{prof.name}@{start}"
     used = sum(p.compute_slices for p, _ in known)

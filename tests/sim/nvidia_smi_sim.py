@@ -14,6 +14,10 @@ Resources 23, anything else 255 - unverified.
 
 GPU instance ids come from a per-size pool like the driver's (mig-geometry.md §6: 7g 0, 3g/4g 1-2,
 2g 3-6, 1g 7-14): the lowest free id of the pool, never derived from the placement.
+
+The GPU geometry and the placement rules are the simulator's own (tests/sim/geometry.py: verbatim -lgip /
+-lgipp samples where the reference has them, tests/sim/geometry_inferred.py elsewhere). Nothing here
+imports migplan, so a wrong rule or catalog entry in migplan fails against it.
 """
 
 from __future__ import annotations
@@ -22,17 +26,20 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from migplan.catalog import builtin_catalog, load_catalog
-from migplan.catalog.catalog import Catalog
-from migplan.catalog.model import GiProfile, GpuModel
-from migplan.layout import Instance, Layout, check_layout
-from migplan.smi.errors import gpu_of
+try:  # imported as tests' `sim` package, or run as a script (tests/sim/bin/nvidia-smi)
+    from . import geometry as geo
+except ImportError:  # pragma: no cover - script mode
+    import geometry as geo  # type: ignore[no-redef]
+
+Model, Profile = geo.Model, geo.Profile
+Placed = list[tuple[int, int]]  # (profile id, start) of each GPU instance on one GPU
 
 STATE_ENV = "MIGPLAN_SIM_STATE"
 EXIT_BY_ERROR = {
@@ -84,18 +91,11 @@ def locked(path: str) -> Iterator[dict[str, Any]]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-_CATALOGS: dict[tuple[str, ...], Catalog] = {}
-
-
-def catalog_of(state: dict[str, Any]) -> Catalog:
-    files = tuple(state.get("catalog_files", ()))
-    if files not in _CATALOGS:
-        _CATALOGS[files] = load_catalog(files) if files else builtin_catalog()
-    return _CATALOGS[files]
-
-
-def model_of(state: dict[str, Any], gpu: dict[str, Any]) -> GpuModel | None:
-    return None if gpu.get("model") is None else catalog_of(state).get(gpu["model"])
+def model_of(state: dict[str, Any], gpu: dict[str, Any]) -> Model | None:
+    """The GPU's model: the simulator's own geometry, or a host's `catalog_files` for custom models."""
+    if gpu.get("model") is None:
+        return None
+    return geo.find_model(gpu["model"], state.get("catalog_files", ()))
 
 
 def new_uuid(state: dict[str, Any], prefix: str, seed: str) -> str:
@@ -106,15 +106,18 @@ def new_uuid(state: dict[str, Any], prefix: str, seed: str) -> str:
 
 # --- geometry -------------------------------------------------------------------------------
 
-def gi_profile(model: GpuModel, gi: dict[str, Any]) -> GiProfile:
-    return model.profile(int(gi["profile_id"]))
+def gi_profile(model: Model, gi: dict[str, Any]) -> Profile:
+    prof = model.profile(int(gi["profile_id"]))
+    if prof is None:
+        raise ValueError(f"state: {model.id} has no profile id {gi['profile_id']}")
+    return prof
 
 
-def layout_of(model: GpuModel, gpu: dict[str, Any]) -> Layout:
-    return Layout.of(Instance(gi["start"], gi_profile(model, gi).name) for gi in gpu["gpu_instances"])
+def placed_of(gpu: dict[str, Any]) -> Placed:
+    return [(int(gi["profile_id"]), int(gi["start"])) for gi in gpu["gpu_instances"]]
 
 
-def gi_id_pool(model: GpuModel, size: int) -> range:
+def gi_id_pool(model: Model, size: int) -> range:
     """Ids of one size class: a binary tree over the memory slices (mig-geometry.md §6)."""
     level = 1
     while level * size < model.memory_slices:
@@ -122,7 +125,7 @@ def gi_id_pool(model: GpuModel, size: int) -> range:
     return range(level - 1, 2 * level - 1)
 
 
-def next_gi_id(model: GpuModel, gpu: dict[str, Any], size: int) -> int:
+def next_gi_id(model: Model, gpu: dict[str, Any], size: int) -> int:
     used = {gi["id"] for gi in gpu["gpu_instances"]}
     for gid in [*gi_id_pool(model, size), *range(64)]:
         if gid not in used:
@@ -130,23 +133,19 @@ def next_gi_id(model: GpuModel, gpu: dict[str, Any], size: int) -> int:
     raise Fail(["Failed to create GPU instances: Insufficient Resources"], 23)
 
 
-def remaining(model: GpuModel, layout: Layout, prof: GiProfile) -> int:
-    """How many more `prof` instances fit now (the -lgip "Free" column, §3)."""
-    count, cur = 0, layout
-    for start in prof.starts:
-        cand = Layout.of((*cur.instances, Instance(start, prof.name)))
-        if not check_layout(model, cand):
-            cur, count = cand, count + 1
-    return count
-
-
-def lgip_order(model: GpuModel) -> list[GiProfile]:
-    """-lgip row order: compute slices, memory slices, then id (§3)."""
-    return sorted(model.profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.id))
-
-
 def busy(gpu: dict[str, Any], gi: int | None = None, ci: int | None = None) -> bool:
     return any((gi is None or p.get("gi") == gi) and (ci is None or p.get("ci") == ci) for p in gpu["processes"])
+
+
+def gpu_of(argv: Sequence[str]) -> int | None:
+    """The GPU index a command names with `-i N` / `--id N` / `--id=N`; None for all GPUs or another id."""
+    for pos, tok in enumerate(argv):
+        value = argv[pos + 1] if tok in ("-i", "--id") and pos + 1 < len(argv) else None
+        if tok.startswith("--id="):
+            value = tok[len("--id="):]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
 
 
 # --- argument parsing -----------------------------------------------------------------------
@@ -242,7 +241,7 @@ def injected(inject: dict[str, Any] | None, item: int, state: dict[str, Any], mu
     return None
 
 
-def mig_gpus(state: dict[str, Any], opts: dict[str, Any]) -> list[tuple[dict[str, Any], GpuModel]]:
+def mig_gpus(state: dict[str, Any], opts: dict[str, Any]) -> list[tuple[dict[str, Any], Model]]:
     """Selected GPUs in MIG mode; nvidia-smi's own message when there are none (§3, §6)."""
     chosen = [(g, model_of(state, g)) for g in select(state, opts.get("id"))]
     if all(m is None for _, m in chosen):
@@ -264,7 +263,7 @@ def gi_targets(gpu: dict[str, Any], wanted: list[int] | None, missing: Any) -> l
     return [by_id[gid] for gid in wanted]
 
 
-def ci_name(model: GpuModel, gi: dict[str, Any], ci: dict[str, Any]) -> str:
+def ci_name(model: Model, gi: dict[str, Any], ci: dict[str, Any]) -> str:
     prof = gi_profile(model, gi)
     return prof.name if ci["size"] == prof.compute_slices else f"{ci['size']}c.{prof.name}"
 
@@ -319,6 +318,33 @@ LCI_HEAD = [  # §9 verbatim (H100, with Placement, 70 columns)
 ]
 
 
+def lgip_rows(model: Model, gpu: dict[str, Any]) -> list[str]:
+    """One GPU's -lgip rows: the verbatim sample's lines where there is one (GPU index and Free column set
+    to this GPU's), else rows in the same 79-column format (§3)."""
+    placed = placed_of(gpu)
+    free = {p.id: geo.remaining(model, placed, p) for p in model.profiles}
+    if model.lgip_sample is not None:
+        out = []
+        for line in model.lgip_sample.splitlines()[len(LGIP_HEAD):]:
+            row = geo.read_lgip(line)
+            if row:
+                line = f"|{gpu['index']:>4}" + line[5:]
+                line = _FREE.sub(lambda m: f"{free[row[0].id]:>{len(m.group(1))}}/{m.group(2)}", line, count=1)
+            out.append(line)
+        return out
+    rows = []
+    for p in model.profiles:
+        name = "MIG " + p.name
+        rows.append(f"|{gpu['index']:>4}  {name:<16}{p.id:>4}{free[p.id]:>6}/{p.max_count:<3}"
+                    f"      {p.gib:<11}{'No':<7}{p.sm_count:<7}{p.dec:<6}{p.enc:<4}|")
+        rows.append(f"|{'':60}{p.ce:>2}{'':5}{p.jpeg:<6}{p.ofa:<4}|")
+        rows.append(LGIP_HEAD[0])
+    return rows
+
+
+_FREE = re.compile(r"(\s*\d+)/(\d+)")
+
+
 def do_lgip(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
     gpus = mig_gpus(state, opts)
     err = injected(inject, 0, state, mutating=False)
@@ -326,13 +352,7 @@ def do_lgip(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject:
         raise Fail([f"Failed to display GPU instance profiles: {err}"], code_of(err))  # §3
     out.extend(LGIP_HEAD)
     for gpu, model in gpus:
-        layout = layout_of(model, gpu)
-        for p in lgip_order(model):
-            e, name = p.engines, "MIG " + p.name
-            out.append(f"|{gpu['index']:>4}  {name:<16}{p.id:>4}{remaining(model, layout, p):>6}/{p.max_count:<3}"
-                       f"      {p.lgip_gib:<11}{'No':<7}{p.sm_count:<7}{e.dec:<6}{e.enc:<4}|")
-            out.append(f"|{'':60}{e.ce:>2}{'':5}{e.jpeg:<6}{e.ofa:<4}|")
-            out.append(LGIP_HEAD[0])
+        out.extend(lgip_rows(model, gpu))
 
 
 def do_lgipp(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
@@ -341,7 +361,11 @@ def do_lgipp(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
     if err:
         raise Fail([f"Failed to display GPU instance profile placements: {err}"], code_of(err))  # unverified
     for gpu, model in gpus:
-        for p in lgip_order(model):
+        if model.lgipp_sample is not None:  # the verbatim sample, for this GPU's index
+            out.extend(re.sub(r"^GPU +\d+", f"GPU {gpu['index']:>2}", line)
+                       for line in model.lgipp_sample.splitlines())
+            continue
+        for p in model.profiles:
             label = "Placements:" if len(p.starts) > 1 else "Placement :"  # §4
             starts = ",".join(str(s) for s in p.starts)
             out.append(f"GPU {gpu['index']:>2} Profile ID {p.id:>2} {label} {{{starts}}}:{p.memory_slices}")
@@ -354,7 +378,7 @@ def do_lgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
         raise Fail([f"Failed to display GPU instances: {err}"], code_of(err))  # by analogy with §9
     rows = []
     for gpu, model in gpus:
-        order = {p.id: n for n, p in enumerate(lgip_order(model))}
+        order = {p.id: n for n, p in enumerate(model.profiles)}
         for gi in sorted(gpu["gpu_instances"], key=lambda gi: (order[gi["profile_id"]], gi["id"])):  # §6 order
             p = gi_profile(model, gi)
             rows += [f"|{gpu['index']:>4}  {'MIG ' + p.name:<18}{p.id:>4}{gi['id']:>9}{gi['start']:>11}:"
@@ -386,19 +410,19 @@ def do_lci(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
 
 # --- mig create / destroy -------------------------------------------------------------------
 
-def resolve_gi(model: GpuModel, layout: Layout, token: str) -> tuple[GiProfile | None, int | None, str | None]:
-    """(profile, start, error) for one `-cgi` tuple `PROFILE[:START]` (§5)."""
+def resolve_gi(model: Model, placed: Placed, token: str) -> tuple[Profile | None, int | None, str | None]:
+    """(profile, start, error) for one `-cgi` tuple `PROFILE[:START]` (§5), by the simulator's own rules."""
     ref, sep, start_txt = token.rpartition(":") if ":" in token else (token, "", "")
-    if not model.has_profile(ref) or (sep and not start_txt.isdigit()):
-        return None, None, "Invalid Argument"
     prof = model.profile(ref)
-    starts = [int(start_txt)] if sep else sorted(prof.starts, reverse=True)  # driver's choice: undocumented (§5)
+    if prof is None or (sep and not start_txt.isdigit()):
+        return None, None, "Invalid Argument"
     if sep and int(start_txt) not in prof.starts:
         return prof, None, "Invalid Argument"  # a placement -lgipp does not list (unverified code)
+    starts = [int(start_txt)] if sep else sorted(prof.starts, reverse=True)  # driver's choice: undocumented (§5)
     for start in starts:
-        if not check_layout(model, Layout.of((*layout.instances, Instance(start, prof.name)))):
+        if not geo.conflicts(model, [*placed, (prof.id, start)]):
             return prof, start, None
-    return prof, None, "Insufficient Resources"  # overlap, compute slices or per-profile limit (§5)
+    return prof, None, "Insufficient Resources"  # overlap, compute slices, per-profile or +me limit (§5)
 
 
 def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
@@ -406,7 +430,7 @@ def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
     tokens = str(opts["cgi"]).split(",")
     for gpu, model in gpus:
         for item, token in enumerate(tokens):
-            prof, start, err = resolve_gi(model, layout_of(model, gpu), token)
+            prof, start, err = resolve_gi(model, placed_of(gpu), token)
             err = injected(inject, item, state) or err
             if err or prof is None or start is None:
                 shown = token.rpartition(":")[0] if ":" in token else token  # echoed as typed (§5)
@@ -421,7 +445,7 @@ def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
                 out.append(ci_created_line(gpu, gi, ci, prof.name))
 
 
-def ci_size(prof: GiProfile, profile_id: int) -> int | None:
+def ci_size(prof: Profile, profile_id: int) -> int | None:
     if profile_id == prof.ci_default_id:
         return prof.compute_slices
     size = CI_ENUM_SLICES.get(profile_id)
@@ -502,7 +526,7 @@ def do_dgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
 
 # --- MIG mode and reset ---------------------------------------------------------------------
 
-def _mode_change(gpu: dict[str, Any], model: GpuModel, on: bool, out: list[str]) -> None:
+def _mode_change(gpu: dict[str, Any], model: Model, on: bool, out: list[str]) -> None:
     bus, verb = gpu["pci_bus_id"], "enable" if on else "disable"
     refused = [f"Unable to {verb} MIG Mode for GPU {bus}: {IN_USE}", "Terminating early due to previous errors."]
     if not on and gpu["gpu_instances"]:

@@ -1,0 +1,12 @@
+"""The outside world, one small module per system, each passed into the code that needs it.
+
+  runner.py       CommandRunner protocol, LocalRunner, transport errors, `command_line` quoting
+  ssh.py          SSH transport (the only paramiko import): SshFleet, SshRunner, ssh_config
+  known_hosts.py  OpenSSH's known_hosts rules for host-key verification
+  pool.py         one piece of work per host on a bounded thread pool
+  smi_session.py  nvidia-smi over a runner: builders from `migplan.smi`, typed errors
+  solver.py       the MILP solver (the only pulp import): CBC as a child process, HiGHS in-process
+
+May import: errors, names, files, inventory, catalog, smi, planner.milp (the solver's interface).
+Never commands or cli.
+"""

@@ -1,0 +1,57 @@
+"""The commands layer works without typer: settings in, results out, progress through a callback."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from migplan.commands.context import build_context
+from migplan.commands.propose import ProposeRequest, planner_policy, propose
+from migplan.commands.results import HostOutcome, Outcome, discovery_outcomes, exit_code
+from migplan.documents import load_plan
+from migplan.errors import InputError
+from migplan.fleet.snapshot import DiscoveredHost, HostFailure, Snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_propose_as_a_plain_function_reports_progress_and_writes_the_plan(tmp_path: Path) -> None:
+    ctx = build_context(None, None, "json")
+    lines: list[str] = []
+    out = tmp_path / "plan.json"
+    when = dt.datetime(2026, 12, 1, 8, 0, tzinfo=dt.timezone.utc)
+    plan = propose(ctx, ProposeRequest(inventory=str(REPO / "inventory/example.yaml"),
+                                       profiles=str(REPO / "profiles/example"), out=str(out)),
+                   report=lines.append, now=when)
+    assert plan.created_at == "2026-12-01T08:00:00Z"
+    assert any(line.startswith("model:") for line in lines) and f"plan written to {out}" in lines
+    assert load_plan(out, ctx.catalog) == plan
+
+
+def test_flag_beats_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("version: 1\nplanner:\n  headroom: 0.25\n  keep_free: 1\n")
+    ctx = build_context(str(cfg), None, None)
+    pol = planner_policy(ctx, {"headroom": 0.5, "keep_free": None})
+    assert pol.headroom == 0.5 and pol.keep_free == 1
+
+
+def test_propose_refuses_to_overwrite_its_inventory(tmp_path: Path) -> None:
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text((REPO / "inventory/example.yaml").read_text())
+    before = inv.read_text()
+    ctx = build_context(None, None, None)
+    with pytest.raises(InputError, match="refusing to write over"):
+        propose(ctx, ProposeRequest(inventory=str(inv), profiles=str(REPO / "profiles/example"), out=str(inv)))
+    assert inv.read_text() == before
+
+
+def test_outcomes_and_exit_code() -> None:
+    snap = Snapshot((DiscoveredHost("a"), DiscoveredHost("b", error=HostFailure("unreachable", "down"))))
+    outcomes = discovery_outcomes(snap)
+    assert [o.outcome for o in outcomes] == [Outcome.OK, Outcome.FAILED]
+    assert outcomes[1].code == "unreachable" and exit_code(outcomes) == 1
+    assert exit_code([HostOutcome("a", Outcome.OK)]) == 0
+    assert exit_code([HostOutcome("a", Outcome.PARTIAL)]) == 1

@@ -1,0 +1,60 @@
+"""Fleet and per-GPU fingerprints, and `changes`: what apply checks before touching one GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from migplan.fleet.state import FleetState, GpuState, changes
+from migplan.layout import Instance, Layout
+
+L = Layout.parse
+
+
+def _gpu(**kw: object) -> GpuState:
+    base: dict[str, object] = {"host": "h", "index": 0, "model": "A100-SXM4-40GB", "mig_enabled": True,
+                               "layout": L(["3g.20gb@0", "2g.10gb@4"])}
+    base.update(kw)
+    return GpuState(**base)  # type: ignore[arg-type]
+
+
+def test_unchanged_gpu_has_no_changes_and_same_fingerprint() -> None:
+    a, b = _gpu(), _gpu()
+    assert changes(a, b) == [] and a.fingerprint() == b.fingerprint()
+
+
+def test_a_process_elsewhere_changes_the_fleet_fingerprint_but_not_this_gpus() -> None:
+    here = _gpu()
+    other = _gpu(index=1)
+    busy_other = dataclasses.replace(other, busy=(Instance(0, "3g.20gb"),))
+    before, after = FleetState((here, other)), FleetState((here, busy_other))
+    assert before.fingerprint() != after.fingerprint()
+    assert here.fingerprint() == after.gpu("h", 0).fingerprint()  # type: ignore[union-attr]
+    assert changes(here, after.gpu("h", 0)) == []
+
+
+def test_each_kind_of_change_is_named() -> None:
+    a = _gpu(uuid="GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f")
+    cases = {
+        "layout is": dataclasses.replace(a, layout=L(["7g.40gb@0"])),
+        "MIG is disabled": dataclasses.replace(a, mig_enabled=False, layout=None),
+        "processes now run on 2g.10gb@4": dataclasses.replace(a, busy=(Instance(4, "2g.10gb"),)),
+        "pending MIG mode change": dataclasses.replace(a, mig_pending=False),
+        "a different GPU": dataclasses.replace(a, uuid="GPU-00000000-0000-0000-0000-000000000000"),
+        "model is": dataclasses.replace(a, model="A100-SXM4-80GB"),
+    }
+    for words, live in cases.items():
+        found = changes(a, live)
+        assert any(words in c for c in found), (words, found)
+        assert a.fingerprint() != live.fingerprint()
+    assert changes(a, None) == ["GPU 0: not found on the host any more"]
+
+
+def test_reserved_flag_is_not_part_of_what_apply_checks() -> None:
+    """Reserved/excluded come from the inventory, not from the GPU: they never make a GPU 'changed'."""
+    a = _gpu()
+    assert changes(a, dataclasses.replace(a, reserved=True)) == []
+
+
+def test_mig_disabled_gpu_current_is_none_even_if_a_layout_is_given() -> None:
+    g = _gpu(mig_enabled=False)
+    assert g.current is None and g.identity()["layout"] is None
