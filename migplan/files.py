@@ -265,6 +265,8 @@ def append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, priv
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     if not data.endswith(b"\n"):
         data += b"\n"
+    if not os.path.isdir(os.path.dirname(real)):
+        os.makedirs(os.path.dirname(real), mode=0o700, exist_ok=True)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     created = False
     try:

@@ -11,7 +11,7 @@ from migplan.errors import CatalogError, InputError
 
 CAT = builtin_catalog()
 
-# Figures from the reference catalog (real nvidia-smi -lgip output).
+# Figures from real nvidia-smi -lgip output (docs/mig-geometry.md §4; sources per model in models.yaml).
 EXPECTED = {
     "A30": ("ampere", 4, 4, {"1g.6gb": 14, "1g.6gb+me": 21, "2g.12gb": 5, "2g.12gb+me": 6, "4g.24gb": 0}),
     "A100-SXM4-40GB": ("ampere", 7, 8, {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14,
@@ -48,7 +48,7 @@ def test_real_values_from_lgip() -> None:
     assert a100.profile("3g.20gb").starts == (0, 4)
     assert a100.profile("7g.40gb").sm_count == 98
     h100 = CAT.get("H100-SXM5-80GB")
-    assert h100.profile("1g.20gb").sm_count == 26  # not 16*g: real output (mig-geometry.md §4)
+    assert h100.profile("1g.20gb").sm_count == 26  # not 16*g: real output (docs/mig-geometry.md §4)
     assert h100.profile("1g.20gb").ci_default_id == 7  # GH200/Hopper: 1_SLICE_REV1
     assert CAT.get("A30").profile("2g.12gb").starts == (0, 2)
 

@@ -1,4 +1,4 @@
-"""Layout rules, enumeration counts from the reference, free capacity and the slot picture."""
+"""Layout rules, enumeration counts (docs/mig-geometry.md §7), free capacity and the slot picture."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def L(*items: str) -> Layout:
 
 
 def test_maximal_counts_from_the_reference() -> None:
-    # mig-geometry.md §7: 19 maximal layouts without 1g.10gb, 78 with it; A30: 5.
+    # docs/mig-geometry.md §7: 19 maximal layouts without 1g.10gb, 78 with it; A30: 5.
     assert len(enumerate_layouts(A100, profiles=NO_1G10, maximal=True)) == 19
     assert len(enumerate_layouts(A100, maximal=True)) == 78
     assert len(enumerate_layouts(A30, maximal=True)) == 5

@@ -1,4 +1,4 @@
-"""argv builders: exact command lines (nvidia-smi-mig.md) and refusal of anything unsafe."""
+"""argv builders: exact command lines (docs/nvidia-smi.md) and refusal of anything unsafe."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parsers against every verbatim sample of nvidia-smi-mig.md (tests/data/smi), plus hostile input."""
+"""Parsers against every verbatim sample in tests/data/smi (docs/nvidia-smi.md §0-§13), plus hostile input."""
 
 from __future__ import annotations
 

@@ -69,10 +69,17 @@ def for_each_host(
     *,
     parallel: int = 8,
     on_done: Callable[[int, int, HostResult[R]], None] | None = None,
+    on_interrupt: Callable[[], None] | None = None,
 ) -> list[HostResult[R]]:
     """`work(host)` for every host, at most `parallel` at a time; results in the order of `hosts`.
 
     `on_done(done, total, result)` is called from the calling thread as each host finishes.
+
+    Ctrl-C (KeyboardInterrupt in the calling thread, also one raised by `on_done`) stops at once:
+    hosts not started are cancelled, running ones are not waited for, `on_interrupt()` is called
+    (pass e.g. `SshFleet.close`, so that running commands end now rather than at their timeout),
+    and the KeyboardInterrupt is re-raised. Worker threads still finishing are daemon-like only in
+    that nothing waits for them here; closing their connections is what makes them end quickly.
     """
     if parallel < 1:
         raise MigplanError("--parallel must be at least 1")
@@ -85,12 +92,24 @@ def for_each_host(
         except Exception as err:  # one host's failure, whatever it is, is that host's result
             return HostResult(host.name, error=as_host_error(host.name, err), duration_s=time.monotonic() - start)
 
-    with ThreadPoolExecutor(max_workers=min(parallel, max(1, len(hosts))),
-                            thread_name_prefix="migplan-host") as pool:
+    pool = ThreadPoolExecutor(max_workers=min(parallel, max(1, len(hosts))), thread_name_prefix="migplan-host")
+    try:
         futures = {pool.submit(one, h): i for i, h in enumerate(hosts)}
         for done, fut in enumerate(as_completed(futures), 1):
             result = fut.result()
             results[futures[fut]] = result
             if on_done is not None:
                 on_done(done, len(hosts), result)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if on_interrupt is not None:
+            try:
+                on_interrupt()
+            except Exception:  # closing is best effort; the interrupt is what must get through
+                log.debug("on_interrupt failed", exc_info=True)
+        raise
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[i] for i in range(len(hosts))]

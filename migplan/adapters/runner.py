@@ -3,21 +3,45 @@
 A command is an argv list. Runners never hand a string to a shell they build from host output:
 `command_line` checks every token and joins them with `shlex.quote`, which is the only form an
 SSH server accepts (it runs the line with the login user's shell).
+
+`DEFAULT_TIMEOUT` (60 s) is THE default time a remote command may take; other modules import it
+rather than keeping their own constant.
+
+Files (`put_file`, `get_file`): paths are absolute and checked by `check_remote_path`. A put is
+atomic on the host: the data goes to a temporary name in the same directory, which is then renamed
+over the path. Without a become prefix the login user does the writing (SFTP over the same SSH
+connection for `SshRunner`, `migplan.files.write_atomic` for `LocalRunner`); so writing a
+root-owned path then needs a login user that may write there. With a become prefix (`sudo -n`),
+the put runs as the become user, through argv commands only (no shell string is built from data):
+
+    sudo -n tee DIR/.NAME.migplan-RANDOM.tmp      (the data on stdin; tee's copy on stdout dropped)
+    sudo -n chmod MODE DIR/.NAME.migplan-RANDOM.tmp
+    sudo -n mv -f -T DIR/.NAME.migplan-RANDOM.tmp PATH    (rename(2); GNU -T: never "into" a directory)
+
+and a get is `sudo -n head -c MAX+1 -- PATH`. A remote put replaces PATH itself: a symlink at PATH
+is replaced, not followed (unlike `write_atomic` for local files).
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shlex
+import stat
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from migplan.errors import MigplanError
+from migplan.errors import InputError, MigplanError
+from migplan.files import write_atomic
 
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 60.0  # the one default for a remote command (discover.py & co import it)
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # a host that floods us is failed, not buffered forever
+MAX_TRANSFER_BYTES = 16 * 1024 * 1024  # default bound of get_file, and the most put_file sends
+MAX_PATH = 4096  # PATH_MAX
+MAX_PATH_COMPONENT = 255  # NAME_MAX
 _MAX_TOKEN = 4096
 
 
@@ -37,12 +61,25 @@ class Completed:
 
 
 class CommandRunner(Protocol):
-    """Runs argv on one host. `LocalRunner` and `migplan.adapters.ssh.SshRunner` implement it."""
+    """Runs argv on one host and moves files to and from it.
+
+    `LocalRunner`, `migplan.adapters.ssh.SshRunner` and `migplan.adapters.recording.RecordingRunner`
+    implement it. `stdin` (bytes) is fed to the command, then end-of-file; None sends end-of-file
+    at once. `put_file` writes `data` to an absolute path atomically with permission bits `mode`;
+    `get_file` returns a regular file's content, failing when it is larger than `max_bytes`.
+    """
 
     @property
     def host(self) -> str: ...
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Completed: ...
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+            stdin: bytes | None = None) -> Completed: ...
+
+    def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
+                 timeout: float = DEFAULT_TIMEOUT) -> None: ...
+
+    def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
+                 timeout: float = DEFAULT_TIMEOUT) -> bytes: ...
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -73,6 +110,12 @@ class HostKeyChangedError(HostError):
     code = "host-key-changed"
 
 
+class HostKeyRevokedError(HostError):
+    """known_hosts marks the key the server presented `@revoked`: refused, even with accept-new."""
+
+    code = "host-key-revoked"
+
+
 class AuthError(HostError):
     code = "auth-failed"
 
@@ -95,8 +138,22 @@ class OutputTooLarge(HostError):
     code = "output-too-large"
 
 
+class TransferError(HostError):
+    """A put_file/get_file that failed on the host (permissions, a directory in the way, ...)."""
+
+    code = "transfer-failed"
+
+
+class RemoteFileMissing(TransferError):
+    code = "remote-file-missing"
+
+
 class BadCommand(MigplanError):
     """A token that must not reach a shell (a programming error or unvalidated input)."""
+
+
+class BadPath(BadCommand):
+    """A file path for put_file/get_file that is not absolute, too long or has control characters."""
 
 
 # --- helpers shared by runners -----------------------------------------------------------------
@@ -111,6 +168,83 @@ def command_line(argv: Sequence[str]) -> str:
         if len(token) > _MAX_TOKEN or any(ord(c) < 0x20 or c == "\x7f" for c in token):
             raise BadCommand(f"command token {printable(token, 60)!r} has control characters or is too long")
     return " ".join(shlex.quote(t) for t in argv)
+
+
+def check_remote_path(path: str) -> str:
+    """An absolute, normalised path without control characters, '.'/'..' or empty components."""
+    if not isinstance(path, str):
+        raise BadPath(f"file path {path!r} is not a string")
+    shown = printable(path, 80)
+    if any(ord(c) < 0x20 or c == "\x7f" for c in path):
+        raise BadPath(f"file path {shown!r} has control characters")
+    if not path.startswith("/") or path == "/" or path.endswith("/"):
+        raise BadPath(f"file path {shown!r} must be absolute and name a file")
+    if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH:
+        raise BadPath(f"file path {shown!r} is longer than {MAX_PATH} bytes")
+    for part in path[1:].split("/"):
+        if part in ("", ".", ".."):
+            raise BadPath(f"file path {shown!r} has an empty, '.' or '..' component")
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_PATH_COMPONENT:
+            raise BadPath(f"file path {shown!r} has a component longer than {MAX_PATH_COMPONENT} bytes")
+    return path
+
+
+def check_mode(mode: int) -> int:
+    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
+        raise BadCommand(f"file mode {mode!r} is not in 0..0o7777")
+    return mode
+
+
+def temp_name(path: str) -> str:
+    """A fresh, unguessable name next to `path` for an atomic replace."""
+    directory, _, base = path.rpartition("/")
+    base = base[: MAX_PATH_COMPONENT - 40]
+    return f"{directory}/.{base}.migplan-{secrets.token_hex(8)}.tmp"
+
+
+# argv runner used by the become route: (argv without prefix, stdin, timeout, keep stdout) ->
+# (exit code, stdout, stderr), with the become prefix applied and its failures raised.
+RawRun = Callable[[Sequence[str], bytes | None, float, bool], tuple[int, bytes, bytes]]
+
+
+def put_via_commands(host: str, raw: RawRun, path: str, data: bytes, mode: int, timeout: float) -> None:
+    """put_file as the become user: tee to a temp name, chmod, mv -f -T (see the module notes)."""
+    tmp = temp_name(path)
+    code, _, err = raw(["tee", tmp], data, timeout, False)
+    if code != 0:
+        raw(["rm", "-f", tmp], None, timeout, True)
+        raise _transfer_error(host, f"cannot write {tmp}", err)
+    for argv in (["chmod", f"{mode:04o}", tmp], ["mv", "-f", "-T", tmp, path]):
+        code, _, err = raw(argv, None, timeout, True)
+        if code != 0:
+            raw(["rm", "-f", tmp], None, timeout, True)
+            raise _transfer_error(host, f"'{argv[0]}' for {path} failed", err)
+
+
+def get_via_commands(host: str, raw: RawRun, path: str, max_bytes: int, timeout: float) -> bytes:
+    """get_file as the become user: `head -c MAX+1 -- PATH` (bounded on the host already)."""
+    code, out, err = raw(["head", "-c", str(max_bytes + 1), "--", path], None, timeout, True)
+    if code != 0:
+        text = err.decode("utf-8", "replace")
+        if "No such file" in text:
+            raise RemoteFileMissing(host, f"{path} does not exist")
+        raise _transfer_error(host, f"cannot read {path}", err)
+    if len(out) > max_bytes:
+        raise OutputTooLarge(host, f"{path} is larger than {max_bytes} bytes")
+    return out
+
+
+def _transfer_error(host: str, what: str, stderr: bytes) -> TransferError:
+    first = next((ln for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()), "")
+    return TransferError(host, f"{what}: {printable(first, 200)}" if first else what)
+
+
+def check_put_size(host: str, data: bytes) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise BadCommand("put_file data must be bytes")
+    if len(data) > MAX_TRANSFER_BYTES:
+        raise TransferError(host, f"refusing to send {len(data)} bytes (at most {MAX_TRANSFER_BYTES})")
+    return bytes(data)
 
 
 def printable(text: str, limit: int = 300) -> str:
@@ -152,20 +286,71 @@ class LocalRunner:
     def host(self) -> str:
         return self._host
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+            stdin: bytes | None = None) -> Completed:
         full = (*self._become, *argv)
-        command_line(full)  # same token rules as over SSH
         start = time.monotonic()
+        code, out, err = self._spawn(full, stdin, timeout)
+        done = Completed(tuple(full), code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                         time.monotonic() - start)
+        return check_become(self._host, self._become, done)
+
+    def _spawn(self, full: tuple[str, ...], stdin: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
+        command_line(full)  # same token rules as over SSH
         try:
-            proc = subprocess.run(list(full), capture_output=True, timeout=timeout, check=False, env=self._env)
+            proc = subprocess.run(list(full), capture_output=True, timeout=timeout, check=False, env=self._env,
+                                  input=stdin, stdin=subprocess.DEVNULL if stdin is None else None)
         except subprocess.TimeoutExpired:
             raise CommandTimeout(self._host, f"'{full[0]}' did not finish within {timeout:g} s") from None
         except FileNotFoundError:
-            return Completed(tuple(full), 127, "", f"{full[0]}: command not found", time.monotonic() - start)
+            return 127, b"", f"{full[0]}: command not found".encode()
         except OSError as err:
             raise HostError(self._host, f"cannot run '{full[0]}': {err.strerror}") from None
         if len(proc.stdout) + len(proc.stderr) > MAX_OUTPUT_BYTES:
             raise OutputTooLarge(self._host, f"'{full[0]}' printed more than {MAX_OUTPUT_BYTES} bytes")
-        done = Completed(tuple(full), proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                         proc.stderr.decode("utf-8", "replace"), time.monotonic() - start)
-        return check_become(self._host, self._become, done)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
+             keep_stdout: bool) -> tuple[int, bytes, bytes]:
+        full = (*self._become, *argv)
+        code, out, err = self._spawn(full, stdin, timeout)
+        check_become(self._host, self._become, Completed(full, code, "", err.decode("utf-8", "replace")))
+        return code, out if keep_stdout else b"", err
+
+    def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Atomic write with exactly `mode`: `write_atomic`, or the become route (module notes)."""
+        path = check_remote_path(remote_path)
+        body = check_put_size(self._host, data)
+        check_mode(mode)
+        if self._become:
+            put_via_commands(self._host, self._raw, path, body, mode, timeout)
+            return
+        try:
+            write_atomic(path, body, mode=mode, keep_mode=False)
+        except InputError as err:
+            raise TransferError(self._host, err.message, hint=err.hint) from None
+        except OSError as err:
+            raise TransferError(self._host, f"cannot write {path}: {err.strerror}") from None
+
+    def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
+                 timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        path = check_remote_path(remote_path)
+        if self._become:
+            return get_via_commands(self._host, self._raw, path, max_bytes, timeout)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise RemoteFileMissing(self._host, f"{path} does not exist") from None
+        except OSError as err:
+            raise TransferError(self._host, f"cannot read {path}: {err.strerror}") from None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise TransferError(self._host, f"{path} is not a regular file")
+            try:
+                data = fh.read(max_bytes + 1)
+            except OSError as err:
+                raise TransferError(self._host, f"cannot read {path}: {err.strerror}") from None
+        if len(data) > max_bytes:
+            raise OutputTooLarge(self._host, f"{path} is larger than {max_bytes} bytes")
+        return data

@@ -156,7 +156,7 @@ class PulpSolver:
                 return SolveResult(SolveStatus.ERROR, solver=self.name, message=str(err))
             except KeyError as err:
                 # PuLP 3.3's HiGHS status map lacks statuses newer highspy returns (kSolutionLimit,
-                # kMemoryLimit, kHighsInterrupt; ecosystem notes §6.1): report, never crash.
+                # kMemoryLimit, kHighsInterrupt; docs/sources.md §3): report, never crash.
                 return SolveResult(SolveStatus.ERROR, solver=self.name, message=f"unknown solver status {err}")
             log = ""
             if log_path and os.path.exists(log_path):

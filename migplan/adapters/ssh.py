@@ -2,19 +2,46 @@
 
 Connection settings come from the inventory first, then `~/.ssh/config` (Host, HostName, User,
 Port, IdentityFile, IdentitiesOnly, ProxyJump), then defaults (port 22, the local user name,
-ssh-agent keys and ~/.ssh/id_*), as Ansible does.
+ssh-agent keys and ~/.ssh/id_*), as Ansible does. A bad value in ssh_config (`Port 22abc`, a
+`ProxyCommand`, a malformed `ProxyJump`) is an input error naming the file and line.
 
-Host keys (ecosystem notes §1.3): a host missing from known_hosts is refused unless the caller
-opted in to `accept_new_host_keys`, which records the key (appending to the file atomically);
-a key that differs from the recorded one is always refused with both SHA256 fingerprints, as
-OpenSSH's "REMOTE HOST IDENTIFICATION HAS CHANGED" does.
+Host keys are verified by migplan itself, with OpenSSH's rules (`migplan.adapters.known_hosts`):
+paramiko's own HostKeys stay empty, so paramiko hands every server key to `_HostKeyPolicy`, which
+looks up the lowercased name used to connect (`host`, or `[host]:port` off port 22):
+
+* a recorded key that matches: connect;
+* `@revoked` for that key: refused (`HostKeyRevokedError`), always;
+* any other recorded key for the host (same type or not, as OpenSSH): refused with both SHA256
+  fingerprints (`HostKeyChangedError`), even with `accept_new_host_keys`;
+* nothing recorded: refused (`HostKeyUnknownError`) unless `accept_new_host_keys`, which appends
+  `name keytype base64` to the file (O_APPEND + fsync; the file keeps its owner, mode and any
+  symlink; a new file is 0600; never group/other-writable);
+* only `@cert-authority` lines for the host: migplan does not do certificate authentication, so the
+  host is unknown, and is refused even with accept-new (a host meant to present certificates must
+  not be pinned to a plain key by first use).
+
+Host-key algorithms are negotiated preferring the key types already recorded for the host (as
+OpenSSH does), so a host with several keys presents the one known_hosts has.
+
+paramiko's logging (logger "paramiko") never reaches stderr: its records go, at DEBUG, to the
+logger `migplan.adapters.ssh.paramiko` (shown with --verbose), and what a connection logged while
+being opened feeds its error message (a port that speaks HTTP says so).
+
+Files: `put_file`/`get_file` use SFTP over the same connection as the login user (`posix_rename` for
+the atomic replace), or, with a become prefix, argv commands through `run` with stdin (see
+`migplan.adapters.runner`).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import itertools
 import logging
 import os
+import re
 import socket
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -24,30 +51,94 @@ from typing import Any
 import paramiko
 
 from migplan import names
+from migplan.adapters import known_hosts as kh
 from migplan.adapters.runner import (
     DEFAULT_TIMEOUT,
     MAX_OUTPUT_BYTES,
+    MAX_TRANSFER_BYTES,
     AuthError,
     CommandTimeout,
     Completed,
     ConnectionLost,
     HostError,
     HostKeyChangedError,
+    HostKeyRevokedError,
     HostKeyUnknownError,
     OutputTooLarge,
+    RemoteFileMissing,
+    TransferError,
     UnreachableError,
     check_become,
+    check_mode,
+    check_put_size,
+    check_remote_path,
     command_line,
+    get_via_commands,
+    printable,
+    put_via_commands,
+    temp_name,
 )
 from migplan.errors import InputError
-from migplan.files import write_atomic
 from migplan.inventory import Host
 
 log = logging.getLogger(__name__)
+paramiko_log = logging.getLogger(__name__ + ".paramiko")  # paramiko's own records, at DEBUG
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 SSH_PORT = 22
+_LOG_CHANNEL = "paramiko.migplan"  # the log channel of migplan's transports
+_MAX_KEY_FILE = 1 << 20
+
+
+# --- paramiko's logging ---------------------------------------------------------------------
+
+class _ParamikoRelay(logging.Handler):
+    """paramiko's records: off stderr, relayed at DEBUG, and kept per connection while it opens."""
+
+    migplan_relay = True
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._captures: dict[str, collections.deque[str]] = {}
+
+    def capture(self, thread_name: str) -> collections.deque[str]:
+        buf: collections.deque[str] = collections.deque(maxlen=40)
+        self._captures[thread_name] = buf
+        return buf
+
+    def forget(self, thread_name: str) -> None:
+        self._captures.pop(thread_name, None)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        buf = self._captures.get(record.threadName or "")
+        relay = paramiko_log.isEnabledFor(logging.DEBUG)
+        if buf is None and not relay:
+            return
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record must never break a connection
+            return
+        if buf is not None:
+            buf.append(message)
+        if relay:
+            paramiko_log.debug("%s: %s", record.name, message)
+
+
+def _route_paramiko_logging() -> _ParamikoRelay:
+    logger = logging.getLogger("paramiko")
+    for handler in logger.handlers:
+        if getattr(handler, "migplan_relay", False):
+            return handler  # type: ignore[return-value]  # a module reload: keep the first relay
+    relay = _ParamikoRelay()
+    logger.addHandler(relay)
+    logger.propagate = False  # nothing from paramiko reaches the root logger or Python's lastResort
+    logging.getLogger(_LOG_CHANNEL).setLevel(logging.DEBUG)  # so that banners are seen while connecting
+    return relay
+
+
+_RELAY = _route_paramiko_logging()
+_THREADS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -75,8 +166,8 @@ class Endpoint:
 
     @property
     def known_hosts_name(self) -> str:
-        """The name known_hosts records: `host` on port 22, else `[host]:port` (OpenSSH format)."""
-        return self.hostname if self.port == SSH_PORT else f"[{self.hostname}]:{self.port}"
+        """The name known_hosts records: `host` on port 22, else `[host]:port`; lowercased (OpenSSH)."""
+        return kh.host_name(self.hostname, self.port)
 
     def __str__(self) -> str:
         return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
@@ -97,7 +188,26 @@ def fingerprint(key: paramiko.PKey) -> str:
     return str(key.fingerprint)
 
 
+def public_key(key: paramiko.PKey) -> kh.PublicKey:
+    """paramiko's key as known_hosts compares it: the wire blob (and the type named inside it)."""
+    blob = key.asbytes()
+    try:
+        return kh.PublicKey.from_blob(blob)
+    except ValueError:
+        return kh.PublicKey(key.get_name(), bytes(blob))
+
+
 # --- ssh_config -----------------------------------------------------------------------------
+
+class _SshConfigFile(paramiko.SSHConfig):
+    """paramiko's SSHConfig plus where it came from, so that errors can name the file and line."""
+
+    path: str = ""
+    lines: tuple[str, ...] = ()
+
+
+_SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko's SSHConfig.SETTINGS_REGEX
+
 
 def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     """The parsed ssh_config, or None when no path is given or the file does not exist."""
@@ -111,14 +221,64 @@ def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
         return None
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read ssh config: {err}", source=full) from None
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = tuple(text.splitlines())
+    for number, line in enumerate(lines, 1):
         if line.strip().lower().startswith("include"):
             log.warning("%s:%d: 'Include' is not supported (paramiko ignores it); hosts defined in "
                         "included files are not seen", full, number)
     try:
-        return paramiko.SSHConfig.from_text(text)
+        config = _SshConfigFile.from_text(text)
     except Exception as err:  # paramiko raises bare Exception / ConfigParseError on bad lines
-        raise InputError(f"cannot parse ssh config: {err}", source=full) from None
+        raise InputError(f"cannot parse ssh config: {err}", source=full, line=_bad_line(lines)) from None
+    config.path = full
+    config.lines = lines
+    return config
+
+
+def _bad_line(lines: Sequence[str]) -> int | None:
+    """The first line paramiko cannot parse on its own (each line is parsed independently)."""
+    for number, line in enumerate(lines, 1):
+        try:
+            paramiko.SSHConfig.from_text(line)
+        except Exception:  # same as above
+            return number
+    return None
+
+
+def _host_block_applies(value: str, name: str) -> bool:
+    patterns = value.split()
+    lowered = kh.ascii_lower(name)
+    if any(p.startswith("!") and kh.match_patterns(lowered, p[1:]) for p in patterns):
+        return False
+    return any(not p.startswith("!") and kh.match_patterns(lowered, p) for p in patterns)
+
+
+def _locate(config: paramiko.SSHConfig | None, name: str, keyword: str, value: str | None = None) -> int | None:
+    """The line of `keyword` (with `value`, when given and found) in a block that applies to `name`."""
+    lines: Sequence[str] = getattr(config, "lines", ())
+    applies = True
+    candidates: list[tuple[int, str]] = []
+    for number, raw in enumerate(lines, 1):
+        m = _SETTING.match(raw.strip())
+        if not m:
+            continue
+        key, val = m.group(1).lower(), m.group(2).strip()
+        if key == "host":
+            applies = _host_block_applies(val, name)
+        elif key == "match":
+            applies = True  # not evaluated here: any block may have supplied the value
+        elif key == keyword and applies:
+            candidates.append((number, val.strip('"')))
+    exact = [n for n, v in candidates if value is not None and v == value]
+    found = exact or [n for n, _ in candidates]
+    return found[0] if found else None
+
+
+def _config_error(config: paramiko.SSHConfig | None, name: str, keyword: str, value: str | None,
+                  message: str, hint: str | None = None) -> InputError:
+    path = getattr(config, "path", "") or None
+    line = _locate(config, name, keyword, value) if path else None
+    return InputError(message, source=path, line=line, hint=hint)
 
 
 def _config_for(config: paramiko.SSHConfig | None, name: str) -> dict[str, Any]:
@@ -127,7 +287,8 @@ def _config_for(config: paramiko.SSHConfig | None, name: str) -> dict[str, Any]:
     try:
         return dict(config.lookup(name))
     except Exception as err:  # token expansion errors, bad Match lines
-        raise InputError(f"ssh config lookup for {name!r} failed: {err}") from None
+        raise InputError(f"ssh config lookup for {name!r} failed: {err}",
+                         source=getattr(config, "path", "") or None) from None
 
 
 def _port(value: Any, what: str) -> int:
@@ -146,8 +307,18 @@ def _endpoint(config: paramiko.SSHConfig | None, name: str, *, port: int | None 
     opts = _config_for(config, name)
     hostname = str(opts.get("hostname", name))
     if not names.ADDRESS.match(hostname):
-        raise InputError(f"ssh config gives {name!r} the HostName {hostname!r}, which is not a host name or address")
-    resolved_port = port if port is not None else _port(opts.get("port", SSH_PORT), f"ssh config for {name}")
+        raise _config_error(config, name, "hostname", hostname,
+                            f"ssh config gives {name!r} the HostName {hostname!r}, which is not a host name or "
+                            "address")
+    if port is not None:
+        resolved_port = port
+    else:
+        raw_port = opts.get("port", SSH_PORT)
+        try:
+            resolved_port = _port(raw_port, f"ssh config for {name}")
+        except InputError as err:
+            raise _config_error(config, name, "port", str(raw_port), err.message,
+                                hint="Port takes a number in 1-65535") from None
     keys = (key_file,) if key_file else tuple(opts.get("identityfile", ()))
     identities_only = str(opts.get("identitiesonly", "no")).lower() == "yes"
     return Endpoint(hostname=hostname.strip("[]"), port=resolved_port, user=user or opts.get("user"),
@@ -179,87 +350,165 @@ def resolve_target(host: Host, config: paramiko.SSHConfig | None) -> SshTarget:
         raise InputError(f"{host.name}: key_file {host.key_file} does not exist or is not a file",
                          hint="fix key_file (ansible_ssh_private_key_file) in the inventory")
     endpoint, opts = _endpoint(config, host.address, port=host.port, user=host.user, key_file=host.key_file)
-    if "proxycommand" in opts:
-        raise InputError(f"{host.name}: ssh config sets ProxyCommand, which migplan does not run",
-                         hint="use 'ProxyJump [user@]jumphost[:port]' instead")
+    if "proxycommand" in opts and opts["proxycommand"] is not None:
+        raise _config_error(config, host.address, "proxycommand", None,
+                            f"{host.name}: ssh config sets ProxyCommand, which migplan does not run",
+                            hint="use 'ProxyJump [user@]jumphost[:port]' instead")
     jumps: list[Endpoint] = []
     spec = str(opts.get("proxyjump", "none"))
     if spec.lower() != "none":
         for hop in spec.split(","):
-            jhost, jport, juser = _parse_jump(hop)
+            try:
+                jhost, jport, juser = _parse_jump(hop)
+            except InputError as err:
+                raise _config_error(config, host.address, "proxyjump", spec, f"{host.name}: {err.message}",
+                                    hint="ProxyJump takes [user@]host[:port], comma-separated") from None
             jump, _ = _endpoint(config, jhost, port=jport, user=juser)
             jumps.append(jump)
     return SshTarget(name=host.name, endpoint=endpoint, jumps=tuple(jumps), become=tuple(host.become))
 
 
+# --- key files -----------------------------------------------------------------------------
+
+_KEY_CLASSES: tuple[type[paramiko.PKey], ...] = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
+_key_checks: dict[tuple[str, int, int], str | None] = {}
+_key_lock = threading.Lock()
+
+
+def key_file_problem(path: str) -> str | None:
+    """Why `path` cannot be used as a private key, or None (a passphrase-protected key is fine here:
+    the agent may hold it, and paramiko reports it if not)."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return f"cannot be read: {err.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    memo = (path, st.st_mtime_ns, st.st_size)
+    with _key_lock:
+        if memo in _key_checks:
+            return _key_checks[memo]
+    problem = _key_problem(path, st.st_size)
+    with _key_lock:
+        _key_checks[memo] = problem
+    return problem
+
+
+def _key_problem(path: str, size: int) -> str | None:
+    if size > _MAX_KEY_FILE:
+        return "is too large to be an SSH private key"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError as err:
+        return f"cannot be read: {err.strerror}"
+    for cls in _KEY_CLASSES:
+        try:
+            cls.from_private_key_file(path)
+            return None
+        except paramiko.PasswordRequiredException:
+            return None
+        except Exception as err:  # paramiko/cryptography raise SSHException, ValueError, UnicodeDecodeError, ...
+            log.debug("%s is not a %s: %s", path, cls.__name__, err)
+    if re.match(rb"(ssh-|ecdsa-|sk-)\S+ [A-Za-z0-9+/]", head):
+        return "is a public key; it must name the private key (the file without .pub)"
+    return "is not an SSH private key migplan can use (ed25519, ECDSA or RSA, OpenSSH or PEM format)"
+
+
 # --- known_hosts ---------------------------------------------------------------------------
 
 class KnownHosts:
-    """The known_hosts file, shared by all connections (thread-safe, appended atomically)."""
+    """The known_hosts file, shared by all connections: OpenSSH's matching, thread-safe recording."""
 
-    def __init__(self, path: str) -> None:
-        self.path = os.path.expanduser(path)
-        self._lock = threading.Lock()
-        self._keys = paramiko.HostKeys()
-        try:
-            self._keys.load(self.path)
-        except FileNotFoundError:
-            pass
-        except (OSError, UnicodeDecodeError, paramiko.SSHException) as err:
-            raise InputError(f"cannot read known hosts: {err}", source=self.path) from None
+    def __init__(self, path: str, *, writable: bool = False) -> None:
+        self.file = kh.KnownHostsFile(path, writable=writable)
+        self.path = self.file.path
 
-    def lookup(self, name: str) -> dict[str, paramiko.PKey]:
-        with self._lock:
-            found = self._keys.lookup(name)
-            return dict(found) if found is not None else {}
+    def key_types(self, name: str) -> list[str]:
+        return self.file.key_types(name)
 
-    def add(self, name: str, key: paramiko.PKey) -> None:
-        """Record a new key: the file's text plus one line, written atomically (0600 when new)."""
-        line = f"{name} {key.get_name()} {key.get_base64()}\n"
-        with self._lock:
-            try:
-                with open(self.path, encoding="utf-8") as fh:
-                    text = fh.read()
-            except FileNotFoundError:
-                text = ""
-            if text and not text.endswith("\n"):
-                text += "\n"
-            write_atomic(self.path, text + line, mode=0o600)
-            self._keys.add(name, key.get_name(), key)
+    def verify(self, host: str, name: str, key: paramiko.PKey, *, accept_new: bool) -> None:
+        """Raise the HostKey...Error that known_hosts calls for; record a new key when allowed."""
+        pk = public_key(key)
+        verdict = self.file.check(name, pk)
+        if verdict.status is kh.Status.UNKNOWN and accept_new and not verdict.authorities:
+            verdict = self.file.record(name, pk)
+            if verdict.ok:
+                log.warning("%s: recorded new host key for %s (%s %s) in %s", host, name, pk.keytype,
+                            pk.fingerprint, self.path)
+                return
+        if verdict.ok:
+            return
+        raise self._refusal(host, verdict)
+
+    def _refusal(self, host: str, v: kh.Verdict) -> HostError:
+        sent = f"{v.key.keytype} {v.key.fingerprint}"
+        if v.status is kh.Status.REVOKED:
+            where = v.matched.where if v.matched else self.path
+            return HostKeyRevokedError(
+                host, f"the host key of {v.name} ({sent}) is marked @revoked in {where}; refusing to connect",
+                hint="the key was revoked on purpose: the host must get a new key, which you then verify "
+                     "with its owner and record")
+        if v.status is kh.Status.CHANGED:
+            old = "; ".join(f"{e.key.keytype} {e.key.fingerprint} (line {e.line})" for e in v.recorded)
+            return HostKeyChangedError(
+                host, f"HOST KEY CHANGED for {v.name}: {self.path} has {old}, the server sent {sent}",
+                hint="someone may be intercepting the connection, or the host was reinstalled; verify with its "
+                     f"owner, then remove the old key with 'ssh-keygen -R \"{v.name}\" -f {self.path}'")
+        if v.authorities:
+            lines = ", ".join(str(e.line) for e in v.authorities)
+            return HostKeyUnknownError(
+                host, f"{self.path} trusts only a certificate authority (@cert-authority, line {lines}) for "
+                f"{v.name}; migplan does not verify host certificates, so the plain key the server sent "
+                f"({sent}) is not trusted, and is not recorded even with --accept-new-host-keys",
+                hint="verify the host's plain key with its owner and add it as its own line "
+                     "(for example with 'ssh-keyscan')")
+        return HostKeyUnknownError(
+            host, f"host key for {v.name} is not in {self.path} ({sent})",
+            hint="check the fingerprint with the host's owner, then re-run with --accept-new-host-keys "
+                 "(or add it with 'ssh-keyscan')")
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Called by paramiko only for a host with no recorded key (a changed key never gets here)."""
+    """Sees every connection (paramiko's HostKeys stay empty) and verifies the key with `KnownHosts`."""
 
-    def __init__(self, known: KnownHosts, accept_new: bool, host: str) -> None:
+    def __init__(self, known: KnownHosts, accept_new: bool, host: str, name: str) -> None:
         self._known = known
         self._accept_new = accept_new
         self._host = host
+        self._name = name  # the lowercased name used to connect, not paramiko's spelling
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        if not self._accept_new:
-            raise HostKeyUnknownError(
-                self._host, f"host key for {hostname} is not in {self._known.path} "
-                f"({key.get_name()} {fingerprint(key)})",
-                hint="check the fingerprint with the host's owner, then re-run with --accept-new-host-keys "
-                     "(or add it with 'ssh-keyscan')")
-        self._known.add(hostname, key)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        log.warning("%s: recorded new host key for %s (%s %s) in %s", self._host, hostname, key.get_name(),
-                    fingerprint(key), self._known.path)
+        self._known.verify(self._host, self._name, key, accept_new=self._accept_new)
+
+
+def _host_key_algorithms(known_types: Sequence[str], available: Sequence[str]) -> list[str]:
+    """`available`, with the algorithms of the recorded key types first (OpenSSH order_hostkeyalgs)."""
+    first: list[str] = []
+    for keytype in known_types:
+        algs = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa") if keytype == "ssh-rsa" else (keytype,)
+        first += [a for a in algs if a in available and a not in first]
+    return first + [a for a in available if a not in first]
 
 
 # --- the runner ----------------------------------------------------------------------------
 
 class SshRunner:
-    """Runs argv on one host over a single SSH connection, opened on first use and kept open."""
+    """Runs argv on one host over a single SSH connection, opened on first use and kept open.
+
+    Commands on one runner run one at a time. `close()` may be called from any thread, also while a
+    command runs (it then ends with ConnectionLost at once instead of waiting for its timeout).
+    """
 
     def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts) -> None:
         self.target = target
         self._options = options
         self._known = known
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one command (or transfer) at a time
+        self._state = threading.Lock()  # guards _clients, _sftp, _closed; never held while waiting
         self._clients: list[paramiko.SSHClient] = []  # jumps first, the target last
+        self._sftp: paramiko.SFTPClient | None = None
+        self._closed = False  # set by `close(final=True)`: no new connection
 
     @property
     def host(self) -> str:
@@ -270,48 +519,165 @@ class SshRunner:
         with self._lock:
             self._transport()
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+            stdin: bytes | None = None) -> Completed:
+        full = (*self.target.become, *argv)
+        line = command_line(full)
+        start = time.monotonic()
+        with self._lock:
+            transport = self._transport()
+            log.debug("%s: running %s", self.host, line)
+            code, out, err = self._exec(transport, full, line, timeout, stdin, True)
+        done = Completed(full, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                         time.monotonic() - start)
+        return check_become(self.host, self.target.become, done)
+
+    def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
+             keep_stdout: bool) -> tuple[int, bytes, bytes]:
+        """run() with bytes out (for the become route of put/get); the caller holds no lock."""
         full = (*self.target.become, *argv)
         line = command_line(full)
         with self._lock:
             transport = self._transport()
             log.debug("%s: running %s", self.host, line)
-            done = self._exec(transport, full, line, timeout)
-        return check_become(self.host, self.target.become, done)
+            code, out, err = self._exec(transport, full, line, timeout, stdin, keep_stdout)
+        check_become(self.host, self.target.become, Completed(full, code, "", err.decode("utf-8", "replace")))
+        return code, out, err
 
-    def close(self) -> None:
+    def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Write `data` to `remote_path` atomically with `mode` (SFTP, or become commands; module notes)."""
+        path = check_remote_path(remote_path)
+        body = check_put_size(self.host, data)
+        check_mode(mode)
+        if self.target.become:
+            put_via_commands(self.host, self._raw, path, body, mode, timeout)
+            return
+        tmp = temp_name(path)
         with self._lock:
-            for client in reversed(self._clients):
-                client.close()
-            self._clients.clear()
+            sftp = self._sftp_client(timeout)
+            try:
+                with sftp.open(tmp, "wbx") as fh:
+                    fh.chmod(mode)  # before any data is in it
+                    fh.set_pipelined(True)
+                    fh.write(body)
+                sftp.posix_rename(tmp, path)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                self._sftp_cleanup(sftp, tmp)
+                raise self._transfer_error(f"cannot write {path}", err) from None
+
+    def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
+                 timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        """A regular file's content (at most `max_bytes`), over SFTP or through the become prefix."""
+        path = check_remote_path(remote_path)
+        if self.target.become:
+            return get_via_commands(self.host, self._raw, path, max_bytes, timeout)
+        with self._lock:
+            sftp = self._sftp_client(timeout)
+            try:
+                attrs = sftp.stat(path)
+                if attrs.st_mode is not None and not stat.S_ISREG(attrs.st_mode):
+                    raise TransferError(self.host, f"{path} is not a regular file")
+                if attrs.st_size is not None and attrs.st_size > max_bytes:
+                    raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
+                with sftp.open(path, "rb") as fh:
+                    data = fh.read(max_bytes + 1)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                raise self._transfer_error(f"cannot read {path}", err) from None
+        if len(data) > max_bytes:
+            raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
+        return bytes(data)
+
+    def close(self, *, final: bool = False) -> None:
+        """Close the connection (thread-safe, never waits for a running command).
+
+        `final=True` (the fleet closing) also refuses any new connection, so work still running on
+        another thread cannot reopen one.
+        """
+        with self._state:
+            clients, self._clients = self._clients, []
+            sftp, self._sftp = self._sftp, None
+            if final:
+                self._closed = True
+        if sftp is not None:
+            sftp.close()
+        for client in reversed(clients):
+            client.close()
+
+    # -- files -------------------------------------------------------------------------------
+    def _sftp_client(self, timeout: float) -> paramiko.SFTPClient:
+        transport = self._transport()
+        with self._state:
+            sftp = self._sftp
+        channel = sftp.get_channel() if sftp is not None else None
+        if sftp is None or channel is None or channel.closed:
+            try:
+                sftp = paramiko.SFTPClient.from_transport(transport)
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise TransferError(self.host, f"cannot start SFTP: {_reason(err)}",
+                                    hint="enable the sftp subsystem in the host's sshd_config, or give the host a "
+                                         "become prefix so files go through commands") from None
+            if sftp is None:
+                raise TransferError(self.host, "cannot start SFTP")
+            with self._state:
+                self._sftp = sftp
+        channel = sftp.get_channel()
+        if channel is not None:
+            channel.settimeout(timeout)
+        return sftp
+
+    @staticmethod
+    def _sftp_cleanup(sftp: paramiko.SFTPClient, tmp: str) -> None:
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+            sftp.remove(tmp)
+
+    def _transfer_error(self, what: str, err: BaseException) -> HostError:
+        if isinstance(err, HostError):
+            return err
+        if isinstance(err, FileNotFoundError) or (isinstance(err, OSError) and err.errno == 2):
+            return RemoteFileMissing(self.host, f"{what}: no such file or directory")
+        if isinstance(err, TimeoutError):
+            return CommandTimeout(self.host, f"{what}: the host did not answer in time")
+        if isinstance(err, OSError) and err.strerror:
+            return TransferError(self.host, f"{what}: {err.strerror}")
+        return TransferError(self.host, f"{what}: {_reason(err)}")
 
     # -- connecting ---------------------------------------------------------------------------
     def _transport(self) -> paramiko.Transport:
-        if self._clients:
-            transport = self._clients[-1].get_transport()
+        with self._state:
+            if self._closed:
+                raise ConnectionLost(self.host, "the connection was closed (interrupted)")
+            clients = list(self._clients)
+        if clients:
+            transport = clients[-1].get_transport()
             if transport is not None and transport.is_active():
                 return transport
-            self._close()
+            self.close()
             raise ConnectionLost(self.host, "the SSH connection dropped")
+        opened: list[paramiko.SSHClient] = []
         sock: paramiko.Channel | None = None
         try:
             for endpoint in (*self.target.jumps, self.target.endpoint):
                 client = self._connect(endpoint, sock)
-                self._clients.append(client)
+                opened.append(client)
                 sock = None
                 if endpoint is not self.target.endpoint:
                     sock = self._tunnel(client, endpoint)
         except BaseException:
-            self._close()
+            for client in reversed(opened):
+                client.close()
             raise
-        transport = self._clients[-1].get_transport()
+        with self._state:
+            closed = self._closed
+            if not closed:
+                self._clients = opened
+        if closed:  # the fleet closed while we were connecting
+            for client in reversed(opened):
+                client.close()
+            raise ConnectionLost(self.host, "the connection was closed (interrupted)")
+        transport = opened[-1].get_transport()
         assert transport is not None  # just connected
         return transport
-
-    def _close(self) -> None:
-        for client in reversed(self._clients):
-            client.close()
-        self._clients.clear()
 
     def _tunnel(self, jump: paramiko.SSHClient, via: Endpoint) -> paramiko.Channel:
         """A direct-tcpip channel from the jump host to the next hop (what `ssh -J` does)."""
@@ -329,14 +695,34 @@ class SshRunner:
         hops = (*self.target.jumps, self.target.endpoint)
         return hops[hops.index(endpoint) + 1]
 
+    def _check_keys(self, ep: Endpoint, key_files: Sequence[str]) -> None:
+        for path in key_files:
+            problem = key_file_problem(path)
+            if problem is not None:
+                raise AuthError(self.host, f"key file {path} (for {ep}) {problem}",
+                                hint="point key_file (ansible_ssh_private_key_file) or IdentityFile at a private "
+                                     "key, as made by 'ssh-keygen'")
+
     def _connect(self, ep: Endpoint, sock: paramiko.Channel | None) -> paramiko.SSHClient:
         opts = self._options
+        name = ep.known_hosts_name
         client = paramiko.SSHClient()
-        for keytype, key in self._known.lookup(ep.known_hosts_name).items():
-            client.get_host_keys().add(ep.known_hosts_name, keytype, key)
-        client.set_missing_host_key_policy(_HostKeyPolicy(self._known, opts.accept_new_host_keys, self.host))
+        client.set_missing_host_key_policy(_HostKeyPolicy(self._known, opts.accept_new_host_keys, self.host, name))
         key_files = [k for k in ep.key_files if os.path.isfile(k)]  # as ssh, skip missing IdentityFiles
+        self._check_keys(ep, key_files)
         where = f"{ep}" + (" (via jump host)" if sock is not None else "")
+        thread = f"migplan-ssh-{next(_THREADS)}"
+        lines = _RELAY.capture(thread)
+        known_types = self._known.key_types(name)
+
+        def transport_factory(sock: Any, /, **kwargs: Any) -> paramiko.Transport:
+            transport = paramiko.Transport(sock, **kwargs)
+            transport.name = thread  # so its log records can be told apart from other connections'
+            transport.set_log_channel(_LOG_CHANNEL)
+            sec = transport.get_security_options()
+            sec.key_types = _host_key_algorithms(known_types, list(sec.key_types))
+            return transport
+
         try:
             client.connect(
                 # paramiko documents key_filename as 'str or list(str)'; the stub says str only
@@ -345,20 +731,11 @@ class SshRunner:
                 auth_timeout=opts.connect_timeout, channel_timeout=opts.connect_timeout,
                 allow_agent=opts.allow_agent and not (ep.identities_only and key_files),
                 look_for_keys=opts.look_for_keys and not key_files,
-                sock=sock,
+                sock=sock, transport_factory=transport_factory,
             )
         except HostError:
             client.close()
             raise
-        except paramiko.BadHostKeyException as err:
-            client.close()
-            raise HostKeyChangedError(
-                self.host, f"HOST KEY CHANGED for {ep.known_hosts_name}: {self._known.path} has "
-                f"{err.expected_key.get_name()} {fingerprint(err.expected_key)}, the server sent "
-                f"{err.key.get_name()} {fingerprint(err.key)}",
-                hint="someone may be intercepting the connection, or the host was reinstalled; verify with its "
-                     f"owner, then remove the old key with 'ssh-keygen -R \"{ep.known_hosts_name}\" -f "
-                     f"{self._known.path}'") from None
         except paramiko.PasswordRequiredException:
             client.close()
             raise AuthError(self.host, f"the key for {where} is passphrase-protected",
@@ -382,48 +759,99 @@ class SshRunner:
             raise UnreachableError(self.host, f"cannot resolve {ep.hostname}: {err.strerror}") from None
         except (paramiko.SSHException, OSError, EOFError) as err:
             client.close()
-            raise UnreachableError(self.host, f"cannot connect to {where}: {_reason(err)}") from None
+            raise UnreachableError(self.host, f"cannot connect to {where}: "
+                                   f"{_handshake_reason(err, list(lines), opts.connect_timeout)}",
+                                   hint="check that the port is the host's sshd") from None
+        finally:
+            _RELAY.forget(thread)
         transport = client.get_transport()
         if transport is not None and opts.keepalive_s > 0:
             transport.set_keepalive(opts.keepalive_s)
         return client
 
     # -- running -----------------------------------------------------------------------------
-    def _exec(self, transport: paramiko.Transport, argv: tuple[str, ...], line: str, timeout: float) -> Completed:
+    def _exec(self, transport: paramiko.Transport, argv: tuple[str, ...], line: str, timeout: float,
+              stdin: bytes | None, keep_stdout: bool) -> tuple[int, bytes, bytes]:
         start = time.monotonic()
         try:
             chan = transport.open_session(timeout=self._options.connect_timeout)
             chan.exec_command(line)
+            if stdin is None:
+                chan.shutdown_write()  # end-of-file now: a command that reads stdin never waits for us
         except (paramiko.SSHException, OSError, EOFError) as err:
-            self._close()
+            self.close()
             raise ConnectionLost(self.host, f"cannot start '{argv[0]}': {_reason(err)}") from None
         try:
-            out, err_out = _collect(chan, start + timeout, self.host, argv[0], timeout)
+            out, err_out = _collect(chan, start + timeout, self.host, argv[0], timeout, stdin, keep_stdout)
             if not chan.exit_status_ready():
-                self._close()
+                self.close()
                 raise ConnectionLost(self.host, f"the connection dropped while '{argv[0]}' was running")
             code = chan.recv_exit_status()  # -1: the command died on a signal
         finally:
             chan.close()
-        return Completed(argv, code, out.decode("utf-8", "replace"), err_out.decode("utf-8", "replace"),
-                         time.monotonic() - start)
+        return code, out, err_out
+
+
+def _handshake_reason(err: BaseException, lines: Sequence[str], timeout: float) -> str:
+    """What went wrong before SSH was up, in words (paramiko's own texts are cryptic)."""
+    sent = [ln[len("Banner: "):] for ln in lines if ln.startswith("Banner: ")]
+    text = str(err)
+    if sent:
+        return f"the server on that port does not speak SSH: it sent {printable(sent[0], 80)!r}"
+    if text.startswith("Indecipherable protocol version"):
+        shown = text.partition('"')[2].rstrip('"')
+        return f"the server on that port does not speak SSH: it sent {printable(shown, 80)!r}"
+    cause: BaseException | None = err
+    if text.startswith("Error reading SSH protocol banner"):
+        cause = err.__context__ or err.__cause__
+    if isinstance(cause, ConnectionResetError) or "reset by peer" in text:
+        return "the server reset the connection before the SSH handshake finished"
+    if isinstance(cause, EOFError | BrokenPipeError) or (cause is err and text.startswith("Error reading SSH")):
+        return "the server closed the connection before the SSH handshake finished (not an SSH server?)"
+    if isinstance(cause, TimeoutError):
+        return f"no SSH banner within {timeout:g} s"
+    if any("reset by peer" in ln for ln in lines):
+        return "the server reset the connection before the SSH handshake finished"
+    return _reason(err)
 
 
 @dataclass
 class _Buffers:
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
+    dropped: int = 0  # stdout bytes read and not kept
 
 
-def _collect(chan: paramiko.Channel, deadline: float, host: str, prog: str,
-             timeout: float) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command exits, the deadline passes or the output is too big."""
+def _feed(chan: paramiko.Channel, pending: memoryview | None) -> tuple[memoryview | None, bool]:
+    """Send what the channel window takes of stdin; end-of-file once it is all sent."""
+    if pending is None:
+        return None, False
+    if not pending:
+        chan.shutdown_write()
+        return None, True
+    if not chan.send_ready():
+        return pending, False
+    try:
+        n = chan.send(bytes(pending[:32768]))
+    except OSError:  # the command exited without reading everything
+        return None, False
+    return pending[n:], n > 0
+
+
+def _collect(chan: paramiko.Channel, deadline: float, host: str, prog: str, timeout: float,
+             stdin: bytes | None = None, keep_stdout: bool = True) -> tuple[bytes, bytes]:
+    """Feed stdin and read stdout/stderr until the command exits, the deadline passes or output is too big."""
     buf = _Buffers()
+    pending = memoryview(stdin) if stdin is not None else None
     pause = 0.001
     while True:
-        busy = False
+        pending, busy = _feed(chan, pending)
         while chan.recv_ready():
-            buf.out += chan.recv(65536)
+            data = chan.recv(65536)
+            if keep_stdout:
+                buf.out += data
+            else:
+                buf.dropped += len(data)
             busy = True
         while chan.recv_stderr_ready():
             buf.err += chan.recv_stderr(65536)
@@ -452,12 +880,16 @@ def _reason(err: BaseException) -> str:
 # --- a fleet of connections ----------------------------------------------------------------
 
 class SshFleet:
-    """Connections to many hosts with shared settings, known_hosts and ssh_config; close() ends all."""
+    """Connections to many hosts with shared settings, known_hosts and ssh_config; close() ends all.
+
+    close() is safe from any thread and while commands run (they end with ConnectionLost): pass it as
+    `for_each_host(..., on_interrupt=fleet.close)` so Ctrl-C does not wait for the slowest host.
+    """
 
     def __init__(self, options: SshOptions | None = None) -> None:
         self.options = options or SshOptions()
         self.config = load_ssh_config(self.options.ssh_config)
-        self.known_hosts = KnownHosts(self.options.known_hosts)
+        self.known_hosts = KnownHosts(self.options.known_hosts, writable=self.options.accept_new_host_keys)
         self._runners: dict[str, SshRunner] = {}
         self._lock = threading.Lock()
 
@@ -476,7 +908,7 @@ class SshFleet:
             runners = list(self._runners.values())
             self._runners.clear()
         for r in runners:
-            r.close()
+            r.close(final=True)
 
     def __enter__(self) -> SshFleet:
         return self

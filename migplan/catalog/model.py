@@ -97,7 +97,7 @@ class GpuModel:
 
     @property
     def reset_required_for_mode(self) -> bool:
-        """Ampere needs a GPU reset for a MIG mode change; Hopper and later do not (UG getting-started)."""
+        """Ampere needs a GPU reset for a MIG mode change; Hopper and later do not (docs/mig-geometry.md §9)."""
         return self.architecture == "ampere"
 
     def profile(self, ref: str | int) -> GiProfile:

@@ -8,7 +8,7 @@ Per host (one connection, commands from `migplan.smi` builders only):
 
 Everything a host prints is parsed as data by `migplan.smi` (bounded, validated) and checked
 against the catalog; nothing from it is ever put on a command line. `--query-compute-apps` names
-only the GPU a process runs on (nvidia-smi-mig.md §13: "No GI/CI fields exist"), so a process is
+only the GPU a process runs on (docs/nvidia-smi.md §13: it has no GI/CI field), so a process is
 put on a GPU instance when that is unambiguous (a MIG device UUID, or a single instance with a
 compute instance); otherwise it is kept as unattributed and every instance of that GPU counts as
 busy, so nothing that may be in use is destroyed without consent.
@@ -119,7 +119,7 @@ def _instances(host: Host, gpu: int, model: GpuModel, gi_rows: Sequence[smi.GpuI
 
 def _device_uuids(gpu: int, ci_rows: Sequence[smi.ComputeInstanceRow], devices: Sequence[smi.MigDevice],
                   notes: list[str]) -> dict[tuple[int, int], str]:
-    """(gi, ci) -> MIG device UUID. `-L` lists devices by ascending GI then CI id (§11); old drivers
+    """(gi, ci) -> MIG device UUID. `-L` lists devices by ascending GI then CI id (docs/nvidia-smi.md §11); old drivers
     put gi/ci in the UUID itself."""
     if all(d.gi_id is not None and d.ci_id is not None for d in devices) and devices:
         return {(d.gi_id, d.ci_id): d.uuid for d in devices if d.gi_id is not None and d.ci_id is not None}

@@ -1,6 +1,10 @@
 """nvidia-smi: argv builders, output parsers, typed errors and catalog learning (pure, no I/O).
 
-Facts: /work/shared/reference/nvidia-smi-mig.md (cited as §n in the modules) and mig-geometry.md.
+Facts: docs/nvidia-smi.md, "Facts we rely on" (a bare §n in these modules is a section there), and
+docs/mig-geometry.md. Running the commands is `migplan.adapters.smi_session`'s job, not this package's.
+
+May import: catalog, layout, errors, names, yamldoc (parsing text only). Never adapters, fleet,
+planner, commands or cli.
 """
 
 from migplan.smi.commands import (

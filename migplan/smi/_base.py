@@ -22,10 +22,11 @@ MAX_GPU = 255  # GPU indices nvidia-smi prints and `-i` takes; the builders use 
 MAX_ID = 255  # profile, GPU instance and compute instance ids
 
 _INT = re.compile(r"\d{1,9}")
-# go-nvlib parseMigProfile grammar (mig-geometry.md §2): [<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]
+# go-nvlib parseMigProfile grammar (docs/mig-geometry.md §2): [<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]
 PROFILE_NAME = re.compile(r"(?:\d{1,2}c\.)?\d{1,2}g\.\d{1,4}gb(?:[+-][A-Za-z0-9.]{1,16}(?:,[A-Za-z0-9.]{1,16}){0,3})?")
 
-# Known "nothing here" messages (§3, §6, §10). "No compute instances found" is by analogy (unverified).
+# Known "nothing here" messages (docs/nvidia-smi.md §3, §6, §10). "No compute instances found" is by
+# analogy (unverified, §9).
 EMPTY = ("No GPU instances found: Not Found", "No compute instances found: Not Found")
 MIG_DISABLED = "No MIG-enabled devices found."
 MIG_UNSUPPORTED = "No MIG-supported devices found."

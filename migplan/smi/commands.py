@@ -2,7 +2,7 @@
 
 Builders are the only way commands are made: each token is either a constant or an integer that was
 range-checked here, so nothing read from a host can end up on a command line. Syntax per
-/work/shared/reference/nvidia-smi-mig.md (section numbers in the comments).
+docs/nvidia-smi.md (a bare §n in the comments is a section there).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from migplan.smi.errors import SmiCommandError
 NVIDIA_SMI = "nvidia-smi"
 
 # Limits are generous sanity bounds, not hardware facts: GI ids seen are 0..14 and CI ids 0..7
-# (mig-geometry.md §6), profile ids up to 65 (RTX PRO, §3), memory-slice starts 0..7.
+# (docs/mig-geometry.md §6), profile ids up to 65 (RTX PRO, docs/mig-geometry.md §3), memory-slice starts 0..7.
 MAX_PROFILE_ID = MAX_ID
 MAX_START = 31
 MAX_INSTANCE_ID = 127
@@ -144,7 +144,8 @@ def set_mig_mode(gpu: int, enabled: bool) -> list[str]:
 
 
 def reset_gpu(gpu: int) -> list[str]:
-    """`nvidia-smi -r -i N` (= `--gpu-reset`, §1; mig-parted runs `nvidia-smi -r -i <ids>`, anchors R4).
+    """`nvidia-smi -r -i N` (= `--gpu-reset`, §1; mig-parted resets all GPUs with `nvidia-smi -r -i <ids>`,
+    `ResetAllGPUs` in github.com/NVIDIA/mig-parted cmd/nvidia-mig-parted/util/device.go).
 
     Always one GPU: never reset GPUs the plan does not touch.
     """

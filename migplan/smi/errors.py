@@ -1,10 +1,11 @@
 """Typed errors for nvidia-smi failures, and the classifier that maps NVIDIA's texts to them (pure).
 
-NVIDIA's error texts are `nvmlErrorString()` strings printed after `: ` (nvidia-smi-mig.md §0):
+NVIDIA's error texts are `nvmlErrorString()` strings printed after `: ` (docs/nvidia-smi.md §0):
 `In use by another client`, `Insufficient Resources`, `Invalid Argument`, `Not Supported`,
-`Insufficient Permissions`, `Not Found`. Exit codes (man page, §0): 2 invalid argument, 3 not
+`Insufficient Permissions`, `Not Found`. Exit codes (nvidia-smi man page): 2 invalid argument, 3 not
 supported, 4 no permission, 6 not found, 255 other. The exit code of each MIG error was NOT observed
-(§0: "presumably the NVML code" - unverified), so the text decides and the code is only a fallback.
+(docs/nvidia-smi.md §0: unverified), so the text decides and the code is only a fallback.
+A bare §n below is a section of docs/nvidia-smi.md.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class SmiError(MigplanError):
 
 class InUseError(SmiError):
     nvml_text = "In use by another client"
-    nvml_code = 19  # NVML_ERROR_IN_USE (nvml-apis.md §2)
+    nvml_code = 19  # NVML_ERROR_IN_USE (nvml.h; docs/sources.md §2)
 
 
 class InsufficientResourcesError(SmiError):

@@ -1,9 +1,9 @@
 """Learn a catalog model from a host's own `mig -lgip` / `mig -lgipp` output, and write catalog YAML (pure).
 
-`-lgip` gives names, ids, counts, SMs and engines; `-lgipp` gives starts and sizes (nvidia-smi-mig.md
+`-lgip` gives names, ids, counts, SMs and engines; `-lgipp` gives starts and sizes (docs/nvidia-smi.md
 §3, §4). Two facts are not printed and are therefore approximate (marked confidence: learned):
 memory is printed in GiB with two decimals (the smallest matching MiB is used), and the default CI
-profile id is taken from the NVML enum by compute slices (mig-geometry.md §3; unverified per model).
+profile id is taken from the NVML enum by compute slices (docs/mig-geometry.md §3; unverified per model).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from migplan.smi.lines import parse_gi_placements
 from migplan.smi.rows import PlacementRow, ProfileRow
 from migplan.smi.tables import parse_gi_profiles
 
-# NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enum values (mig-geometry.md §3), by compute slices.
+# NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enum values (nvml.h; docs/mig-geometry.md §3), by compute slices.
 _CI_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _G = re.compile(r"(\d+)g\.")
 

@@ -1,5 +1,7 @@
 """Parsers for nvidia-smi's line formats: `-L` (§11), `mig -lgipp` (§4), CSV queries (§2, §13) and the
 `Successfully created/destroyed ...` lines of `-cgi`/`-cci`/`-dci`/`-dgi` (§5, §8, §10) (pure).
+
+§n = a section of docs/nvidia-smi.md ("Facts we rely on").
 """
 
 from __future__ import annotations

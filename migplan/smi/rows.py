@@ -1,4 +1,7 @@
-"""Typed rows parsed from nvidia-smi output (frozen dataclasses, pure data)."""
+"""Typed rows parsed from nvidia-smi output (frozen dataclasses, pure data).
+
+§n = a section of docs/nvidia-smi.md ("Facts we rely on").
+"""
 
 from __future__ import annotations
 
@@ -134,7 +137,7 @@ class CreatedGpuInstance:
 class CreatedComputeInstance:
     """`Successfully created compute instance ID  0 on GPU  0 GPU instance ID  2 using profile ...` (§8).
 
-    ci_id is None in the older text without `ID n` (UG).
+    ci_id is None in the older text without `ID n` (MIG User Guide).
     """
 
     gpu: int

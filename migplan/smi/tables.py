@@ -1,7 +1,8 @@
 """Parsers for nvidia-smi's boxed tables: `mig -lgip` (§3), `mig -lgi` (§6), `mig -lci` (§9) (pure).
 
 Rows are split into whitespace tokens rather than read at fixed columns, so the old and new column
-widths (UG 54/79-column vs driver 535 57-column vs GB200 81-column) all parse.
+widths (MIG User Guide 54/79-column vs driver 535 57-column vs GB200 81-column) all parse.
+§n = a section of docs/nvidia-smi.md ("Facts we rely on").
 """
 
 from __future__ import annotations

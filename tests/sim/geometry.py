@@ -133,8 +133,8 @@ class LgipRow:
     ofa: int | None
 
 
-_LGIP_FIRST = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+(\d+\.\d\d)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)"
-                         r"\s*\|$")
+_LGIP_FIRST = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+(\d+\.\d\d)\s+(\S+)"
+                         r"\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$")
 _LGIP_SECOND = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$")
 _LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{(\d+(?:,\d+)*)\}:(\d+)$")
 

@@ -328,8 +328,10 @@ def lgip_rows(model: Model, gpu: dict[str, Any]) -> list[str]:
         for line in model.lgip_sample.splitlines()[len(LGIP_HEAD):]:
             row = geo.read_lgip(line)
             if row:
-                line = f"|{gpu['index']:>4}" + line[5:]
-                line = _FREE.sub(lambda m: f"{free[row[0].id]:>{len(m.group(1))}}/{m.group(2)}", line, count=1)
+                m = _FREE.search(line)
+                assert m is not None  # read_lgip matched a Free/Total column
+                line = (f"|{gpu['index']:>4}{line[5:m.start()]}{free[row[0].id]:>{len(m.group(1))}}/"
+                        f"{m.group(2)}{line[m.end():]}")
             out.append(line)
         return out
     rows = []

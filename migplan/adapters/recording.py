@@ -1,0 +1,98 @@
+"""`RecordingRunner`: the runner behind `--dry-run`.
+
+It wraps a real runner (or none). A command the caller's `read_only(argv)` predicate accepts runs
+on the real host, so a dry run sees the real state; every other command, and every `put_file`, is
+recorded in order and NOT run: it returns a successful `Completed` with empty output. `get_file`
+is a read and goes to the real host. Without an inner runner everything is recorded (and
+`get_file` fails: there is nothing to read from).
+
+`commands` is the recorded list (a copy), each a `RecordedAction` whose `str()` is one printable
+line: the exact command line an SSH server would get, or `put PATH (N bytes, mode 0644)`.
+Recorded argv is what the caller asked for, without the host's become prefix.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from migplan.adapters.runner import (
+    DEFAULT_TIMEOUT,
+    MAX_TRANSFER_BYTES,
+    CommandRunner,
+    Completed,
+    TransferError,
+    check_mode,
+    check_remote_path,
+    command_line,
+)
+
+ReadOnly = Callable[[Sequence[str]], bool]
+
+
+def _nothing_is_read_only(argv: Sequence[str]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class RecordedAction:
+    """A mutating step a dry run did not perform: a command (`kind="run"`) or a file put (`"put"`)."""
+
+    kind: str
+    argv: tuple[str, ...] = ()
+    path: str = ""
+    data: bytes | None = None  # the file content (put) or stdin (run)
+    mode: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "put":
+            size = len(self.data or b"")
+            return f"put {self.path} ({size} bytes, mode {self.mode or 0:04o})"
+        stdin = f" (with {len(self.data)} bytes on stdin)" if self.data is not None else ""
+        return command_line(self.argv) + stdin
+
+
+class RecordingRunner:
+    """Records mutating commands and puts instead of running them; passes read-only ones through."""
+
+    def __init__(self, inner: CommandRunner | None = None, *, read_only: ReadOnly | None = None,
+                 host: str | None = None) -> None:
+        self._inner = inner
+        self._read_only = read_only or _nothing_is_read_only
+        self._host = host or (inner.host if inner is not None else "dry-run")
+        self._lock = threading.Lock()
+        self._actions: list[RecordedAction] = []
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def commands(self) -> list[RecordedAction]:
+        with self._lock:
+            return list(self._actions)
+
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+            stdin: bytes | None = None) -> Completed:
+        tokens = tuple(argv)
+        command_line(tokens)  # the same token rules as a real run, so a dry run fails where a real one would
+        if self._inner is not None and self._read_only(tokens):
+            return self._inner.run(tokens, timeout=timeout, stdin=stdin)
+        with self._lock:
+            self._actions.append(RecordedAction("run", tokens, data=None if stdin is None else bytes(stdin)))
+        return Completed(tokens, 0, "", "", 0.0)
+
+    def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        path = check_remote_path(remote_path)
+        check_mode(mode)
+        with self._lock:
+            self._actions.append(RecordedAction("put", ("put", path), path=path, data=bytes(data), mode=mode))
+
+    def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
+                 timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        path = check_remote_path(remote_path)
+        if self._inner is None:
+            raise TransferError(self._host, f"dry run without a host: cannot read {path}")
+        return self._inner.get_file(path, max_bytes=max_bytes, timeout=timeout)
