@@ -2,6 +2,12 @@
 
 Precedence (clig.dev): command-line flag > environment variable > config file > default. Flags
 and environment variables are resolved by the CLI (typer `envvar=`); this module reads the file.
+
+Every value is checked where it is read, with the file, line and key in the error: the `planner:`
+section against `PLANNER_SETTINGS`, a typed and bounded schema (kind, bounds, choices, help) with
+the same bounds as `migplan propose`'s options, exported so that the CLI can share it. So
+`allow_disrupt: "false"` (a string) is refused instead of enabling disruption, and `gap: 5`,
+`gap: .nan`, a negative weight, `keep_free: 1.5` or `time_limit: abc` are refused with the bound.
 """
 
 from __future__ import annotations
@@ -12,14 +18,122 @@ from pathlib import Path
 
 from migplan import yamldoc
 from migplan.errors import InputError
+from migplan.yamldoc import Node
 
 CONFIG_VERSION = 1
 OUTPUT_FORMATS = ("table", "json", "yaml")
+PERCENTILES = ("p50", "p95", "p99", "max")
+SOLVERS = ("cbc", "highs")  # as migplan.planner.solver.SOLVERS (tested to agree)
+# The objective weights (migplan.planner.demand.Weights fields; tested to agree).
+WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste")
+MAX_WEIGHT = 1e9  # far above the defaults (10,000 at most); keeps the integer program's numbers sane
 
 
 def default_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "migplan" / "config.yaml"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One `planner:` setting: what it holds, its bounds or choices, and its help text.
+
+    kind: "bool", "int" (whole numbers, no 1.5), "number" (finite; ints allowed), "choice" (one
+    of `choices`) or "weights" (a mapping of `WEIGHT_KEYS` to numbers within the bounds).
+    """
+
+    kind: str
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """The accepted values in words, e.g. '0..0.99' or 'one of: gpu, host'."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of: " + ", ".join(self.choices)
+        lo, hi = _number_text(self.minimum), _number_text(self.maximum)
+        what = {"int": "a whole number", "number": "a number", "weights": f"weights ({', '.join(WEIGHT_KEYS)}) each"}
+        return f"{what[self.kind]} {lo}..{hi}".rstrip(".") if (lo or hi) else what[self.kind]
+
+    def read(self, node: Node) -> bool | int | float | str | dict[str, float]:
+        """The value of `node`, checked (InputError naming file, line and key)."""
+        if self.kind == "bool":
+            if not (node.is_scalar and isinstance(node.value(), bool)):
+                node.fail(f"expected true or false, got {_shown(node)}",
+                          hint=f"write {node.path.rsplit('.', 1)[-1]}: true or false, without quotes")
+            return node.bool()
+        if self.kind == "int":
+            lo, hi = _int_bound(self.minimum), _int_bound(self.maximum)
+            return node.int(minimum=lo, maximum=hi)
+        if self.kind == "number":
+            return node.number(minimum=self.minimum, maximum=self.maximum)
+        if self.kind == "choice":
+            v = node.str() if node.is_scalar and not isinstance(node.value(), bool) else None
+            if v not in self.choices:
+                node.fail(f"expected {self.describe()}, got {_shown(node)}")
+            assert v is not None
+            return v
+        if self.kind == "weights":
+            if node.is_null:
+                return {}
+            return {k: n.number(minimum=self.minimum, maximum=self.maximum)
+                    for k, n in node.fields(set(WEIGHT_KEYS)).items()}
+        raise AssertionError(f"unknown setting kind {self.kind!r}")
+
+
+def _number_text(v: float | None) -> str:
+    if v is None:
+        return ""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
+
+
+def _int_bound(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def _shown(node: Node) -> str:
+    if not node.is_scalar:
+        return "a list" if node.is_list else "a mapping"
+    v = node.value()
+    if isinstance(v, str):
+        return f"the string {v!r}" if len(v) < 40 else "a string"
+    return repr(node.text)
+
+
+PLANNER_SETTINGS: dict[str, Setting] = {
+    "solver": Setting("choice", "MILP solver.", choices=SOLVERS),
+    "time_limit": Setting("number", "Solver time limit, seconds.", minimum=0.1, maximum=86400.0),
+    "gap": Setting("number", "Relative MIP gap to stop at.", minimum=0.0, maximum=0.99),
+    "allow_disrupt": Setting("bool", "Allow moving running workloads (each move is counted)."),
+    "keep_free": Setting("int", "Keep N whole GPUs free.", minimum=0, maximum=1_000_000),
+    "memory_percentile": Setting("choice", "Memory percentile to size for.", choices=PERCENTILES),
+    "compute_percentile": Setting("choice", "Compute percentile to size for.", choices=PERCENTILES),
+    "headroom": Setting("number", "Memory headroom fraction (0.1 = 10%).", minimum=0.0, maximum=10.0),
+    "headroom_min_mib": Setting("int", "Least memory headroom, MiB.", minimum=0, maximum=1_048_576),
+    "anti_affinity_scope": Setting("choice", "Where anti-affinity members must differ.", choices=("gpu", "host")),
+    "weights": Setting("weights", "Objective weights, non-negative (docs/model.md, 'Objective').",
+                       minimum=0.0, maximum=MAX_WEIGHT),
+}
+
+
+def read_planner(node: Node) -> dict[str, object]:
+    """The `planner:` section, each key checked against PLANNER_SETTINGS."""
+    if node.is_null:
+        return {}
+    if not node.is_map:
+        node.fail(f"expected a mapping of planner settings, got {_shown(node)}",
+                  hint=f"settings: {', '.join(PLANNER_SETTINGS)}")
+    out: dict[str, object] = {}
+    for key, n in node.items():
+        setting = PLANNER_SETTINGS.get(key)
+        if setting is None:
+            raise InputError(f"unknown planner setting {key!r}", source=n.source, line=n.line, key=n.path,
+                             hint=f"known: {', '.join(sorted(PLANNER_SETTINGS))}")
+        out[key] = setting.read(n)
+    return out
 
 
 @dataclass(frozen=True)
@@ -31,11 +145,18 @@ class Config:
     catalog: tuple[str, ...] = ()
     output: str | None = None
     snapshot: str | None = None
-    planner: dict[str, object] = field(default_factory=dict)  # passed to the planner's policy
+    planner: dict[str, object] = field(default_factory=dict)  # checked against PLANNER_SETTINGS
     source: str | None = None
 
 
 _KEYS = {"version", "inventory", "profiles", "catalog", "output", "snapshot", "planner"}
+
+
+def _path_text(node: Node) -> str:
+    v = node.str()
+    if not v.strip() or "\0" in v or "\n" in v:
+        node.fail(f"{v!r} is not a file path")
+    return os.path.expanduser(v)
 
 
 def load_config(path: str | None) -> Config:
@@ -54,20 +175,20 @@ def load_config(path: str | None) -> Config:
     rel = file.parent
 
     def _path(key: str) -> str | None:
-        if key not in f:
+        if key not in f or f[key].is_null:
             return None
-        p = os.path.expanduser(f[key].str())
+        p = _path_text(f[key])
         return p if os.path.isabs(p) else str(rel / p)
 
     catalog: tuple[str, ...] = ()
-    if "catalog" in f:
+    if "catalog" in f and not f["catalog"].is_null:
         items = f["catalog"].list() if f["catalog"].is_list else [f["catalog"]]
-        catalog = tuple(str(rel / os.path.expanduser(n.str())) for n in items)
+        catalog = tuple(str(rel / _path_text(n)) for n in items)
     output = None
     if "output" in f:
         output = f["output"].str()
         if output not in OUTPUT_FORMATS:
             f["output"].fail(f"unknown output format {output!r}", hint="one of: table, json, yaml")
-    planner = f["planner"].value("map") if "planner" in f else {}
+    planner = read_planner(f["planner"]) if "planner" in f else {}
     return Config(inventory=_path("inventory"), profiles=_path("profiles"), catalog=catalog, output=output,
                   snapshot=_path("snapshot"), planner=planner, source=str(file))

@@ -21,6 +21,10 @@ it over the target, so a reader sees either the old or the new content, never ha
   inode, also through symlinks), e.g. `--out` naming the inventory it was computed from.
 
 `append_durable` appends whole lines to a journal (O_APPEND, fsync), refusing the same targets.
+
+Refusals are `InputError`s (the user named the wrong thing); failures of the system calls
+themselves (no permission, a file where a directory should be, a symlink loop) are the `OSError`
+they were, as before.
 """
 
 from __future__ import annotations
@@ -96,17 +100,15 @@ def resolve_target(path: PathLike) -> str:
             continue
         candidate = os.path.join(resolved, part)
         try:
-            st = os.lstat(candidate)
+            st = os.lstat(candidate)  # other OSErrors (ENOTDIR, EACCES) reach the caller as they are
         except FileNotFoundError:
             return os.path.normpath(os.path.join(candidate, *pending))
-        except OSError as err:
-            raise InputError(f"cannot inspect {shown}: {err.strerror}") from None
         if not stat.S_ISLNK(st.st_mode):
             resolved = candidate
             continue
         links += 1
         if links > 40:  # Linux's MAXSYMLINKS
-            raise InputError(f"{shown}: too many levels of symbolic links (a loop?)")
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
         _check_link_is_safe(candidate)
         target = os.readlink(candidate)
         if target.startswith("/"):
@@ -120,10 +122,6 @@ def _stat_or_none(path: str) -> os.stat_result | None:
         return os.stat(path)
     except FileNotFoundError:
         return None
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise InputError(f"{path}: too many levels of symbolic links (a loop?)") from None
-        raise InputError(f"cannot inspect {path}: {err.strerror}") from None
 
 
 def check_output_path(out: PathLike, inputs: Iterable[PathLike]) -> None:
@@ -274,8 +272,6 @@ def append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, priv
         created = True
     except FileExistsError:
         fd = _open_existing(shown, real, flags)
-    except OSError as err:
-        raise InputError(f"cannot create {shown}: {err.strerror}") from None
     try:
         st = os.fstat(fd)
         _refuse_special(shown, real, st)  # swapped in after the check (never blocks: O_NONBLOCK)
@@ -296,4 +292,4 @@ def _open_existing(shown: str, real: str, flags: int) -> int:
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.ENXIO):  # a link or a FIFO with no reader swapped in
             raise InputError(f"{shown} is not a regular file; migplan only appends to regular files") from None
-        raise InputError(f"cannot open {shown} for appending: {err.strerror}") from None
+        raise

@@ -5,6 +5,11 @@ Two formats are read (README, "Inventory"):
   * an Ansible YAML inventory as operators already have it (`all: children: hosts:`), with
     `ansible_host`, `ansible_port`, `ansible_user`, `ansible_ssh_private_key_file`,
     `ansible_become*` and `migplan_*` host or group variables.
+
+Bounds: a host has at most `names.MAX_GPUS_PER_HOST` (64) GPUs with indices 0..63; an Ansible
+host pattern expands to at most `MAX_HOSTS_PER_PATTERN` hosts and an inventory holds at most
+`MAX_HOSTS`. A `key_file` that exists must be a regular file (checked here, after `~` expansion);
+one that does not exist yet is accepted, and connecting reports it (as Ansible does).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +30,9 @@ from migplan.yamldoc import Node
 
 INVENTORY_VERSION = 1
 HOOK_STAGES = ("pre_apply", "post_apply")
+MAX_HOSTS_PER_PATTERN = 10_000  # `gpu[0:99999999]` is a typo, not a fleet
+MAX_HOSTS = 100_000
+_GPU_RANGE = f"0..{names.MAX_GPU_INDEX}"
 
 
 @dataclass(frozen=True)
@@ -116,10 +125,18 @@ def _become(node: Node) -> tuple[str, ...]:
     return tokens
 
 
+def _gpu_index(node: Node) -> int:
+    i = node.int(minimum=0)
+    if i > names.MAX_GPU_INDEX:
+        node.fail(f"GPU index {i} is out of range {_GPU_RANGE}",
+                  hint=f"a host has at most {names.MAX_GPUS_PER_HOST} GPUs, numbered from 0 as nvidia-smi lists them")
+    return i
+
+
 def _index_list(node: Node) -> tuple[int, ...]:
-    out = []
+    out: list[int] = []
     for n in node.list():
-        i = n.int(minimum=0)
+        i = _gpu_index(n)
         if i in out:
             n.fail(f"GPU index {i} listed twice")
         out.append(i)
@@ -129,7 +146,7 @@ def _index_list(node: Node) -> tuple[int, ...]:
 def _labels(node: Node) -> dict[str, str]:
     out = {}
     for k, v in node.items():
-        if not names.HOST_NAME.match(k):
+        if not names.HOST_NAME.fullmatch(k):
             v.fail(f"label name {k!r} must be letters, digits, '.', '_' or '-'")
         out[k] = v.str()
     return out
@@ -153,7 +170,7 @@ def _gpu(node: Node, catalog: Catalog) -> GpuSpec:
     uuid = None
     if "uuid" in f:
         uuid = f["uuid"].str()
-        if not names.GPU_UUID.match(uuid):
+        if not names.GPU_UUID.fullmatch(uuid):
             f["uuid"].fail(f"{uuid!r} is not a GPU UUID (GPU-xxxxxxxx-...)")
     mig = f["mig"].bool() if "mig" in f else None
     layout = None
@@ -172,7 +189,7 @@ def _gpu(node: Node, catalog: Catalog) -> GpuSpec:
             f["layout"].fail("invalid layout: " + "; ".join(c.message for c in conflicts),
                              hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
         mig = True
-    return GpuSpec(index=f["index"].int(minimum=0), model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
+    return GpuSpec(index=_gpu_index(f["index"]), model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
 
 
 def _gpus(node: Node, catalog: Catalog) -> list[GpuSpec]:
@@ -182,7 +199,11 @@ def _gpus(node: Node, catalog: Catalog) -> list[GpuSpec]:
             model = catalog.get(f["model"].str()).id
         except CatalogError as err:
             f["model"].fail(err.message, hint=err.hint)
-        return [GpuSpec(index=i, model=model) for i in range(f["count"].int(minimum=1))]
+        count = f["count"].int(minimum=1)
+        if count > names.MAX_GPUS_PER_HOST:
+            f["count"].fail(f"{count} GPUs is more than the {names.MAX_GPUS_PER_HOST} a host can have",
+                            hint="count is the number of GPUs in one host")
+        return [GpuSpec(index=i, model=model) for i in range(count)]
     gpus: list[GpuSpec] = []
     seen: dict[int, int] = {}
     for n in node.list():
@@ -211,7 +232,7 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "address": _address,
         "port": _port,
         "user": _user,
-        "key_file": lambda n: n.str(),
+        "key_file": _key_file,
         "become": _become,
         "labels": _labels,
         "reserved_gpus": _index_list,
@@ -225,8 +246,26 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
 
 def _address(node: Node) -> str:
     v = node.str()
-    if not names.ADDRESS.match(v):
+    if not names.ADDRESS.fullmatch(v):
         node.fail(f"{v!r} is not a host name or IP address")
+    return v
+
+
+def _key_file(node: Node) -> str:
+    """A private key path as written; if it exists (after `~` expansion) it must be a regular file."""
+    v = node.str()
+    if not v.strip() or "\0" in v or "\n" in v:
+        node.fail(f"{v!r} is not a key file path", hint="give the path of a private key, e.g. ~/.ssh/id_ed25519")
+    path = os.path.expanduser(v)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return v  # not there (yet) or not ours to look at: connecting reports it, as ssh and Ansible do
+    except OSError as err:
+        node.fail(f"cannot use key file {v!r}: {err.strerror or err}")
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        node.fail(f"key file {v!r} is {kind}", hint="give the path of a private key file, e.g. ~/.ssh/id_ed25519")
     return v
 
 
@@ -239,14 +278,14 @@ def _port(node: Node) -> int:
 
 def _user(node: Node) -> str:
     v = node.str()
-    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", v):
+    if not names.USER_NAME.fullmatch(v):
         node.fail(f"{v!r} is not a valid user name")
     return v
 
 
 def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...]) -> Host:
     v = s.values
-    if not names.HOST_NAME.match(name):
+    if not names.HOST_NAME.fullmatch(name):
         name_node.fail(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
     gpus: list[GpuSpec] = list(v.get("gpus", []))
     discover = bool(v.get("discover", False))
@@ -325,24 +364,68 @@ _ANSIBLE_MAP = {
     "ansible_ssh_private_key_file": "key_file",
 }
 _MIGPLAN_VARS = {f"migplan_{k}" for k in _SETTING_KEYS - {"address", "port", "user", "key_file"}}
-_RANGE = re.compile(r"\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\]")
+_RANGE = re.compile(r"\[([0-9A-Za-z]*):([0-9A-Za-z]*)(?::([0-9]*))?\]")
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # Ansible's order (string.ascii_letters)
+
+
+def _range_items(lo: str, hi: str, stride_text: str | None, pattern: str) -> list[str]:
+    shown = pattern if len(pattern) <= 60 else pattern[:57] + "..."
+
+    def bad(message: str, hint: str | None = None) -> InputError:
+        return InputError(f"host range in {shown!r}: {message}",
+                          hint=hint or "write [START:END] or [START:END:STRIDE], e.g. gpu[01:16] or db-[a:f]")
+
+    if stride_text is not None and not stride_text:
+        raise bad("the stride after the second ':' is empty")
+    if stride_text is not None and (len(stride_text) > 6 or int(stride_text) < 1):
+        raise bad(f"stride {stride_text} must be 1..999999")
+    stride = int(stride_text) if stride_text else 1
+    if not hi:
+        raise bad("the range has no end")
+    lo = lo or "0"  # Ansible: `[:9]` starts at 0
+    if lo.isdigit() and hi.isdigit():
+        if len(lo) > 9 or len(hi) > 9:
+            raise bad("numbers in a host range have at most 9 digits")
+        if lo.startswith("0") and len(lo) > 1 and len(lo) != len(hi):
+            raise bad(f"zero-padded {lo!r} and {hi!r} differ in width", hint=f"write both with {len(lo)} digits")
+        start, end, width = int(lo), int(hi), len(lo) if lo.startswith("0") else 0
+    elif len(lo) == 1 and len(hi) == 1 and lo in _LETTERS and hi in _LETTERS:
+        start, end, width = _LETTERS.index(lo), _LETTERS.index(hi), -1
+    else:
+        raise bad(f"[{lo}:{hi}] is neither a number range nor a single-letter range")
+    if start > end:
+        raise bad(f"it runs backwards ({lo} > {hi}) and names no hosts", hint=f"write [{hi}:{lo}]")
+    count = (end - start) // stride + 1
+    if count > MAX_HOSTS_PER_PATTERN:
+        raise bad(f"it names {count} hosts, more than the {MAX_HOSTS_PER_PATTERN} migplan expands from one pattern",
+                  hint="check the range; split a larger fleet into several patterns")
+    steps = range(start, end + 1, stride)
+    return [_LETTERS[i] for i in steps] if width < 0 else [str(i).zfill(width) for i in steps]
 
 
 def expand_pattern(pattern: str) -> list[str]:
-    """Ansible host ranges: `gpu[01:04]` -> gpu01..gpu04, `db-[a:c]`, stride `[1:9:2]`."""
-    m = _RANGE.search(pattern)
-    if not m:
-        return [pattern]
-    lo, hi, stride = m.group(1), m.group(2), int(m.group(3) or 1)
-    head, tail = pattern[: m.start()], pattern[m.end():]
-    if lo.isdigit() and hi.isdigit():
-        width = len(lo) if lo.startswith("0") else 0
-        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1, stride)]
-    elif len(lo) == 1 and len(hi) == 1 and lo.isalpha() and hi.isalpha():
-        items = [chr(c) for c in range(ord(lo), ord(hi) + 1, stride)]
-    else:
-        raise InputError(f"cannot expand host range in {pattern!r}")
-    return [x for item in items for x in expand_pattern(head + item + tail)]
+    """Ansible host ranges: `gpu[01:04]` -> gpu01..gpu04, `db-[a:c]`, stride `[1:9:2]`.
+
+    As Ansible's: zero-padded bounds have equal widths, `[:N]` starts at 0, letters run a..z then
+    A..Z. Unlike Ansible, a range that runs backwards or has stride 0 is an error (Ansible yields
+    no hosts or fails), and a pattern expands to at most `MAX_HOSTS_PER_PATTERN` hosts (several
+    ranges in one pattern multiply).
+    """
+    done: list[str] = []
+    todo = [pattern]
+    while todo:
+        item = todo.pop()
+        m = _RANGE.search(item)
+        if not m:
+            done.append(item)
+            continue
+        head, tail = item[: m.start()], item[m.end():]
+        expanded = [head + x + tail for x in _range_items(m.group(1), m.group(2), m.group(3), pattern)]
+        if len(done) + len(todo) + len(expanded) > MAX_HOSTS_PER_PATTERN:
+            raise InputError(f"host range in {pattern[:60]!r} names more than the {MAX_HOSTS_PER_PATTERN} hosts "
+                             "migplan expands from one pattern", hint="check the ranges; split a larger fleet")
+        todo.extend(reversed(expanded))
+    return done
 
 
 @dataclass
@@ -365,7 +448,9 @@ def _ansible_walk(gname: str, gnode: Node, depth: int, inherited: list[tuple[int
             try:
                 expanded = expand_pattern(pattern)
             except InputError as err:
-                hnode.fail(err.message)
+                hnode.fail(err.message, hint=err.hint)
+            if len(hosts) + len(expanded) > MAX_HOSTS and any(h not in hosts for h in expanded):
+                hnode.fail(f"the inventory names more than {MAX_HOSTS} hosts", hint="split the fleet into inventories")
             for hname in expanded:
                 entry = hosts.setdefault(hname, _AnsibleHost(node=hnode))
                 entry.groups.extend(g for g in (*path, gname) if g not in entry.groups and g != "all")
@@ -442,4 +527,5 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
 
 
 def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:
-    return parse_inventory(yamldoc.load(path), catalog)
+    with yamldoc.paused_gc():
+        return parse_inventory(yamldoc.load(path), catalog)

@@ -19,6 +19,15 @@ from dataclasses import dataclass
 
 from migplan.catalog.model import GiProfile, GpuModel
 from migplan.errors import CatalogError, InputError, LayoutError
+from migplan.names import is_ascii_digits
+
+MAX_START = 255  # an instance's start slot as written; far above any GPU's (the catalog has the real ones)
+# Partial layouts visited by `enumerate_layouts` (each is itself a valid layout). Real models have
+# at most a few thousand (A100: 723, 2,319 with +me profiles); a catalog model past this is refused.
+MAX_LAYOUTS = 200_000
+# Candidate checks made by `enumerate_layouts`: real models need under 70,000 (A100, maximal
+# layouts with the +me profiles: 65,000); this bounds a runaway catalog model to about a second.
+MAX_ENUMERATION_STEPS = 1_500_000
 
 
 @dataclass(frozen=True, order=True)
@@ -33,11 +42,15 @@ class Instance:
 
     @classmethod
     def parse(cls, text: str) -> Instance:
-        """`3g.20gb@4` -> Instance(4, '3g.20gb')."""
+        """`3g.20gb@4` -> Instance(4, '3g.20gb'). The start is ASCII digits (not `²` or `٣`), 0..MAX_START."""
         name, sep, start = text.strip().partition("@")
-        if not sep or not name or not start.strip().isdigit():
+        name, start = name.strip(), start.strip()
+        if not sep or not name or not is_ascii_digits(start) or any(c.isspace() for c in name):
             raise InputError(f"{text!r} is not an instance; write PROFILE@START, e.g. 3g.20gb@4")
-        return cls(int(start), name.strip())
+        if len(start) > 3 or int(start) > MAX_START:
+            raise InputError(f"{text!r}: start slot {start} is out of range 0..{MAX_START}",
+                             hint="a start is the first memory slice of the instance, e.g. 3g.20gb@4")
+        return cls(int(start), name)
 
 
 @dataclass(frozen=True)
@@ -156,37 +169,60 @@ def _select(model: GpuModel, include: Iterable[str] | None) -> list[GiProfile]:
 
 
 def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
-                      maximal: bool = False) -> list[Layout]:
+                      maximal: bool = False, limit: int = MAX_LAYOUTS,
+                      max_steps: int = MAX_ENUMERATION_STEPS) -> list[Layout]:
     """All valid layouts (or only the maximal ones) built from `profiles`.
 
     By default the plain profiles are used: a `+me` variant is interchangeable with one plain
     instance of the same size, so it adds no new geometry. A layout is maximal when no further
     instance of the chosen profiles fits (memory slices, compute slices and max counts).
     Sorted deterministically (by instance list).
+
+    Iterative (an explicit stack, so no recursion limit) and bounded: more than `limit` valid
+    layouts, or more than `max_steps` candidate checks, raise CatalogError (a catalog model that
+    needs that many is not real MIG hardware).
     """
     cands = _candidates(model, _select(model, profiles))
+    names = sorted({p.name for _, p, _ in cands})
+    slot = {name: i for i, name in enumerate(names)}
+    # (instance, profile slot, memory mask, compute slices, max count) per candidate
+    table = [(inst, slot[prof.name], mask, prof.compute_slices, prof.max_count) for inst, prof, mask in cands]
+    total_g = model.compute_slices
+
+    def fits(c: int, used_mask: int, used_g: int, counts: tuple[int, ...]) -> bool:
+        _, p, mask, g, most = table[c]
+        return not mask & used_mask and used_g + g <= total_g and counts[p] < most
+
     out: list[Layout] = []
-    chosen: list[Instance] = []
-    counts: Counter[str] = Counter()
-
-    def fits(prof: GiProfile, mask: int, used_mask: int, used_g: int) -> bool:
-        return (not mask & used_mask and used_g + prof.compute_slices <= model.compute_slices
-                and counts[prof.name] < prof.max_count)
-
-    def walk(first: int, used_mask: int, used_g: int) -> None:
-        if not maximal or not any(fits(p, m, used_mask, used_g) for _, p, m in cands):
-            out.append(Layout.of(chosen))
-        for idx in range(first, len(cands)):
-            inst, prof, mask = cands[idx]
-            if fits(prof, mask, used_mask, used_g):
-                chosen.append(inst)
-                counts[prof.name] += 1
-                walk(idx + 1, used_mask | mask, used_g + prof.compute_slices)
-                counts[prof.name] -= 1
-                chosen.pop()
-
-    walk(0, 0, 0)
+    # (first candidate to try, memory mask, compute slices used, chosen candidates, count per profile)
+    stack: list[tuple[int, int, int, tuple[int, ...], tuple[int, ...]]] = [(0, 0, 0, (), (0,) * len(names))]
+    visited = steps = 0
+    while stack:
+        first, used_mask, used_g, chosen, counts = stack.pop()
+        visited += 1
+        steps += len(table) - first + (len(table) if maximal else 0)
+        if visited > limit or steps > max_steps:
+            what = f"more than {limit} layouts" if visited > limit else f"more than {max_steps} steps to enumerate"
+            raise CatalogError(f"{model.id} has {what} its layouts; no MIG GPU has that many",
+                               hint="check the model's slices, profiles, starts and max_count in the catalog file")
+        if not maximal or not any(fits(c, used_mask, used_g, counts) for c in range(len(table))):
+            out.append(Layout.of(table[c][0] for c in chosen))
+        for c in range(len(table) - 1, first - 1, -1):  # pushed in reverse: popped in candidate order
+            if fits(c, used_mask, used_g, counts):
+                _, p, mask, g, _ = table[c]
+                stack.append((c + 1, used_mask | mask, used_g + g, (*chosen, c),
+                              counts[:p] + (counts[p] + 1,) + counts[p + 1:]))
     return sorted(out, key=lambda lay: [(i.start, i.profile) for i in lay.instances])
+
+
+def count_layouts(model: GpuModel) -> int:
+    """How many valid layouts the model has with all its profiles, the most `enumerate_layouts`
+    can visit for it (CatalogError beyond its bounds); the catalog loader checks override models
+    with it, so that later enumeration cannot fail."""
+    everything = [p.name for p in model.profiles]
+    count = len(enumerate_layouts(model, profiles=everything))
+    enumerate_layouts(model, profiles=everything, maximal=True)  # the maximal walk checks more per layout
+    return count
 
 
 def free_placements(model: GpuModel, layout: Layout) -> list[Instance]:

@@ -10,6 +10,11 @@ A profile file is a versioned YAML document (README, "Workload profiles"):
         memory_mib: {p50: 14100, p95: 15020, p99: 15400, max: 15900}
         compute: {p50: 0.08, p95: 0.21, max: 0.35}     # share of the whole GPU it ran on
         priority: 10
+
+Bounds: memory 0..`names.MAX_MEMORY_MIB` MiB; compute shares are finite, 0..1; GPU indices
+0..`names.MAX_GPU_INDEX`; `mig_start` 0..`names.MAX_MIG_SLICES`-1; `priority` 0..`MAX_PRIORITY`;
+`replicas` 1..`MAX_REPLICAS`; `samples` 0..`MAX_SAMPLES`. Window times are ISO 8601; a time
+without a zone is UTC (as the collector writes them), so naive and aware times compare.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from migplan.errors import InputError
 from migplan.yamldoc import Node
 
 PROFILES_VERSION = 1
+MAX_PRIORITY = 10_000
+MAX_REPLICAS = 1_024  # more copies of one workload than instances in a large fleet's rack
+MAX_SAMPLES = 10**12
+_TIME_HINT = "write an ISO 8601 time such as 2026-11-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
@@ -102,19 +111,29 @@ class ProfileSet:
         return len(self.workloads)
 
 
-def _timestamp(node: Node) -> str:
+def _timestamp(node: Node) -> tuple[str, dt.datetime]:
+    """The time as written (datetimes normalised to ISO 8601) and as an aware datetime (naive: UTC)."""
     v = node.value()
     if isinstance(v, dt.datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=dt.timezone.utc)
-        return v.isoformat().replace("+00:00", "Z")
-    if isinstance(v, str):
+        text = v.isoformat() if v.tzinfo is not None else v.replace(tzinfo=dt.timezone.utc).isoformat()
+        text = text.replace("+00:00", "Z")
+    elif isinstance(v, dt.date):
+        text, v = f"{v.isoformat()}T00:00:00Z", dt.datetime(v.year, v.month, v.day)
+    elif isinstance(v, str):
+        text = v
         try:
-            dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            v = dt.datetime.fromisoformat(v.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            node.fail(f"{v!r} is not an ISO 8601 time such as 2026-11-01T00:00:00Z")
-        return v
-    node.fail("expected an ISO 8601 time such as 2026-11-01T00:00:00Z")
+            node.fail(f"{v!r} is not an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
+    else:
+        node.fail("expected an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=dt.timezone.utc)
+    try:
+        v = v.astimezone(dt.timezone.utc)
+    except (OverflowError, ValueError):
+        node.fail(f"{text!r} is out of the range of times", hint=_TIME_HINT)
+    return text, v
 
 
 def _ordered(node: Node, fields: dict[str, Node], order: list[str], values: list[float], unit: str) -> None:
@@ -126,7 +145,7 @@ def _ordered(node: Node, fields: dict[str, Node], order: list[str], values: list
 def _memory(node: Node) -> MemoryStats:
     keys = ["p50", "p95", "p99", "max"]
     f = node.fields(set(keys), set(keys))
-    vals = [f[k].int(minimum=0) for k in keys]
+    vals = [f[k].int(minimum=0, maximum=names.MAX_MEMORY_MIB) for k in keys]
     _ordered(node, f, keys, [float(v) for v in vals], " MiB")
     return MemoryStats(*vals)
 
@@ -139,30 +158,48 @@ def _compute(node: Node) -> ComputeStats:
     return ComputeStats(*vals)
 
 
+def _profile_name(node: Node, example: str) -> str:
+    name = node.str()
+    if name != name.strip() or names.profile_size(name) is None:
+        node.fail(f"{name!r} is not a MIG profile name such as {example}")
+    return name
+
+
+def _host(node: Node) -> str:
+    host = node.str()
+    if not names.HOST_NAME.fullmatch(host):
+        node.fail(f"{host!r} is not a host name")
+    return host
+
+
+def _gpu_index(node: Node) -> int:
+    i = node.int(minimum=0)
+    if i > names.MAX_GPU_INDEX:
+        node.fail(f"GPU index {i} is out of range 0..{names.MAX_GPU_INDEX}",
+                  hint=f"a host has at most {names.MAX_GPUS_PER_HOST} GPUs, numbered from 0 as nvidia-smi lists them")
+    return i
+
+
 def _observation(node: Node) -> Observation:
     f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples"})
-    profile = f["mig_profile"].str() if "mig_profile" in f and not f["mig_profile"].is_null else None
-    if profile is not None and names.profile_size(profile) is None:
-        f["mig_profile"].fail(f"{profile!r} is not a MIG profile name such as 3g.20gb")
+    has_profile = "mig_profile" in f and not f["mig_profile"].is_null
+    profile = _profile_name(f["mig_profile"], "3g.20gb") if has_profile else None
     start, end = None, None
     if "window" in f:
         wf = f["window"].fields({"start", "end"}, {"start", "end"})
-        start, end = _timestamp(wf["start"]), _timestamp(wf["end"])
-        if dt.datetime.fromisoformat(end.replace("Z", "+00:00")) < dt.datetime.fromisoformat(
-                start.replace("Z", "+00:00")):
+        (start, t0), (end, t1) = _timestamp(wf["start"]), _timestamp(wf["end"])
+        if t1 < t0:
             wf["end"].fail("the window ends before it starts")
-    host = f["host"].str() if "host" in f else None
-    if host is not None and not names.HOST_NAME.match(host):
-        f["host"].fail(f"{host!r} is not a host name")
     return Observation(
-        host=host,
-        gpu=f["gpu"].int(minimum=0) if "gpu" in f and not f["gpu"].is_null else None,
+        host=_host(f["host"]) if "host" in f else None,
+        gpu=_gpu_index(f["gpu"]) if "gpu" in f and not f["gpu"].is_null else None,
         gpu_model=f["gpu_model"].str() if "gpu_model" in f else None,
         mig_profile=profile,
-        mig_start=f["mig_start"].int(minimum=0) if "mig_start" in f and not f["mig_start"].is_null else None,
+        mig_start=(f["mig_start"].int(minimum=0, maximum=names.MAX_MIG_SLICES - 1)
+                   if "mig_start" in f and not f["mig_start"].is_null else None),
         window_start=start,
         window_end=end,
-        samples=f["samples"].int(minimum=0) if "samples" in f else 0,
+        samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
     )
 
 
@@ -173,31 +210,29 @@ _WORKLOAD_KEYS = {"name", "observed", "memory_mib", "compute", "priority", "pin"
 def _workload(node: Node) -> Workload:
     f = node.fields(_WORKLOAD_KEYS, {"name", "memory_mib", "compute"})
     name = f["name"].str()
-    if not names.WORKLOAD_NAME.match(name):
+    if not names.WORKLOAD_NAME.fullmatch(name):
         f["name"].fail(f"workload name {name!r} must start with a letter or digit and use letters, digits, "
                        "'.', '_', '/', ':' or '-'")
     pin = None
     if "pin" in f:
         pf = f["pin"].fields({"host", "gpu"})
-        pin = Pin(host=pf["host"].str() if "host" in pf else None,
-                  gpu=pf["gpu"].int(minimum=0) if "gpu" in pf else None)
+        pin = Pin(host=_host(pf["host"]) if "host" in pf else None,
+                  gpu=_gpu_index(pf["gpu"]) if "gpu" in pf else None)
         if pin.gpu is not None and pin.host is None:
             f["pin"].fail("a GPU pin needs a host too", hint="write pin: {host: NAME, gpu: INDEX}")
     min_profile = None
     if "min_profile" in f:
-        min_profile = f["min_profile"].str()
-        if names.profile_size(min_profile) is None:
-            f["min_profile"].fail(f"{min_profile!r} is not a MIG profile name such as 2g.10gb")
+        min_profile = _profile_name(f["min_profile"], "2g.10gb")
     return Workload(
         name=name,
         observed=_observation(f["observed"]) if "observed" in f else Observation(),
         memory=_memory(f["memory_mib"]),
         compute=_compute(f["compute"]),
-        priority=f["priority"].int(minimum=0) if "priority" in f else 1,
+        priority=f["priority"].int(minimum=0, maximum=MAX_PRIORITY) if "priority" in f else 1,
         pin=pin,
         anti_affinity=f["anti_affinity"].str() if "anti_affinity" in f else None,
         min_profile=min_profile,
-        replicas=f["replicas"].int(minimum=1) if "replicas" in f else 1,
+        replicas=f["replicas"].int(minimum=1, maximum=MAX_REPLICAS) if "replicas" in f else 1,
         source=f"{node.source}:{node.line}",
     )
 
@@ -239,7 +274,9 @@ def load_profiles(path: str | os.PathLike[str]) -> ProfileSet:
     workloads: list[Workload] = []
     first: dict[str, str] = {}
     for file in files:
-        for w in parse_profiles(yamldoc.load(file)):
+        with yamldoc.paused_gc():
+            read = parse_profiles(yamldoc.load(file))
+        for w in read:
             if w.name in first:
                 src, _, line = w.source.rpartition(":")
                 raise InputError(f"workload {w.name!r} is defined twice (first at {first[w.name]})",

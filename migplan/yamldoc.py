@@ -211,7 +211,9 @@ def _short(value: str) -> str:
 
 def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
     tag, value = event.tag, event.value
-    if tag is None or tag == "!":
+    if tag == "!":  # the non-specific tag: a string, never resolved (YAML spec; libyaml agrees, PyYAML not)
+        return _Scalar(STR, value, event.start_mark, None, event.style, value)
+    if tag is None:
         if not event.implicit[0] or (value and value[0] not in _RESOLVERS):
             return _Scalar(STR, value, event.start_mark, None, event.style, value)  # most strings
         tag = _resolve_plain(value)
@@ -484,6 +486,13 @@ def _compose_with(parser: Any, source: str) -> yaml.Node | None:
             dispose()
 
 
+# Where libyaml and PyYAML disagree (found by differential fuzzing, tests/test_hostile_yaml.py):
+# libyaml accepts tabs after tokens and `#` right after a block scalar's `|` or `>`, and skips a
+# byte-order mark anywhere. Texts with any of them are rare (tabs never indent YAML) and are read
+# by PyYAML alone, so both builds are equally strict and read the same values.
+_LIBYAML_LENIENT = re.compile(r"\t|\ufeff|[|>][-+0-9]{0,2}#")
+
+
 def compose(text: str, source: str) -> yaml.Node | None:
     """The composed node tree of YAML text (None for an empty stream), checked as the module says."""
     bad = _NON_PRINTABLE.search(text)
@@ -491,14 +500,18 @@ def compose(text: str, source: str) -> yaml.Node | None:
         line = text.count("\n", 0, bad.start()) + 1
         raise InputError(f"unacceptable character #x{ord(bad.group()):04x}: control characters are not allowed",
                          source=source, line=line, hint="save the file as plain UTF-8 text")
-    if USE_LIBYAML and _CParser is not None:
+    if text.startswith("\ufeff"):  # a byte-order mark; both parsers skip it at the start
+        text = text[1:]
+    if USE_LIBYAML and _CParser is not None and not _LIBYAML_LENIENT.search(text):
         try:
             return _compose_with(_CParser(text), source)
-        except yaml.YAMLError as err:
+        except (yaml.YAMLError, InputError) as err:
             if len(text) > REPARSE_LIMIT_BYTES:
+                if isinstance(err, InputError):
+                    raise
                 raise _syntax_error(err, source) from None
-            # libyaml words its errors differently (and is stricter about %YAML 1.3): let PyYAML
-            # read it again so the message does not depend on how PyYAML was built.
+            # libyaml words its errors differently and finds some of them at other events: let
+            # PyYAML read it again so that the message does not depend on how PyYAML was built.
     try:
         return _compose_with(_PyParser(text), source)
     except yaml.YAMLError as err:

@@ -15,6 +15,17 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+# The become tests (tests/fleet/test_sudo.py) run the real sudo for two local test users.
+if ! command -v sudo >/dev/null 2>&1 && [ ! -x /usr/bin/sudo ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing sudo for the become tests" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null
+  else
+    echo "warning: sudo not found and not root: the real-sudo tests will be skipped" >&2
+  fi
+fi
+
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 echo "== ruff" >&2
 python3 -m ruff check migplan tests bench

@@ -10,7 +10,9 @@ other port (`host_name`). A line is
 
 * `patterns`: comma-separated, matched case-insensitively; `*` and `?` wildcards; a pattern
   starting with `!` that matches makes the whole line not match (whatever else matches). A plain
-  `host` pattern therefore only matches port 22; `[host]:port` must be written for other ports.
+  `host` pattern matches the name of port 22; for another port the name is `[host]:port`, but when
+  NOTHING is recorded under `[host]:port`, OpenSSH retries with the plain `host` and accepts a line
+  there that holds exactly the presented key ("checking without port identifier"); so does migplan.
 * a hashed entry `|1|base64(salt)|base64(HMAC-SHA1(salt, name))` (`ssh-keygen -H`) matches exactly
   one name.
 * `@revoked`: the key is refused for the matching hosts, always (even when another line lists it, and
@@ -24,7 +26,12 @@ Verdicts for a key a server presents (OpenSSH hostfile.c, check_hostkeys_by_key_
 `OK` when a plain (unmarked) line for the host has exactly that key; otherwise `CHANGED` when the
 host has any plain line at all (a key of the same type, or of another type: OpenSSH treats both as
 "REMOTE HOST IDENTIFICATION HAS CHANGED"); otherwise `UNKNOWN`. `REVOKED` overrides all three when
-a matching `@revoked` line holds the key.
+a matching `@revoked` line holds the key. For `[host]:port` with nothing recorded, the plain-host
+retry above can turn `UNKNOWN` into `OK` (same key) or `REVOKED`.
+
+These rules were checked against OpenSSH 9.2's `ssh` (tests/fleet/test_known_hosts_ssh.py); where
+migplan is stricter on purpose: a host with only @cert-authority lines is never recorded by
+accept-new, and a key @revoked under the plain host name is refused for `[host]:port` too.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from migplan.errors import InputError
@@ -53,6 +60,7 @@ MARKER_CA = "cert-authority"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _MAX_SUBPATTERN = 1023  # OpenSSH match_pattern_list: a longer sub-pattern never matches
 _SALT_LEN = 20  # SHA1 digest size; OpenSSH refuses other salt lengths
+_BRACKETED = re.compile(r"\[(.+)\]:([0-9]+)")
 _UPPER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 # Key types OpenSSH reads from known_hosts (the name in the line -> the name inside the blob).
@@ -68,9 +76,6 @@ _PLAIN_TYPES = {
     "sk-ssh-ed25519@openssh.com": "sk-ssh-ed25519@openssh.com",
     "sk-ecdsa-sha2-nistp256@openssh.com": "sk-ecdsa-sha2-nistp256@openssh.com",
 }
-# OpenSSH also accepts the short names of plain key types, case-insensitively (sshkey_type_from_name).
-_SHORT_NAMES = {"rsa": "ssh-rsa", "dsa": "ssh-dss", "ed25519": "ssh-ed25519",
-                "ed25519-sk": "sk-ssh-ed25519@openssh.com"}
 _CERT_SUFFIX = "-cert-v01@openssh.com"
 _EC_POINT = {"nistp256": 65, "nistp384": 97, "nistp521": 133}
 
@@ -116,7 +121,7 @@ class PublicKey:
     @classmethod
     def from_text(cls, keytype: str, data: str) -> PublicKey:
         """`keytype base64` as in known_hosts or a .pub file; ValueError when they do not agree."""
-        want = _PLAIN_TYPES.get(keytype) or _SHORT_NAMES.get(ascii_lower(keytype))
+        want = _PLAIN_TYPES.get(keytype)  # exact names only (OpenSSH refuses 'ED25519' here)
         if want is None and not keytype.endswith(_CERT_SUFFIX):
             raise ValueError(f"unknown key type {keytype!r}")
         try:
@@ -341,8 +346,7 @@ class Verdict:
         return self.status is Status.OK
 
 
-def check(entries: Iterable[Entry], name: str, key: PublicKey) -> Verdict:
-    """The verdict for `key` presented by the server reached as `name` (see the module notes)."""
+def _check_name(entries: Sequence[Entry], name: str, key: PublicKey) -> Verdict:
     mine = [e for e in entries if e.matches(name)]
     plain = [e for e in mine if e.marker is None]
     authorities = tuple(e for e in mine if e.marker == MARKER_CA)
@@ -355,6 +359,32 @@ def check(entries: Iterable[Entry], name: str, key: PublicKey) -> Verdict:
     if plain:
         ordered = sorted(plain, key=lambda e: e.key.keytype != key.keytype)
         return Verdict(Status.CHANGED, name, key, recorded=tuple(ordered), authorities=authorities)
+    return Verdict(Status.UNKNOWN, name, key, authorities=authorities)
+
+
+def without_port(name: str) -> str | None:
+    """`[host]:port` -> `host` (the name OpenSSH retries with); None for a name without a port."""
+    m = _BRACKETED.fullmatch(name)
+    return m.group(1) if m else None
+
+
+def check(entries: Iterable[Entry], name: str, key: PublicKey) -> Verdict:
+    """The verdict for `key` presented by the server reached as `name` (see the module notes).
+
+    As OpenSSH (sshconnect.c, "checking without port identifier"): when nothing at all is recorded
+    for `[host]:port`, a line for the plain `host` holding exactly this key is accepted too. Anything
+    else found under the plain name leaves the host unknown, except a matching `@revoked` line, which
+    migplan honours (stricter than OpenSSH, which would then treat the host as new).
+    """
+    listed = list(entries)
+    verdict = _check_name(listed, name, key)
+    plain_name = without_port(name)
+    if verdict.status is not Status.UNKNOWN or plain_name is None:
+        return verdict
+    fallback = _check_name(listed, plain_name, key)
+    authorities = verdict.authorities + fallback.authorities
+    if fallback.status in (Status.OK, Status.REVOKED):
+        return Verdict(fallback.status, name, key, matched=fallback.matched, authorities=authorities)
     return Verdict(Status.UNKNOWN, name, key, authorities=authorities)
 
 
@@ -372,6 +402,7 @@ class KnownHostsFile:
     writable: bool = False
     entries: list[Entry] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _by_name: dict[str, list[Entry]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.path = os.path.expanduser(self.path)
@@ -407,16 +438,27 @@ class KnownHostsFile:
             raise InputError(f"cannot read known hosts: {err.strerror}", source=self.path) from None
         return parse(text, self.path)
 
+    def _matching(self, name: str) -> list[Entry]:
+        """The lines for `name` (cached: hashed lines cost an HMAC each; hold the lock)."""
+        found = self._by_name.get(name)
+        if found is None:
+            found = self._by_name[name] = [e for e in self.entries if e.matches(name)]
+        return found
+
     def check(self, name: str, key: PublicKey) -> Verdict:
         with self._lock:
-            return check(self.entries, name, key)
+            candidates = list(self._matching(name))
+            plain_name = without_port(name)
+            if plain_name is not None:
+                candidates += [e for e in self._matching(plain_name) if e not in candidates]
+            return check(candidates, name, key)
 
     def key_types(self, name: str) -> list[str]:
         """The plain key types recorded for `name`, in file order (to prefer them when negotiating)."""
         with self._lock:
             found: list[str] = []
-            for e in self.entries:
-                if e.marker is None and e.key.keytype not in found and e.matches(name):
+            for e in self._matching(name):
+                if e.marker is None and e.key.keytype not in found:
                     found.append(e.key.keytype)
             return found
 
@@ -433,6 +475,7 @@ class KnownHostsFile:
             line = f"{ascii_lower(name)} {key.keytype} {key.base64}\n"
             append_durable(self.path, self._separator() + line, mode=0o600, private=True)
             self.entries.append(Entry(ascii_lower(name), key, None, self.path, self._line_count()))
+            self._by_name.clear()
             return Verdict(Status.OK, name, key, matched=self.entries[-1])
 
     def _separator(self) -> str:

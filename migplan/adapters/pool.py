@@ -78,8 +78,9 @@ def for_each_host(
     Ctrl-C (KeyboardInterrupt in the calling thread, also one raised by `on_done`) stops at once:
     hosts not started are cancelled, running ones are not waited for, `on_interrupt()` is called
     (pass e.g. `SshFleet.close`, so that running commands end now rather than at their timeout),
-    and the KeyboardInterrupt is re-raised. Worker threads still finishing are daemon-like only in
-    that nothing waits for them here; closing their connections is what makes them end quickly.
+    and the KeyboardInterrupt is re-raised. Threads already running are not waited for here, but
+    they run until their work returns (and Python joins them at exit): closing their connections
+    (on_interrupt, or leaving the `with SshFleet(...)` block) is what makes them end at once.
     """
     if parallel < 1:
         raise MigplanError("--parallel must be at least 1")

@@ -1,28 +1,59 @@
 """The solver adapter (the only module that imports PuLP): translate a `Milp`, solve it, read the answer.
 
-This is outside the pure core because solving is I/O: PuLP writes the model to a temporary
-directory, CBC runs as a child process (PuLP's bundled `cbc` binary) and writes its log there, and
-file descriptor 1 is pointed at stderr while HiGHS (in-process) prints its banner, so that stdout
-keeps carrying only migplan's data. The temporary directory is removed when the solve ends. The
-planner sees none of this: it calls `Solver.solve(milp)` (`migplan.planner.milp`) and re-checks
-every row of the answer itself.
+This is outside the pure core because solving is I/O. The planner sees none of it: it calls
+`Solver.solve(milp)` (`migplan.planner.milp`) and re-checks every row of the answer itself.
 
-Status is taken from PuLP's `status` and `sol_status` together (PuLP reports "Optimal" after a time
-limit when an incumbent exists; `sol_status == 2` says it is not proven). CBC exposes no bound through
-PuLP, so its log is parsed ("Objective value", "Lower bound", "Continuous objective value"); HiGHS
-gives `mip_dual_bound` directly.
+CBC (PuLP's bundled `cbc` binary) runs as a child process that this module starts and owns
+(`_OwnedCbc`, a `PULP_CBC_CMD` whose `actualSolve` uses PuLP's own MPS writer, option mapping and
+solution reader but starts the process itself):
+
+* every file of a solve (the `.mps` model, which reaches hundreds of MB on large fleets, the `.sol`
+  answer and CBC's log) lives in one `tempfile.TemporaryDirectory` made for that solve, so it is
+  removed on every exit: an answer, a solver error, an exception or Ctrl-C;
+* the child runs in its own session (`start_new_session=True`: a terminal's Ctrl-C reaches only
+  migplan, which decides) and on *any* exception while it runs, KeyboardInterrupt included, its
+  process group is sent SIGKILL and reaped before the exception goes on. PuLP's own `solve_CBC`
+  keeps no handle a caller could reach, so an interrupted `prob.solve()` left CBC running until its
+  time limit, and its files behind. (Not covered: migplan itself being SIGKILLed, or a solve run
+  outside the main thread, where Python never sees the Ctrl-C.)
+* one thread means no `-threads` option at all. PuLP turns `threads=1` into `-threads 1`, which puts
+  CBC 2.10 into its threaded branch and bound with a single worker; that worker waits for work on a
+  condition variable in 10 s timed waits (CbcThread.cpp `CbcThread::waitThread`,
+  `timedWait(-10)`), and when the tree is closed at the root the master's one wake-up can come
+  before the worker waits, so the solve ends only when the 10 s wait times out
+  ("Cbc0030I Thread 0 used 0 times, waiting to start 10.000156"). Without the option CBC searches in
+  its main thread (deterministic: same input, same plan). More than one thread still passes
+  `-threads N` (faster on big models, not deterministic, and open to the same stall).
+
+HiGHS runs in-process; file descriptor 1 is pointed at stderr while it prints its banner, so that
+stdout keeps carrying only migplan's data.
+
+Status: PuLP's `status` and `sol_status` together (PuLP reports "Optimal" after a time limit when an
+incumbent exists; `sol_status == 2` says it is not proven), and then the bound: a solve is
+`OPTIMAL` only when its objective equals its proven bound (within 1e-6). A solve that stopped early
+on the relative or absolute gap (`gapRel`, `gapAbs`; CBC logs "Result - Optimal solution found
+(within gap tolerance)", PuLP still says "Optimal") is `FEASIBLE`, with a message saying how far
+from the bound it stopped. CBC exposes no bound through PuLP, so its log is parsed ("Objective
+value", "Lower bound", "Continuous objective value"); a log saying "Result - Optimal solution found"
+(CBC's search completed) is a proof. HiGHS gives `mip_dual_bound` directly. When every costed
+variable is integer with an integer cost, the bound is rounded up to the next attainable value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pulp
 
@@ -30,6 +61,7 @@ from migplan.errors import InputError
 from migplan.planner.milp import Milp, SolveResult, SolveStatus
 
 SOLVERS = ("cbc", "highs")
+EPS = 1e-6  # objective and bound closer than this: proven optimal
 
 if hasattr(pulp, "set_v4_migration_warnings"):
     pulp.set_v4_migration_warnings(False)
@@ -88,14 +120,112 @@ def parse_cbc_log(text: str) -> tuple[float | None, float | None]:
     return (float(obj.group(1)) if obj else None, float(bound.group(1)) if bound else None)
 
 
+def _printed_resolution(text: str) -> float:
+    """Half a unit of the last digit CBC printed the lower bound with ("6885.000": 0.0005)."""
+    m = re.search(r"^Lower bound:\s+-?[0-9]*\.([0-9]+)\s*$", text, re.M)
+    return 0.5 * 10.0 ** -len(m.group(1)) if m else 0.0
+
+
+def cbc_proved_optimal(text: str) -> bool:
+    """CBC's search completed ("Result - Optimal solution found"), not stopped on a gap, limit or signal."""
+    return re.search(r"^Result - Optimal solution found\s*$", text, re.M) is not None
+
+
+def _tighten(milp: Milp, bound: float) -> float:
+    """With every costed variable integer and every cost integer, objective - constant is a multiple of
+    the costs' greatest common divisor: the bound rounds up to the next one."""
+    costed = [(v, c) for v, c in milp.objective.items() if c != 0]
+    if not costed or any(not milp.integer[v] or abs(c - round(c)) > 1e-9 for v, c in costed):
+        return bound
+    step = math.gcd(*(abs(round(c)) for _, c in costed))
+    return milp.constant + step * math.ceil((bound - milp.constant) / step - EPS)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child's process group (its own session) and reap it; a second Ctrl-C cannot leave it behind."""
+    killpg = getattr(os, "killpg", None)
+    try:
+        if killpg is not None:
+            killpg(proc.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+        else:  # pragma: no cover - not POSIX
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    while True:
+        try:
+            proc.wait()
+            return
+        except KeyboardInterrupt:  # already stopping: finish reaping, the first interrupt is re-raised
+            continue
+
+
+class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
+    """PULP_CBC_CMD with files in `workdir` and a child process this adapter owns (see the module docstring)."""
+
+    def __init__(self, workdir: str, **kwargs: Any) -> None:
+        super().__init__(_skip_v4_deprecation=True, **kwargs)
+        self.workdir = workdir
+        self.tmpDir = workdir  # anything PuLP itself makes goes here too
+        self.log_path = os.path.join(workdir, "cbc.log")
+        self.returncode: int | None = None
+
+    def command(self, mps: str, sol: str) -> list[str]:
+        """CBC's command line, in the order PuLP's `solve_CBC` builds it."""
+        args = [self.path, mps]
+        if self.timeLimit is not None:
+            args += ["-sec", str(self.timeLimit)]
+        for option in [*self.options, *self.getOptions()]:
+            args += ("-" + option).split()
+        args += ["-solve" if self.mip else "-initialSolve", "-printingOptions", "all", "-solution", sol]
+        return args
+
+    def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # noqa: N802 - PuLP's name
+        if not self.executable(self.path):
+            raise pulp.PulpSolverError(f"cannot execute {self.path}")
+        mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
+        vs, var_names, con_names, _ = lp.writeMPS(mps, rename=1)
+        with open(self.log_path, "wb") as log:
+            proc: subprocess.Popen[bytes] | None = None
+            try:
+                proc = subprocess.Popen(self.command(mps, sol), stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
+                self.returncode = proc.wait()
+            except BaseException:  # Ctrl-C (KeyboardInterrupt) above all: CBC must not outlive the solve
+                if proc is not None:
+                    _stop(proc)
+                raise
+        if self.returncode != 0:
+            raise pulp.PulpSolverError(f"cbc exited with status {self.returncode}")
+        if not os.path.exists(sol):
+            raise pulp.PulpSolverError("cbc wrote no solution file")
+        status, values, _dj, _pi, slacks, sol_status = self.readsol_MPS(sol, lp, vs, var_names, con_names)
+        lp.assignVarsVals(values)
+        lp.assignConsSlack(slacks, activity=True)
+        lp.assignStatus(status, sol_status)
+        return int(status)
+
+
+def _read(path: str, tail: int | None = None) -> str:
+    """A log file's text (its last `tail` characters), or "" when there is none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return ""
+    return text[-tail:].strip() if tail else text
+
+
 @dataclass
 class PulpSolver:
-    """`Solver` over PuLP. `threads=1` keeps CBC deterministic (same input, same plan)."""
+    """`Solver` over PuLP. One thread (the default) keeps CBC deterministic: same input, same plan.
+
+    `gap` is the relative gap to stop at, `gap_abs` the absolute one (e.g. just under one GPU's
+    weight); either stopping before the bound is met gives status FEASIBLE, never OPTIMAL."""
 
     name: str = "cbc"
     time_limit: float | None = 60.0
     gap: float | None = 0.0001
-    gap_abs: float | None = None  # stop once this close to the bound (e.g. just under one GPU's weight)
+    gap_abs: float | None = None
     threads: int = 1
     msg: bool = False
 
@@ -119,54 +249,75 @@ class PulpSolver:
             prob += pulp.LpConstraint(expr, op, rhs=rhs, name=f"c{k}_{re.sub(r'[^A-Za-z0-9_]', '_', label)[:60]}")
         return prob, xs
 
-    def _backend(self, log_path: str | None) -> pulp.LpSolver:
+    def _backend(self, workdir: str) -> pulp.LpSolver:
         if self.name == "highs":
             return pulp.HiGHS(msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
                               threads=self.threads, random_seed=7)
-        return pulp.PULP_CBC_CMD(msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
-                                 threads=self.threads, logPath=log_path, _skip_v4_deprecation=True)
+        # threads=None: no "-threads" option, CBC's serial search (see the module docstring)
+        return _OwnedCbc(workdir, msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
+                         threads=self.threads if self.threads > 1 else None)
 
-    def _bound(self, prob: pulp.LpProblem, log: str, status: SolveStatus, objective: float | None) -> float | None:
-        if status == SolveStatus.OPTIMAL and objective is not None and not self.gap and not self.gap_abs:
-            return objective
+    def _raw_bound(self, prob: pulp.LpProblem, log: str, objective: float) -> tuple[float | None, float]:
+        """(a proven lower bound or None, how precisely it is known)."""
         if self.name == "highs":
             try:
                 info = prob.solverModel.getInfo()  # its own objective may lack PuLP's constant: use the difference
-                return None if objective is None else objective - max(
-                    0.0, float(info.objective_function_value) - float(info.mip_dual_bound))
+                return objective - max(0.0, float(info.objective_function_value) - float(info.mip_dual_bound)), 0.0
             except Exception:  # noqa: BLE001 - an older highspy without the info field: no bound, not an error
-                return objective if status == SolveStatus.OPTIMAL else None
-        if status == SolveStatus.OPTIMAL and re.search(r"^Result - Optimal solution found\s*$", log, re.M):
-            return objective
+                return None, 0.0
+        if cbc_proved_optimal(log):
+            return objective, 0.0
         obj_log, bound = parse_cbc_log(log)
-        if bound is None or objective is None:
-            return bound
+        if bound is None:
+            return None, 0.0
         # CBC's numbers may leave out the objective constant: take its gap, not its absolute bound
-        return objective - max(0.0, (obj_log if obj_log is not None else objective) - bound)
+        return objective - max(0.0, (obj_log if obj_log is not None else objective) - bound), _printed_resolution(log)
+
+    def _judge(self, milp: Milp, prob: pulp.LpProblem, log: str, status: SolveStatus,
+               objective: float) -> tuple[SolveStatus, float | None, str]:
+        """(status, bound, note): OPTIMAL only when the objective meets a proven bound."""
+        bound, resolution = self._raw_bound(prob, log, objective)
+        if bound is None:
+            if status is SolveStatus.OPTIMAL and not self.gap and not self.gap_abs:
+                return status, objective, ""  # asked for a proof, and the solver says it has one
+            return SolveStatus.FEASIBLE, None, "stopped early; bound unknown"
+        bound = min(objective, _tighten(milp, bound))
+        gap = objective - bound
+        if gap <= EPS + resolution:
+            return (status, objective, "") if status is SolveStatus.OPTIMAL else (
+                status, bound, "stopped on a limit at the bound")
+        rel = gap / max(abs(objective), 1e-9)
+        why = "stopped on a limit" if status is SolveStatus.FEASIBLE else "stopped"
+        return SolveStatus.FEASIBLE, bound, f"{why} within gap {gap:g} of the bound {bound:g} ({rel:.4%})"
 
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
         prob, xs = self._build(milp, relax)
-        with tempfile.TemporaryDirectory(prefix="migplan-") as tmp, warnings.catch_warnings():
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            log_path = os.path.join(tmp, "cbc.log") if self.name == "cbc" else None
+            backend = self._backend(tmp)
             try:
                 with _stdout_to_stderr():
-                    prob.solve(self._backend(log_path))
+                    prob.solve(backend)
             except pulp.PulpSolverError as err:
-                return SolveResult(SolveStatus.ERROR, solver=self.name, message=str(err))
+                tail = _read(backend.log_path, 400) if isinstance(backend, _OwnedCbc) else ""
+                return SolveResult(SolveStatus.ERROR, solver=self.name, time_s=time.perf_counter() - t0,
+                                   message=f"{err}" + (f"; cbc log ends: {tail}" if tail else ""))
             except KeyError as err:
                 # PuLP 3.3's HiGHS status map lacks statuses newer highspy returns (kSolutionLimit,
                 # kMemoryLimit, kHighsInterrupt; docs/sources.md §3): report, never crash.
                 return SolveResult(SolveStatus.ERROR, solver=self.name, message=f"unknown solver status {err}")
-            log = ""
-            if log_path and os.path.exists(log_path):
-                with open(log_path, encoding="utf-8", errors="replace") as fh:
-                    log = fh.read()
+            log = _read(backend.log_path) if isinstance(backend, _OwnedCbc) else ""
+        elapsed = float(prob.solutionTime or 0.0) or time.perf_counter() - t0
         status = _status(prob.status, prob.sol_status)
-        values = tuple(float(x.varValue or 0.0) for x in xs) if status.has_solution else ()
-        objective = milp.evaluate(list(values)) if values else None
-        bound = self._bound(prob, log, status, objective) if values else None
-        if relax and objective is not None:
-            bound = objective
-        return SolveResult(status, values, objective, bound, float(prob.solutionTime or 0.0), self.name,
-                           f"pulp status={pulp.LpStatus[prob.status]} sol_status={prob.sol_status}")
+        message = f"pulp status={pulp.LpStatus[prob.status]} sol_status={prob.sol_status}"
+        if not status.has_solution:
+            return SolveResult(status, (), None, None, elapsed, self.name, message)
+        values = tuple(float(x.varValue or 0.0) for x in xs)
+        objective = milp.evaluate(list(values))
+        if relax:  # an LP: the solver's optimum is its own bound
+            return SolveResult(status, values, objective, objective, elapsed, self.name, message)
+        status, bound, note = self._judge(milp, prob, log, status, objective)
+        return SolveResult(status, values, objective, bound, elapsed, self.name,
+                           f"{note}; {message}" if note else message)

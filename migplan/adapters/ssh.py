@@ -783,7 +783,9 @@ class SshRunner:
             raise ConnectionLost(self.host, f"cannot start '{argv[0]}': {_reason(err)}") from None
         try:
             out, err_out = _collect(chan, start + timeout, self.host, argv[0], timeout, stdin, keep_stdout)
-            if not chan.exit_status_ready():
+            if not chan.exit_status_ready() or not (chan.eof_received or transport.is_active()):
+                # closed under us (the fleet closing on Ctrl-C, or the network): paramiko then reports
+                # "ready" with exit status -1, which is not what the command did
                 self.close()
                 raise ConnectionLost(self.host, f"the connection dropped while '{argv[0]}' was running")
             code = chan.recv_exit_status()  # -1: the command died on a signal

@@ -1,4 +1,19 @@
-"""Read catalog files (the shipped one and user overrides), validated strictly."""
+"""Read catalog files (the shipped one and user overrides), validated strictly.
+
+Every number is bounded by what MIG hardware has, with a margin (a catalog file is user input,
+and enumeration, planning and `nvidia-smi` commands are built from it):
+
+* memory and compute slices per model: 1..`names.MAX_MIG_SLICES` (16; MIG GPUs have at most 8
+  memory and 7 compute slices today);
+* profiles per model: at most `MAX_PROFILES` (32; real models have 5 to 10);
+* profile and compute-instance IDs: 0..`MAX_PROFILE_ID` (255, what `nvidia-smi mig -cgi` takes);
+* memory per profile: 1..`names.MAX_MEMORY_MIB` MiB; SMs per profile: 0..`MAX_SM_COUNT` (1024);
+  engines of each kind: 0..`MAX_ENGINES` (64); `max_count`: 1..`names.MAX_MIG_SLICES`;
+* starts: distinct, inside the GPU (so at most 16);
+* names and ids: at most `MAX_NAME` (128) characters, no whitespace in profile names;
+* an override model must have at most `layout.MAX_LAYOUTS` valid layouts (checked at load time,
+  so that a runaway model is refused here with its line, not when it is enumerated later).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +25,16 @@ from importlib import resources
 from migplan import yamldoc
 from migplan.catalog.catalog import Catalog
 from migplan.catalog.model import ARCHITECTURES, Engines, GiProfile, GpuModel
+from migplan.errors import CatalogError
+from migplan.names import MAX_MEMORY_MIB, MAX_MIG_SLICES
 from migplan.yamldoc import Node
 
 CATALOG_VERSION = 1
+MAX_PROFILES = 32
+MAX_PROFILE_ID = 255
+MAX_SM_COUNT = 1024
+MAX_ENGINES = 64
+MAX_NAME = 128
 
 _MODEL_KEYS = {
     "id", "aliases", "smi_names", "pci_device_ids", "architecture", "memory_slices", "compute_slices",
@@ -26,14 +48,23 @@ _PROFILE_KEYS = {
 _PROFILE_REQUIRED = {"name", "id", "compute_slices", "memory_slices", "memory_mib", "max_count", "starts"}
 
 
+def _name(node: Node) -> str:
+    v = node.str()
+    if not v.strip():
+        node.fail("must not be empty")
+    if len(v) > MAX_NAME:
+        node.fail(f"is longer than {MAX_NAME} characters")
+    return v
+
+
 def _str_list(node: Node) -> tuple[str, ...]:
-    return tuple(n.str() for n in node.list())
+    return tuple(_name(n) for n in node.list())
 
 
 def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
     f = node.fields(_PROFILE_KEYS, _PROFILE_REQUIRED)
-    name = f["name"].str()
-    if not name or any(c.isspace() for c in name):
+    name = _name(f["name"])
+    if any(c.isspace() for c in name):
         f["name"].fail("profile names have no spaces, e.g. '3g.20gb'")
     g = f["compute_slices"].int(minimum=1)
     if g > compute_slices:
@@ -41,7 +72,8 @@ def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
     size = f["memory_slices"].int(minimum=1)
     if size > memory_slices:
         f["memory_slices"].fail(f"exceeds the model's {memory_slices} memory slices")
-    starts = tuple(n.int(minimum=0) for n in f["starts"].list())
+    start_nodes = f["starts"].list()
+    starts = tuple(n.int(minimum=0, maximum=memory_slices - 1) for n in start_nodes)
     if not starts:
         f["starts"].fail("a profile needs at least one allowed start")
     for s in starts:
@@ -52,35 +84,59 @@ def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
     engines = Engines()
     if "engines" in f:
         ef = f["engines"].fields({"ce", "dec", "enc", "jpeg", "ofa"})
-        engines = Engines(**{k: v.int(minimum=0) for k, v in ef.items()})
+        engines = Engines(**{k: v.int(minimum=0, maximum=MAX_ENGINES) for k, v in ef.items()})
     me = f["media_extensions"].bool() if "media_extensions" in f else name.endswith("+me")
     return GiProfile(
         name=name,
-        id=f["id"].int(minimum=0),
+        id=f["id"].int(minimum=0, maximum=MAX_PROFILE_ID),
         compute_slices=g,
         memory_slices=size,
-        memory_mib=f["memory_mib"].int(minimum=1),
-        max_count=f["max_count"].int(minimum=1),
-        sm_count=f["sm_count"].int(minimum=1) if "sm_count" in f else 0,
+        memory_mib=f["memory_mib"].int(minimum=1, maximum=MAX_MEMORY_MIB),
+        max_count=f["max_count"].int(minimum=1, maximum=MAX_MIG_SLICES),
+        sm_count=f["sm_count"].int(minimum=1, maximum=MAX_SM_COUNT) if "sm_count" in f else 0,
         starts=tuple(sorted(starts)),
         media_extensions=me,
         engines=engines,
-        ci_default_id=f["ci_default_id"].int(minimum=0) if "ci_default_id" in f else 0,
+        ci_default_id=f["ci_default_id"].int(minimum=0, maximum=MAX_PROFILE_ID) if "ci_default_id" in f else 0,
         ci_default_verified=f["ci_default_verified"].bool() if "ci_default_verified" in f else False,
-        confidence=f["confidence"].str() if "confidence" in f else "user",
+        confidence=_name(f["confidence"]) if "confidence" in f else "user",
     )
 
 
-def _model(node: Node) -> GpuModel:
+_SLICES_HINT = f"MIG GPUs have at most 8 memory and 7 compute slices; migplan accepts up to {MAX_MIG_SLICES}"
+
+
+def _model(node: Node, *, check_layouts: bool = True) -> GpuModel:
     f = node.fields(_MODEL_KEYS, _MODEL_REQUIRED)
+    model_id = _name(f["id"])
     arch = f["architecture"].str()
     if arch not in ARCHITECTURES:
         f["architecture"].fail(f"unknown architecture {arch!r}", hint=f"one of: {', '.join(ARCHITECTURES)}")
-    mem = f["memory_slices"].int(minimum=1)
-    comp = f["compute_slices"].int(minimum=1)
-    profiles = [_profile(p, mem, comp) for p in f["profiles"].list()]
+    mem, comp = f["memory_slices"], f["compute_slices"]
+    for n in (mem, comp):
+        if n.int(minimum=1) > MAX_MIG_SLICES:
+            n.fail(f"{n.int()} slices is more than the {MAX_MIG_SLICES} migplan accepts", hint=_SLICES_HINT)
+    profile_nodes = f["profiles"].list()
+    if len(profile_nodes) > MAX_PROFILES:
+        f["profiles"].fail(f"{len(profile_nodes)} profiles is more than the {MAX_PROFILES} migplan accepts per model",
+                           hint="real MIG models have 5 to 10 profiles")
+    profiles = [_profile(p, mem.int(), comp.int()) for p in profile_nodes]
     if not profiles:
         f["profiles"].fail("a model needs at least one profile")
+    model = _checked_model(f, model_id, arch, profiles)
+    if check_layouts:
+        from migplan.layout import MAX_LAYOUTS, count_layouts  # here: migplan.layout imports the catalog
+
+        try:
+            count_layouts(model)
+        except CatalogError:
+            f["profiles"].fail(f"these profiles make more than {MAX_LAYOUTS} layouts; no MIG GPU has that many",
+                               hint="check max_count and starts against 'nvidia-smi mig -lgip' and '-lgipp'")
+    return model
+
+
+def _checked_model(f: dict[str, Node], model_id: str, arch: str, profiles: list[GiProfile]) -> GpuModel:
+    mem, comp = f["memory_slices"].int(), f["compute_slices"].int()
     names: dict[str, int] = {}
     ids: dict[int, int] = {}
     for pnode, p in zip(f["profiles"].list(), profiles, strict=True):
@@ -96,7 +152,7 @@ def _model(node: Node) -> GpuModel:
         if p.media_extensions and p.base_name not in names:
             pnode.fail(f"'+me' profile {p.name!r} has no plain profile {p.base_name!r}")
     return GpuModel(
-        id=f["id"].str(),
+        id=model_id,
         architecture=arch,
         memory_slices=mem,
         compute_slices=comp,
@@ -105,18 +161,20 @@ def _model(node: Node) -> GpuModel:
         smi_names=_str_list(f["smi_names"]) if "smi_names" in f else (),
         pci_device_ids=tuple(s.lower() for s in _str_list(f["pci_device_ids"])) if "pci_device_ids" in f else (),
         verified=f["verified"].bool() if "verified" in f else False,
-        confidence=f["confidence"].str() if "confidence" in f else "user",
+        confidence=_name(f["confidence"]) if "confidence" in f else "user",
         source=f["source"].str() if "source" in f else "",
     )
 
 
-def parse_catalog(root: Node) -> list[GpuModel]:
+def parse_catalog(root: Node, *, check_layouts: bool = True) -> list[GpuModel]:
+    """The models of a catalog document. `check_layouts=False` skips the layout-count check (for
+    the shipped catalog, whose models are known and tested)."""
     f = root.fields({"version", "models"}, {"models"})
     yamldoc.check_version(f, root, CATALOG_VERSION, "catalog")
     models = []
     seen: dict[str, int] = {}
     for node in f["models"].list():
-        m = _model(node)
+        m = _model(node, check_layouts=check_layouts)
         if m.id in seen:
             node.fail(f"model {m.id!r} listed twice (first at line {seen[m.id]})")
         seen[m.id] = node.line
@@ -130,11 +188,12 @@ def builtin_catalog() -> Catalog:
     ref = resources.files("migplan.catalog") / "data" / "models.yaml"
     node = yamldoc.parse(ref.read_text(encoding="utf-8"), "migplan/catalog/data/models.yaml")
     assert node is not None  # shipped file, never empty
-    return Catalog(tuple(parse_catalog(node)))
+    return Catalog(tuple(parse_catalog(node, check_layouts=False)))
 
 
 def load_catalog_file(path: str | os.PathLike[str]) -> list[GpuModel]:
-    return parse_catalog(yamldoc.load(path))
+    with yamldoc.paused_gc():
+        return parse_catalog(yamldoc.load(path))
 
 
 def load_catalog(overrides: Sequence[str | os.PathLike[str]] = ()) -> Catalog:

@@ -23,6 +23,9 @@ from migplan.planner.demand import policy_from_mapping
 DEFAULT_SOLVER = "cbc"
 DEFAULT_TIME_LIMIT_S = 60.0
 DEFAULT_GAP = 0.0001
+# Absolute early stop, in GPUs' weight: stop once the plan is within one GPU's weight minus 1% of the
+# bound, so it can use no GPU too many. Not applied when the user asks for gap 0 (a proven optimum).
+DEFAULT_GAP_ABS_GPUS = 0.99
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,10 @@ def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSol
     name = req.solver or str(cfg.get("solver", DEFAULT_SOLVER))
     time_limit = req.time_limit if req.time_limit is not None else float(cfg.get("time_limit", DEFAULT_TIME_LIMIT_S))  # type: ignore[arg-type]
     gap = req.gap if req.gap is not None else float(cfg.get("gap", DEFAULT_GAP))  # type: ignore[arg-type]
-    return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=0.99 * policy.weights.gpu)
+    # gap 0 means proven optimal: no absolute early stop either (the plan's status then says "optimal"
+    # only when the solver closed the gap; a gap stop reports "feasible" with its distance to the bound)
+    gap_abs = None if gap == 0 else DEFAULT_GAP_ABS_GPUS * policy.weights.gpu
+    return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=gap_abs or None)
 
 
 def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, report: Report = quiet) -> FleetState:

@@ -13,7 +13,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sshd import SimHost, SshServer, ensure_sshd  # noqa: E402
+from sshd import SimHost, SshServer, SudoUsers, ensure_sshd  # noqa: E402
 
 from migplan.adapters.ssh import SshOptions  # noqa: E402
 
@@ -31,6 +31,19 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sudo_users(ssh_server: SshServer) -> Iterator[SudoUsers]:
+    """Local users `migplan-ok-<pid>` (NOPASSWD sudo for the simulator) and `migplan-pw-<pid>` (sudo asks for a
+    password), with a checked sudoers drop-in; skipped with the reason when not root or sudo cannot be installed."""
+    users, reason = SudoUsers.setup(ssh_server)
+    if users is None:
+        pytest.skip(reason)
+    try:
+        yield users
+    finally:
+        users.teardown()
 
 
 @dataclass

@@ -13,6 +13,12 @@ so the nvidia-smi simulator keeps one state file per host, and a test can drop a
 bin holds a pass-through `sudo` (`sudo -n CMD` runs CMD; root needs no password) and a `python3`
 pointing at the interpreter running the tests (the simulator's shebang finds it).
 
+The real-sudo test users (`SudoUsers`, root only; `migplan-ok-<pid>` and `migplan-pw-<pid>`, one pair
+per test session) log in with the same client key from their own `~/.ssh/authorized_keys`. A
+`Match User ... LocalAddress` block before each host's own block gives them
+PATH=tests/sim/bin:/usr/local/bin:/usr/bin:/bin - no pass-through `sudo`, so `sudo` is the system's
+real one - and the same per-host MIGPLAN_SIM_* variables (sshd uses the first SetEnv that matches).
+
 The server has its own ed25519 host key and accepts one client key; `known_hosts` lists the host
 key for every address, so host-key checking stays on in tests.
 """
@@ -20,6 +26,8 @@ key for every address, so host-key checking stays on in tests.
 from __future__ import annotations
 
 import os
+import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -32,6 +40,16 @@ REPO = Path(__file__).resolve().parents[2]
 SIM_BIN = REPO / "tests" / "sim" / "bin"
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 MAX_LISTEN = 16
+# Real-sudo test users: SUDO_OK may run the simulator as root without a password, SUDO_PW needs one.
+# Users and sudoers are machine-wide and test sessions may run side by side, so each session (pytest
+# process) has its own users and drop-in, named by its pid; those of sessions that died are removed.
+SESSION = os.getpid()
+SUDO_OK, SUDO_PW = f"migplan-ok-{SESSION}", f"migplan-pw-{SESSION}"
+SUDO_USERS = (SUDO_OK, SUDO_PW)
+SUDOERS_DIR = Path("/etc/sudoers.d")
+SUDOERS_DROPIN = SUDOERS_DIR / f"migplan-tests-{SESSION}"  # no "." in the name: sudo would skip it
+SESSION_NAME = re.compile(r"migplan-(?:ok|pw|tests)-(\d+)")  # users and drop-ins of one session
+USER_MARKER = ".migplan-test-user"  # in the home of a user these tests created
 
 PASS_SUDO = """#!/bin/sh
 # test double for sudo: drop the options migplan passes, then run the command
@@ -52,6 +70,17 @@ exit 1
 """
 
 
+def _apt_install(package: str, what: str) -> str:
+    """Install a Debian package (root only); '' on success, else why not."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", package]):
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=300, env=env)
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"{what} is missing and installing {package} failed: {err}"
+    return ""
+
+
 def find_sshd() -> str | None:
     for cand in SSHD_CANDIDATES:
         if os.access(cand, os.X_OK):
@@ -66,14 +95,31 @@ def ensure_sshd() -> tuple[str | None, str]:
         return path, ""
     if os.geteuid() != 0:
         return None, "OpenSSH sshd is not installed and tests do not run as root (apt-get install openssh-server)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "openssh-server"]):
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=300, env=env)
-        except (OSError, subprocess.SubprocessError) as err:
-            return None, f"OpenSSH sshd is missing and installing it failed: {err}"
+    failed = _apt_install("openssh-server", "OpenSSH sshd")
+    if failed:
+        return None, failed
     path = find_sshd()
     return (path, "") if path else (None, "openssh-server installed but sshd not found")
+
+
+def _tool(name: str) -> str | None:
+    for cand in (f"/usr/bin/{name}", f"/usr/sbin/{name}", f"/bin/{name}", f"/sbin/{name}"):
+        if os.access(cand, os.X_OK):
+            return cand
+    return shutil.which(name)
+
+
+def ensure_sudo() -> tuple[str | None, str]:
+    """The real sudo (with visudo), installing Debian's `sudo` when root and missing; (None, reason) otherwise."""
+    if _tool("sudo") and _tool("visudo"):
+        return _tool("sudo"), ""
+    if os.geteuid() != 0:
+        return None, "sudo is not installed and tests do not run as root (apt-get install sudo)"
+    failed = _apt_install("sudo", "sudo")
+    if failed:
+        return None, failed
+    sudo = _tool("sudo")
+    return (sudo, "") if sudo and _tool("visudo") else (None, "the sudo package installed but sudo/visudo not found")
 
 
 def keygen(path: Path, comment: str) -> str:
@@ -185,16 +231,18 @@ class SshServer:
         lines += [
             f"HostKey {self.root / 'host_ed25519'}",
             f"PidFile {self.root / f'sshd.{n}.pid'}",
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'} .ssh/authorized_keys",
             "StrictModes no", "UsePAM no", "PermitRootLogin prohibit-password",
             "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "AllowTcpForwarding yes", "MaxStartups 100:30:200", "MaxSessions 50",
             "LogLevel VERBOSE",
         ]
         for h in self.hosts:
+            sim = f"MIGPLAN_SIM_STATE={h.state} MIGPLAN_SIM_PYTHON={sys.executable}"
+            lines += [f"Match User {','.join(SUDO_USERS)} LocalAddress {h.address}",
+                      f"  SetEnv PATH={SIM_BIN}:/usr/local/bin:/usr/bin:/bin {sim}"]
             path = f"{h.bin}:{common}:{SIM_BIN}:/usr/local/bin:/usr/bin:/bin"
-            env = f"PATH={path} MIGPLAN_SIM_STATE={h.state} MIGPLAN_SIM_PYTHON={sys.executable}"
-            lines += [f"Match LocalAddress {h.address}", f"  SetEnv {env}"]
+            lines += [f"Match LocalAddress {h.address}", f"  SetEnv PATH={path} {sim}"]
         return "\n".join(lines) + "\n"
 
     def _launch(self, config: Path, log: Path, chunk: list[SimHost]) -> str:
@@ -228,3 +276,129 @@ class SshServer:
                     proc.kill()
                     proc.wait(5)
         self.procs = []
+
+
+# --- real sudo --------------------------------------------------------------------------------------
+
+SUDOERS_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+")  # no space, comma, colon, '=', '#' or quote in sudoers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_sessions() -> None:
+    """Users and drop-ins left by test sessions that are gone (killed before their teardown)."""
+    for entry in pwd.getpwall():
+        m = SESSION_NAME.fullmatch(entry.pw_name)
+        if m and int(m.group(1)) != SESSION and not _alive(int(m.group(1))) \
+                and (Path(entry.pw_dir) / USER_MARKER).exists():
+            subprocess.run([str(_tool("userdel")), "--remove", "--force", entry.pw_name], capture_output=True,
+                           timeout=60)
+    for path in SUDOERS_DIR.glob("migplan-tests-*"):
+        m = SESSION_NAME.fullmatch(path.name)
+        if m and int(m.group(1)) != SESSION and not _alive(int(m.group(1))):
+            path.unlink(missing_ok=True)
+
+
+def sudoers_text() -> str:
+    """The drop-in: SUDO_OK runs the simulator as root without a password, SUDO_PW only with one.
+
+    sudo resets PATH and the environment, so for these two users only, `secure_path` puts tests/sim/bin
+    first (`sudo -n nvidia-smi` finds the simulator, which the rules name by its absolute path) and
+    `env_keep` passes on the host's state file and interpreter. Only root can log in as these users: their
+    password is "*" and the client key lives in root's pytest directory.
+    """
+    users = ",".join(SUDO_USERS)
+    smi = SIM_BIN / "nvidia-smi"
+    return (f"# migplan tests (tests/fleet/sshd.py SudoUsers), session {SESSION}: removed when it ends\n"
+            f'Defaults:{users} secure_path="{SIM_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n'
+            f'Defaults:{users} env_keep += "MIGPLAN_SIM_STATE MIGPLAN_SIM_PYTHON"\n'
+            f"{SUDO_OK} ALL=(root) NOPASSWD: {smi}\n"
+            f"{SUDO_PW} ALL=(root) {smi}\n")
+
+
+@dataclass
+class SudoUsers:
+    """Two local users that log in to the test sshd with its client key, for tests of the real sudo."""
+
+    sudo: str
+    ok: str = SUDO_OK
+    pw: str = SUDO_PW
+    owned: list[str] = field(default_factory=list)  # users these tests created (removed at teardown)
+
+    @classmethod
+    def setup(cls, server: SshServer) -> tuple[SudoUsers | None, str]:
+        """Create the users and install the sudoers drop-in; (None, why not) when this machine cannot."""
+        if os.geteuid() != 0:
+            return None, "the real-sudo tests create local users and a sudoers drop-in, so they need root"
+        sudo, why = ensure_sudo()
+        if sudo is None:
+            return None, why
+        missing = [t for t in ("useradd", "userdel", "visudo") if _tool(t) is None]
+        if missing:
+            return None, f"the real-sudo tests need {', '.join(missing)} (passwd and sudo packages)"
+        if not SUDOERS_SAFE_PATH.fullmatch(str(SIM_BIN)):
+            return None, f"the simulator's path {SIM_BIN} has characters a sudoers rule cannot hold"
+        remove_dead_sessions()
+        for name in SUDO_USERS:
+            try:
+                home = Path(pwd.getpwnam(name).pw_dir)
+            except KeyError:
+                continue
+            if not (home / USER_MARKER).exists():
+                return None, f"a user {name!r} exists that these tests did not create; not touching it"
+        users = cls(sudo)
+        try:
+            key = server.client_key.with_suffix(".pub").read_text()
+            for name in SUDO_USERS:
+                users._add_user(name, key)
+            users._install_sudoers()
+            listed = subprocess.run([sudo, "-l", "-U", SUDO_OK], capture_output=True, text=True, timeout=30)
+        except BaseException:
+            users.teardown()
+            raise
+        if f"NOPASSWD: {SIM_BIN / 'nvidia-smi'}" not in listed.stdout:
+            users.teardown()
+            return None, f"sudo does not read {SUDOERS_DROPIN} (no @includedir /etc/sudoers.d?): {listed.stdout!r}"
+        return users, ""
+
+    def _add_user(self, name: str, key: str) -> None:
+        try:
+            pwd.getpwnam(name)  # left by this session's pid before (it has the marker, checked in setup)
+        except KeyError:
+            subprocess.run([str(_tool("useradd")), "--create-home", "--shell", "/bin/sh", "--password", "*",
+                            "--comment", "migplan test user", name], check=True, capture_output=True, timeout=60)
+        self.owned.append(name)
+        entry = pwd.getpwnam(name)
+        home = Path(entry.pw_dir)
+        (home / USER_MARKER).write_text(f"created by migplan's tests (tests/fleet/sshd.py), session {SESSION}\n")
+        ssh = home / ".ssh"
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        (ssh / "authorized_keys").write_text(key)
+        (ssh / "authorized_keys").chmod(0o600)
+        for path in (ssh, ssh / "authorized_keys", home / USER_MARKER):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _install_sudoers(self) -> None:
+        """Check the drop-in with `visudo -cf`, then put it in place (mode 0440) in one rename."""
+        tmp = SUDOERS_DROPIN.with_name(SUDOERS_DROPIN.name + ".new")  # a "." in the name: sudo ignores it
+        tmp.write_text(sudoers_text())
+        tmp.chmod(0o440)
+        check = subprocess.run([str(_tool("visudo")), "-cf", str(tmp)], capture_output=True, text=True, timeout=30)
+        if check.returncode != 0:
+            tmp.unlink()
+            raise RuntimeError(f"visudo refused the test sudoers drop-in: {check.stdout}{check.stderr}")
+        os.replace(tmp, SUDOERS_DROPIN)
+
+    def teardown(self) -> None:
+        SUDOERS_DROPIN.unlink(missing_ok=True)
+        for name in self.owned:
+            subprocess.run([str(_tool("userdel")), "--remove", "--force", name], capture_output=True, timeout=60)
+        self.owned = []

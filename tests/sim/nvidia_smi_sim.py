@@ -3,7 +3,9 @@
 
 Run as `tests/sim/bin/nvidia-smi ARGS` (or `main(argv)` in-process). The host it pretends to be is a
 JSON file named by $MIGPLAN_SIM_STATE (schema: docs/nvidia-smi.md and tests/sim/fleet.py); every run
-takes an exclusive fcntl lock on `<state>.lock`, so parallel commands never corrupt it.
+takes an exclusive fcntl lock on `<state>.lock`, so parallel commands never corrupt it. Each run appends
+its argv to the state's `log` and who ran it (`euid=N sudo_user=NAME`, SUDO_USER being set by a real sudo)
+to `ran_as`.
 
 Text and syntax follow /work/shared/reference/nvidia-smi-mig.md (cited as §n). Where the reference has
 no verbatim sample, the text is modelled on its nearest sibling and marked "unverified" below. Exit
@@ -144,7 +146,7 @@ def gpu_of(argv: Sequence[str]) -> int | None:
         if tok.startswith("--id="):
             value = tok[len("--id="):]
         if value is not None:
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isdigit() and len(value) <= 3 else None
     return None
 
 
@@ -730,6 +732,9 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
         return 255
     with locked(path) as state:
         state.setdefault("log", []).append(argv)
+        who = f"euid={os.geteuid()} sudo_user={env.get('SUDO_USER', '')}"  # SUDO_USER: set by the real sudo
+        if who not in state.setdefault("ran_as", []):
+            state["ran_as"].append(who)
         early = host_failure(state)
         fault = None if early else take_fault(state, argv)
     if early:

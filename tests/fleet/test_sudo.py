@@ -1,0 +1,58 @@
+"""`become: sudo -n` against the real sudo: discovery over the real sshd as two local users, one allowed to run
+the simulated nvidia-smi as root without a password (sudoers NOPASSWD), one that sudo asks for a password.
+Set-up in sshd.py (SudoUsers) and conftest.py (`sudo_users`); skipped unless root with sudo installable."""
+
+from __future__ import annotations
+
+from conftest import Fleet
+from simhosts import Proc, read, state, write
+from sshd import SudoUsers
+
+from migplan.adapters.ssh import SshFleet
+from migplan.catalog import builtin_catalog
+from migplan.fleet.discover import discover_fleet
+from migplan.fleet.snapshot import Snapshot
+from migplan.inventory import Inventory, load_inventory
+from migplan.layout import Layout
+
+CATALOG = builtin_catalog()
+
+
+def discover(fleet: Fleet, inventory: Inventory) -> Snapshot:
+    with SshFleet(fleet.options()) as ssh:
+        return discover_fleet(inventory, CATALOG, ssh.runner, parallel=4)
+
+
+def test_nopasswd_sudo_runs_nvidia_smi_as_root_for_each_host(fleet: Fleet, sudo_users: SudoUsers) -> None:
+    h100, a30 = fleet.host(0), fleet.host(1)
+    layout = Layout.parse(["3g.40gb@4", "2g.20gb@0"])
+    write(h100.state, state("H100-SXM5-80GB", 2, hostname="s1", layouts=[layout, None],
+                            busy={0: [Proc(4321, start=4)]}))
+    write(a30.state, state("A30", 1, hostname="s2", mig=[False]))
+    inv = load_inventory(fleet.inventory({
+        "s1": fleet.host_entry(h100, user=sudo_users.ok, become="sudo -n"),
+        "s2": fleet.host_entry(a30, user=sudo_users.ok, become="sudo -n"),
+    }), CATALOG)
+    s1, s2 = discover(fleet, inv).hosts
+    assert s1.ok and s2.ok, (s1.error, s2.error)
+    assert [(g.model, g.layout) for g in s1.gpus] == [("H100-SXM5-80GB", layout), ("H100-SXM5-80GB", Layout())]
+    assert [p.pid for p in s1.gpus[0].processes] == [4321]
+    assert [(g.model, g.mig_current) for g in s2.gpus] == [("A30", False)]
+    for h in (h100, a30):  # sudo kept each host's own state file; the simulator ran as root, started by sudo
+        st = read(h.state)
+        assert st["log"] and st["ran_as"] == [f"euid=0 sudo_user={sudo_users.ok}"]
+
+
+def test_sudo_asking_for_a_password_is_become_failed(fleet: Fleet, sudo_users: SudoUsers) -> None:
+    h, other = fleet.host(2), fleet.host(3)
+    write(h.state, state("A30", 1, hostname="p"))
+    write(other.state, state("A30", 1, hostname="q"))
+    inv = load_inventory(fleet.inventory({
+        "p": fleet.host_entry(h, user=sudo_users.pw, become="sudo -n"),
+        "q": fleet.host_entry(other, user=sudo_users.ok, become="sudo -n"),
+    }), CATALOG)
+    p, q = discover(fleet, inv).hosts
+    assert p.error is not None and p.error.code == "become-failed", p.error
+    assert "sudo: a password is required" in p.error.message  # sudo's own text (sudo -n, exit 1)
+    assert read(h.state)["log"] == []  # refused before nvidia-smi ran
+    assert q.ok and [g.model for g in q.gpus] == ["A30"]  # the other host is unaffected

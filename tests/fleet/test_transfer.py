@@ -1,0 +1,150 @@
+"""put_file / get_file and stdin over a real sshd, and Ctrl-C during a fleet run over SSH.
+
+SFTP needs the sftp subsystem, which the session sshd does not configure: these tests use the extra
+sshd on 127.0.0.1 from test_known_hosts_ssh.py (same keys, `Subsystem sftp internal-sftp`, PATH with
+the pass-through `sudo`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Fleet, _user
+from sshd import SshServer
+from test_known_hosts_ssh import LocalSshd, start_local_sshd
+
+from migplan.adapters.pool import for_each_host
+from migplan.adapters.runner import (
+    ConnectionLost,
+    OutputTooLarge,
+    RemoteFileMissing,
+    TransferError,
+)
+from migplan.adapters.ssh import SshFleet, SshRunner
+from migplan.inventory import Host
+
+
+@pytest.fixture(scope="module")
+def sftp_sshd(ssh_server: SshServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSshd]:
+    sshd = start_local_sshd(ssh_server, tmp_path_factory.mktemp("sftp-sshd"))
+    if sshd is None:
+        pytest.skip("cannot start an sshd on 127.0.0.1")
+    yield sshd
+    sshd.stop()
+
+
+@pytest.fixture
+def ssh(fleet: Fleet, sftp_sshd: LocalSshd) -> Iterator[SshFleet]:
+    fleet.known_hosts.write_text(fleet.server.known_hosts_line("127.0.0.1").replace(
+        f":{fleet.server.port} ", f":{sftp_sshd.port} "))
+    with SshFleet(fleet.options()) as s:
+        yield s
+
+
+def runner(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd, **kw: object) -> SshRunner:
+    base: dict[str, object] = {"name": "local", "address": "127.0.0.1", "port": sftp_sshd.port, "user": _user(),
+                               "key_file": str(fleet.server.client_key)}
+    base.update(kw)
+    return ssh.runner(Host(**base))  # type: ignore[arg-type]
+
+
+def test_sftp_put_is_atomic_with_the_mode_and_get_is_bounded(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd,
+                                                             tmp_path: Path) -> None:
+    r = runner(ssh, fleet, sftp_sshd)
+    target = tmp_path / "etc" / "config.yaml"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    target.chmod(0o644)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    r.put_file(str(target), data, mode=0o600)
+    assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert os.listdir(target.parent) == ["config.yaml"]  # no temp file left
+    assert r.get_file(str(target)) == data
+    with pytest.raises(OutputTooLarge):
+        r.get_file(str(target), max_bytes=1000)
+    with pytest.raises(RemoteFileMissing):
+        r.get_file(str(tmp_path / "missing"))
+    with pytest.raises(TransferError, match="not a regular file"):
+        r.get_file(str(tmp_path))
+    with pytest.raises(TransferError):
+        r.put_file(str(tmp_path / "no-such-dir" / "x"), b"x")
+    (target.parent / "adir").mkdir()
+    with pytest.raises(TransferError):
+        r.put_file(str(target.parent / "adir"), b"x")  # rename onto a directory fails
+    assert sorted(os.listdir(target.parent)) == ["adir", "config.yaml"]
+    assert r.run(["echo", "same connection"], timeout=10).stdout == "same connection\n"
+    assert len(r._clients) == 1
+
+
+def test_put_and_get_through_become(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd, tmp_path: Path) -> None:
+    r = runner(ssh, fleet, sftp_sshd, name="become", become=("sudo", "-n"))
+    target = tmp_path / "etc" / "config.yaml"
+    target.parent.mkdir()
+    data = os.urandom(2 * 1024 * 1024)  # tee copies it to stdout: read and dropped while stdin is sent
+    r.put_file(str(target), data, mode=0o640)
+    assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert os.listdir(target.parent) == ["config.yaml"]
+    assert r.get_file(str(target)) == data
+    with pytest.raises(RemoteFileMissing):
+        r.get_file(str(tmp_path / "missing"))
+
+
+def test_stdin_is_streamed_while_output_is_read(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd) -> None:
+    r = runner(ssh, fleet, sftp_sshd)
+    data = os.urandom(4 * 1024 * 1024)
+    done = r.run(["sha256sum"], timeout=30, stdin=data)
+    assert done.ok and done.stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    echoed = r.run(["cat"], timeout=30, stdin=b"x" * 3_000_000)  # output as big as the input: no deadlock
+    assert echoed.stdout == "x" * 3_000_000
+    start = time.monotonic()
+    assert r.run(["cat"], timeout=10).stdout == ""  # no stdin: end-of-file at once
+    assert time.monotonic() - start < 5
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, even when the run inherited SIGINT ignored
+    (a background job of a non-interactive shell)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_during_a_fleet_run_over_ssh_stops_at_once(fleet: Fleet, sigint_raises: None) -> None:
+    hosts = [Host(name=f"h{i}", address=fleet.host(i).address, port=fleet.server.port, user=_user(),
+                  key_file=str(fleet.server.client_key)) for i in range(4)]
+    errors: list[BaseException] = []
+    with SshFleet(fleet.options()) as ssh:
+        for h in hosts:
+            ssh.runner(h).connect()
+
+        def work(h: Host) -> int:
+            try:
+                return ssh.runner(h).run(["sleep", "30"], timeout=60).exit_code
+            except BaseException as err:
+                errors.append(err)
+                raise
+
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        start = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for_each_host(hosts, work, parallel=2, on_interrupt=ssh.close)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - start < 3
+    deadline = time.monotonic() + 5
+    while len(errors) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(errors) == 2 and all(isinstance(e, ConnectionLost) for e in errors)  # ended, not at 30 s

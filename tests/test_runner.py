@@ -1,0 +1,345 @@
+"""Runners without an sshd: paths, stdin, file transfer, the recording runner, Ctrl-C in the pool,
+SshRunner against loopback servers that are not sshd, and ssh_config / key-file errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from migplan.adapters.pool import for_each_host
+from migplan.adapters.recording import RecordingRunner
+from migplan.adapters.runner import (
+    DEFAULT_TIMEOUT,
+    AuthError,
+    BadCommand,
+    BadPath,
+    LocalRunner,
+    OutputTooLarge,
+    RemoteFileMissing,
+    TransferError,
+    UnreachableError,
+    check_remote_path,
+)
+from migplan.adapters.ssh import SshFleet, SshOptions, load_ssh_config, resolve_target
+from migplan.errors import InputError
+from migplan.inventory import Host
+
+PASS_SUDO = """#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -n) shift ;; *) break ;; esac; done
+exec "$@"
+"""
+
+
+def test_there_is_one_default_timeout() -> None:
+    assert DEFAULT_TIMEOUT == 60.0
+
+
+# --- paths ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/etc/nvidia-mig-manager/config.yaml", "/x", "/a b/ü.txt", "/a/-rf"])
+def test_good_remote_paths(path: str) -> None:
+    assert check_remote_path(path) == path
+
+
+@pytest.mark.parametrize("path", ["", "relative/path", "/", "/etc/", "/a//b", "/a/./b", "/a/../b", "/a\nb",
+                                  "/a\x00b", "/a\x1bb", "/a\x7fb", "/" + "a" * 256, "/a" * 2049, "-rf"])
+def test_bad_remote_paths(path: str) -> None:
+    with pytest.raises(BadPath):
+        check_remote_path(path)
+
+
+# --- LocalRunner --------------------------------------------------------------------------------------
+
+def test_local_stdin_and_immediate_eof() -> None:
+    runner = LocalRunner()
+    data = os.urandom(3 * 1024 * 1024)
+    done = runner.run(["sha256sum"], timeout=10, stdin=data)
+    import hashlib
+
+    assert done.ok and done.stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    start = time.monotonic()
+    assert runner.run(["cat"], timeout=10).stdout == ""  # stdin None: end-of-file, not the test's stdin
+    assert time.monotonic() - start < 5
+
+
+def test_local_put_and_get(tmp_path: Path) -> None:
+    runner = LocalRunner()
+    path = tmp_path / "etc" / "config.yaml"
+    runner.put_file(str(path), b"version: v1\n", mode=0o640)
+    assert path.read_bytes() == b"version: v1\n" and stat.S_IMODE(path.stat().st_mode) == 0o640
+    runner.put_file(str(path), b"version: v2\n", mode=0o600)  # the mode given is the mode it gets
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert runner.get_file(str(path)) == b"version: v2\n"
+    with pytest.raises(OutputTooLarge):
+        runner.get_file(str(path), max_bytes=4)
+    with pytest.raises(RemoteFileMissing):
+        runner.get_file(str(tmp_path / "missing"))
+    with pytest.raises(TransferError, match="not a regular file"):
+        runner.get_file("/dev/zero")
+    with pytest.raises(TransferError, match="directory"):
+        runner.put_file(str(tmp_path / "etc"), b"x")
+    with pytest.raises(BadPath):
+        runner.put_file("etc/config.yaml", b"x")
+    with pytest.raises(BadCommand):
+        runner.put_file(str(path), b"x", mode=0o10000)
+    assert [p.name for p in (tmp_path / "etc").iterdir()] == ["config.yaml"]
+
+
+@pytest.fixture
+def sudo(tmp_path: Path) -> str:
+    path = tmp_path / "bin" / "sudo"
+    path.parent.mkdir()
+    path.write_text(PASS_SUDO)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_local_put_and_get_through_become(tmp_path: Path, sudo: str) -> None:
+    runner = LocalRunner(become=(sudo, "-n"))
+    target = tmp_path / "root-owned" / "config.yaml"
+    target.parent.mkdir()
+    data = os.urandom(2 * 1024 * 1024)  # tee echoes it all to stdout: dropped, never buffered
+    runner.put_file(str(target), data, mode=0o604)
+    assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o604
+    assert runner.get_file(str(target)) == data
+    with pytest.raises(OutputTooLarge):
+        runner.get_file(str(target), max_bytes=10)
+    with pytest.raises(RemoteFileMissing):
+        runner.get_file(str(tmp_path / "nothing"))
+    (target.parent / "dir").mkdir()
+    with pytest.raises(TransferError, match="'mv'"):
+        runner.put_file(str(target.parent / "dir"), b"x")  # mv -T never moves *into* a directory
+    assert sorted(p.name for p in target.parent.iterdir()) == ["config.yaml", "dir"]  # temp removed
+    assert list((target.parent / "dir").iterdir()) == []
+
+
+# --- RecordingRunner ---------------------------------------------------------------------------------
+
+def test_recording_runner_without_a_host_records_everything() -> None:
+    rec = RecordingRunner()
+    done = rec.run(["nvidia-smi", "mig", "-dci", "-i", "0"], timeout=5)
+    assert done.ok and done.stdout == "" and done.argv == ("nvidia-smi", "mig", "-dci", "-i", "0")
+    rec.put_file("/etc/nvidia-mig-manager/config.yaml", b"abc", mode=0o600)
+    rec.run(["tee", "/tmp/x"], stdin=b"12345")
+    assert [str(a) for a in rec.commands] == [
+        "nvidia-smi mig -dci -i 0",
+        "put /etc/nvidia-mig-manager/config.yaml (3 bytes, mode 0600)",
+        "tee /tmp/x (with 5 bytes on stdin)",
+    ]
+    assert rec.commands[1].data == b"abc" and rec.host == "dry-run"
+    with pytest.raises(TransferError):
+        rec.get_file("/etc/hosts")
+    with pytest.raises(BadCommand):
+        rec.run(["echo", "a\nb"])  # a dry run refuses what a real run would
+
+
+def test_recording_runner_passes_read_only_commands_through(tmp_path: Path) -> None:
+    marker = tmp_path / "touched"
+    real = tmp_path / "real.txt"
+    real.write_text("on the host\n")
+    rec = RecordingRunner(LocalRunner(host="gpu01"), read_only=lambda argv: argv[0] in ("cat", "echo"))
+    assert rec.host == "gpu01"
+    assert rec.run(["echo", "hello"]).stdout == "hello\n"
+    assert rec.run(["touch", str(marker)]).ok
+    rec.put_file(str(real), b"replaced\n")
+    assert rec.get_file(str(real)) == b"on the host\n"
+    assert rec.run(["cat", str(real)]).stdout == "on the host\n"
+    assert not marker.exists() and real.read_text() == "on the host\n"
+    assert [a.kind for a in rec.commands] == ["run", "put"]
+    assert rec.commands[0].argv == ("touch", str(marker))
+
+
+# --- Ctrl-C in a fleet run ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class H:
+    name: str
+
+
+class SlowFleet:
+    """Work that blocks until 'closed' (what closing SSH connections does to running commands)."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+        self.started: list[str] = []
+        self.lock = threading.Lock()
+
+    def work(self, h: H) -> str:
+        with self.lock:
+            self.started.append(h.name)
+        if h.name == "fast":
+            return "ok"
+        self.closed.wait(20)
+        return "ended"
+
+
+def test_interrupt_from_on_done_stops_at_once() -> None:
+    slow = SlowFleet()
+    hosts = [H("fast")] + [H(f"slow{i}") for i in range(5)]
+
+    def on_done(done: int, total: int, result: object) -> None:
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for_each_host(hosts, slow.work, parallel=2, on_done=on_done, on_interrupt=slow.closed.set)
+    assert time.monotonic() - start < 2
+    assert slow.closed.is_set()
+    time.sleep(0.2)
+    assert len(slow.started) <= 3  # the hosts not started were cancelled
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, even when the run inherited SIGINT ignored
+    (a background job of a non-interactive shell)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_sigint_during_a_fleet_run_stops_at_once(sigint_raises: None) -> None:
+    slow = SlowFleet()
+    hosts = [H(f"slow{i}") for i in range(6)]
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for_each_host(hosts, slow.work, parallel=3, on_interrupt=slow.closed.set)
+    finally:
+        timer.cancel()
+        slow.closed.set()
+    assert time.monotonic() - start < 3
+    time.sleep(0.2)
+    assert len(slow.started) == 3
+
+
+def test_on_interrupt_failing_still_reraises() -> None:
+    def boom() -> None:
+        raise RuntimeError("close failed")
+
+    def work(h: H) -> None:
+        raise KeyboardInterrupt
+
+    # KeyboardInterrupt in a worker is not a host failure: it reaches the caller too
+    with pytest.raises(KeyboardInterrupt):
+        for_each_host([H("a")], work, on_interrupt=boom)
+
+
+# --- SshRunner against servers that are not sshd -----------------------------------------------------
+
+@pytest.fixture
+def tcp_server() -> Iterator[Callable[[str], int]]:
+    socks: list[socket.socket] = []
+
+    def start(mode: str) -> int:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        socks.append(srv)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                if mode == "http":
+                    conn.recv(100)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nServer: nginx\r\nContent-Length: 0\r\n\r\n")
+                else:  # reset: a TCP RST once paramiko has sent its banner
+                    time.sleep(0.1)
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        return int(srv.getsockname()[1])
+
+    yield start
+    for s in socks:
+        s.close()
+
+
+def options(tmp_path: Path, **kw: object) -> SshOptions:
+    base: dict[str, object] = {"known_hosts": str(tmp_path / "known_hosts"), "ssh_config": None,
+                               "connect_timeout": 3.0, "allow_agent": False, "look_for_keys": False}
+    base.update(kw)
+    return SshOptions(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("http", "does not speak SSH: it sent 'HTTP/1.1 400 Bad Request'"),
+                                               ("reset", "the SSH handshake")])
+def test_a_port_that_is_not_sshd_is_a_clean_unreachable_error(mode: str, reason: str, tmp_path: Path,
+                                                              tcp_server: Callable[[str], int],
+                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    port = tcp_server(mode)
+    hosts = [Host(name=f"h{i}", address="127.0.0.1", port=port, user="nobody") for i in range(3)]
+    with SshFleet(options(tmp_path)) as ssh:
+        results = for_each_host(hosts, lambda h: ssh.runner(h).connect(), parallel=3)
+    for r in results:
+        assert r.error is not None and isinstance(r.error, UnreachableError), r
+        assert reason in r.error.detail and f"127.0.0.1:{port}" in r.error.detail
+    time.sleep(0.2)  # paramiko's threads log after the error reached us
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", f"stray output: {out!r} {err!r}"
+
+
+def test_paramiko_lines_are_kept_at_debug(tmp_path: Path, tcp_server: Callable[[str], int],
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    port = tcp_server("http")
+    with caplog.at_level("DEBUG", logger="migplan.adapters.ssh.paramiko"), SshFleet(options(tmp_path)) as ssh, \
+            pytest.raises(UnreachableError):
+        ssh.runner(Host(name="h", address="127.0.0.1", port=port, user="nobody")).connect()
+    assert "Banner: HTTP/1.1 400 Bad Request" in caplog.text
+
+
+# --- key files and ssh_config --------------------------------------------------------------------------
+
+def test_a_key_file_that_is_not_a_key_is_an_auth_error(tmp_path: Path) -> None:
+    pub = tmp_path / "id.pub"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id")], check=True)
+    cases = {"binary": os.urandom(300), "text": b"hello\n", "empty": b"", "pub": pub.read_bytes(),
+             "truncated": (tmp_path / "id").read_bytes()[:200]}
+    for name, data in cases.items():
+        key = tmp_path / name
+        key.write_bytes(data)
+        with SshFleet(options(tmp_path)) as ssh, pytest.raises(AuthError) as err:
+            ssh.runner(Host(name="h", address="127.0.0.1", port=1, user="x", key_file=str(key))).connect()
+        assert str(key) in str(err.value) and err.value.code == "auth-failed"
+        assert ("public key" if name == "pub" else "is not an SSH private key") in str(err.value)
+
+
+def test_ssh_config_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("# fleet\nHost other\n  Port 2200\n\nHost gpu-*\n  User ops\n  Port 22abc\n"
+                   "Host jumpy\n  ProxyJump ops@bad host:22\nHost proxied\n  ProxyCommand nc %h %p\n"
+                   "Host *\n  ProxyJump none\n")
+    config = load_ssh_config(str(cfg))
+    with pytest.raises(InputError) as err:
+        resolve_target(Host(name="g", address="gpu-01"), config)
+    assert str(err.value).startswith(f"{cfg}:7: ") and "22abc" in str(err.value)
+    with pytest.raises(InputError) as err:
+        resolve_target(Host(name="j", address="jumpy"), config)
+    assert str(err.value).startswith(f"{cfg}:9: ") and "ProxyJump" in str(err.value)
+    with pytest.raises(InputError) as err:
+        resolve_target(Host(name="p", address="proxied"), config)
+    assert str(err.value).startswith(f"{cfg}:11: ") and "ProxyCommand" in str(err.value)
+    assert resolve_target(Host(name="o", address="other"), config).endpoint.port == 2200
+    cfg.write_text("Host a\n  Port 22\n  Port\n")
+    with pytest.raises(InputError) as err:
+        load_ssh_config(str(cfg))
+    assert str(err.value).startswith(f"{cfg}:3: ")
