@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.fleet.state import GpuState
 from migplan.layout import Instance, Layout
 from migplan.planner.patterns import maximal

@@ -43,27 +43,9 @@ def dump(doc: Any, fmt: str = "json") -> str:
 
 
 def write_document(path: Path, doc: Any, *, forbid: Iterable[Path] = ()) -> None:
-    """Write atomically in the format the name asks for; refuse to overwrite any file in `forbid`."""
-    _check_not_an_input(path, forbid)
-    write_atomic(path, dump(doc, format_for(path)))
-
-
-def _check_not_an_input(path: Path, forbid: Iterable[Path]) -> None:
-    """Never write onto a file this run reads (`--out` equal to the inventory would destroy it)."""
-    try:
-        out = os.stat(path)
-    except OSError:
-        return
-    for other in forbid:
-        try:
-            src = os.stat(other)
-        except OSError:
-            continue
-        if (out.st_dev, out.st_ino) == (src.st_dev, src.st_ino):
-            from migplan.errors import InputError
-
-            raise InputError(f"refusing to write over {os.fspath(other)}, which this command reads",
-                             source=os.fspath(path), hint="choose another output file")
+    """Write atomically in the format the name asks for; refuse to overwrite any file in `forbid`
+    (`--out` equal to the inventory would destroy it)."""
+    write_atomic(path, dump(doc, format_for(path)), forbid=forbid)
 
 
 # --- plan ----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ _GPU_RANGE = f"0..{names.MAX_GPU_INDEX}"
 
 
 @dataclass(frozen=True)
-class GpuSpec:
+class DeclaredGpu:
     """A GPU as the inventory declares it."""
 
     index: int
@@ -66,14 +66,14 @@ class Host:
     become: tuple[str, ...] = ()  # e.g. ('sudo', '-n'); empty when commands run as the login user
     groups: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
-    gpus: tuple[GpuSpec, ...] = ()
+    gpus: tuple[DeclaredGpu, ...] = ()
     discover: bool = False
     hooks: Hooks = field(default_factory=Hooks)
     # As declared, so that they also apply to GPUs found by discovery (`discover: true`).
     reserved_gpus: tuple[int, ...] = ()
     excluded_gpus: tuple[int, ...] = ()
 
-    def gpu(self, index: int) -> GpuSpec | None:
+    def gpu(self, index: int) -> DeclaredGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
 
     def is_reserved(self, index: int) -> bool:
@@ -91,7 +91,7 @@ class Inventory:
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
 
-    def gpus(self) -> Iterator[tuple[Host, GpuSpec]]:
+    def gpus(self) -> Iterator[tuple[Host, DeclaredGpu]]:
         for h in self.hosts:
             for g in h.gpus:
                 yield h, g
@@ -161,7 +161,7 @@ def _hooks(node: Node) -> Hooks:
     return Hooks(**stages)
 
 
-def _gpu(node: Node, catalog: Catalog) -> GpuSpec:
+def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
     f = node.fields({"index", "model", "uuid", "mig", "layout"}, {"index", "model"})
     try:
         model = catalog.get(f["model"].str())
@@ -189,10 +189,10 @@ def _gpu(node: Node, catalog: Catalog) -> GpuSpec:
             f["layout"].fail("invalid layout: " + "; ".join(c.message for c in conflicts),
                              hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
         mig = True
-    return GpuSpec(index=_gpu_index(f["index"]), model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
+    return DeclaredGpu(index=_gpu_index(f["index"]), model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
 
 
-def _gpus(node: Node, catalog: Catalog) -> list[GpuSpec]:
+def _gpus(node: Node, catalog: Catalog) -> list[DeclaredGpu]:
     if node.is_map:  # shorthand: {model: X, count: N}
         f = node.fields({"model", "count"}, {"model", "count"})
         try:
@@ -203,8 +203,8 @@ def _gpus(node: Node, catalog: Catalog) -> list[GpuSpec]:
         if count > names.MAX_GPUS_PER_HOST:
             f["count"].fail(f"{count} GPUs is more than the {names.MAX_GPUS_PER_HOST} a host can have",
                             hint="count is the number of GPUs in one host")
-        return [GpuSpec(index=i, model=model) for i in range(count)]
-    gpus: list[GpuSpec] = []
+        return [DeclaredGpu(index=i, model=model) for i in range(count)]
+    gpus: list[DeclaredGpu] = []
     seen: dict[int, int] = {}
     for n in node.list():
         g = _gpu(n, catalog)
@@ -286,8 +286,8 @@ def _user(node: Node) -> str:
 def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...]) -> Host:
     v = s.values
     if not names.HOST_NAME.fullmatch(name):
-        name_node.fail(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
-    gpus: list[GpuSpec] = list(v.get("gpus", []))
+        name_node.fail_key(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
+    gpus: list[DeclaredGpu] = list(v.get("gpus", []))
     discover = bool(v.get("discover", False))
     if discover and gpus and "gpus" in s.nodes:
         s.nodes["gpus"].fail("a host lists either 'gpus' or 'discover: true', not both",
@@ -300,7 +300,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
             if gpus and i not in indices:
                 s.nodes[key].fail(f"GPU {i} is not among this host's GPUs ({sorted(indices)})")
     reserved, excluded = set(v.get("reserved_gpus", ())), set(v.get("excluded_gpus", ()))
-    gpus = [GpuSpec(g.index, g.model, g.uuid, g.mig_enabled, g.layout, g.index in reserved, g.index in excluded)
+    gpus = [DeclaredGpu(g.index, g.model, g.uuid, g.mig_enabled, g.layout, g.index in reserved, g.index in excluded)
             for g in gpus]
     return Host(
         name=name,
@@ -448,9 +448,10 @@ def _ansible_walk(gname: str, gnode: Node, depth: int, inherited: list[tuple[int
             try:
                 expanded = expand_pattern(pattern)
             except InputError as err:
-                hnode.fail(err.message, hint=err.hint)
+                hnode.fail_key(err.message, hint=err.hint)
             if len(hosts) + len(expanded) > MAX_HOSTS and any(h not in hosts for h in expanded):
-                hnode.fail(f"the inventory names more than {MAX_HOSTS} hosts", hint="split the fleet into inventories")
+                hnode.fail_key(f"the inventory names more than {MAX_HOSTS} hosts",
+                               hint="split the fleet into inventories")
             for hname in expanded:
                 entry = hosts.setdefault(hname, _AnsibleHost(node=hnode))
                 entry.groups.extend(g for g in (*path, gname) if g not in entry.groups and g != "all")

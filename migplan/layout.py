@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from migplan.catalog.model import GiProfile, GpuModel
+from migplan.catalog.geometry import GiProfile, GpuModel
 from migplan.errors import CatalogError, InputError, LayoutError
 from migplan.names import is_ascii_digits
 

@@ -35,7 +35,10 @@ GPU_UUID = re.compile(r"\AGPU-[0-9A-Fa-f-]{8,64}\Z")
 USER_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 # Tokens of a become prefix such as `sudo -n` or `sudo -n -u root`.
 SAFE_TOKEN = re.compile(r"\A[A-Za-z0-9@%+=:,./_-]+\Z")
-PROFILE_NAME = re.compile(r"\A(?:([0-9]{1,3})c\.)?([0-9]{1,3})g\.([0-9]{1,4})gb(?:[+-][A-Za-z0-9.]+)?\Z")
+# The one MIG profile-name pattern (go-nvlib parseMigProfile grammar, docs/mig-geometry.md §2), bounded
+# because parsers apply it to untrusted host output: `[<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]`.
+PROFILE_NAME = re.compile(r"\A(?:([0-9]{1,2})c\.)?([0-9]{1,2})g\.([0-9]{1,4})gb"
+                          r"(?:[+-][A-Za-z0-9.]{1,16}(?:,[A-Za-z0-9.]{1,16}){0,3})?\Z")
 
 
 def split_become(text: str) -> tuple[str, ...] | None:

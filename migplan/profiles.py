@@ -238,7 +238,9 @@ def _workload(node: Node) -> Workload:
 
 
 def parse_profiles(root: Node) -> list[Workload]:
-    f = root.fields({"version", "workloads"}, {"workloads"})
+    f = root.fields({"version", "kind", "workloads"}, {"workloads"})
+    if "kind" in f and f["kind"].str() != "migplan/profiles":
+        f["kind"].fail(f"this is a {f['kind'].str()!r} document, not migplan/profiles")
     yamldoc.check_version(f, root, PROFILES_VERSION, "workload profile")
     return [_workload(n) for n in f["workloads"].list()]
 

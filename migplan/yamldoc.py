@@ -540,18 +540,30 @@ def _data(node: yaml.ScalarNode, source: str) -> Any:
 class Node:
     """A value from a YAML file that knows its source, key path and line."""
 
-    def __init__(self, node: yaml.Node, source: str, path: str = "") -> None:
+    def __init__(self, node: yaml.Node, source: str, path: str = "", *, key_line: int | None = None) -> None:
         self._node = node
         self.source = source
         self.path = path
+        self._key_line = key_line
 
     # -- location and errors -------------------------------------------------------
     @property
     def line(self) -> int:
         return int(self._node.start_mark.line) + 1
 
+    @property
+    def key_line(self) -> int:
+        """The line of the key this value belongs to (its own line when it has none). Differs from
+        `line` for a block value (the key's line is above it) and for an alias (which points at
+        the anchored value's line)."""
+        return self._key_line if self._key_line is not None else self.line
+
     def fail(self, message: str, *, hint: str | None = None) -> NoReturn:
         raise InputError(message, source=self.source, key=self.path or None, line=self.line, hint=hint)
+
+    def fail_key(self, message: str, *, hint: str | None = None) -> NoReturn:
+        """Like `fail`, at the key's line: for errors about the key itself (its name)."""
+        raise InputError(message, source=self.source, key=self.path or None, line=self.key_line, hint=hint)
 
     def _child_path(self, key: str | int) -> str:
         if isinstance(key, int):
@@ -652,7 +664,7 @@ class Node:
                     hint="each name may appear once; remove or rename one of them",
                 )
             seen[key] = k.start_mark.line + 1
-            yield key, Node(v, self.source, self._child_path(key))
+            yield key, Node(v, self.source, self._child_path(key), key_line=seen[key])
 
     def list(self) -> list[Node]:
         if not self.is_list:
@@ -668,7 +680,7 @@ class Node:
                 known = ", ".join(sorted(allowed))
                 raise InputError(
                     f"unknown key {key!r}", source=self.source, key=self._child_path(key),
-                    line=out[key].line, hint=f"allowed keys here: {known}",
+                    line=out[key].key_line, hint=f"allowed keys here: {known}",
                 )
         for key in sorted(required):
             if key not in out:
@@ -748,6 +760,8 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise InputError("is a directory, expected a YAML file", source=source) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", source=source) from None
+    except ValueError:  # a NUL character in the path
+        raise InputError("cannot read: the path has a NUL character", source=repr(source)) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):

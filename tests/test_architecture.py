@@ -24,7 +24,8 @@ PKG = Path(migplan.__file__).resolve().parent
 MODULES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migplan."))
 PACKAGES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migplan.") if m.ispkg)
 
-CORE = ("migplan.layout", "migplan.names", "migplan.errors", "migplan.catalog.model", "migplan.catalog.catalog",
+CORE = ("migplan.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
+        "migplan.catalog.catalog",
         "migplan.fleet.state", "migplan.fleet.diff", "migplan.fleet.snapshot", "migplan.smi", "migplan.planner")
 # What touches the outside world: the core may import none of these.
 IMPURE_MODULES = {"os", "sys", "subprocess", "socket", "tempfile", "shutil", "pathlib", "time", "threading",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_propose_refuses_to_overwrite_its_inventory(tmp_path: Path) -> None:
     inv.write_text((REPO / "inventory/example.yaml").read_text())
     before = inv.read_text()
     ctx = build_context(None, None, None)
-    with pytest.raises(InputError, match="refusing to write over"):
+    with pytest.raises(InputError, match="refusing to write"):
         propose(ctx, ProposeRequest(inventory=str(inv), profiles=str(REPO / "profiles/example"), out=str(inv)))
     assert inv.read_text() == before
 
@@ -55,3 +56,17 @@ def test_outcomes_and_exit_code() -> None:
     assert outcomes[1].code == "unreachable" and exit_code(outcomes) == 1
     assert exit_code([HostOutcome("a", Outcome.OK)]) == 0
     assert exit_code([HostOutcome("a", Outcome.PARTIAL)]) == 1
+
+
+def test_profiles_document_round_trip(tmp_path: Path) -> None:
+    """The profiles that collect will write read back as the same workloads (documents.write_profiles)."""
+    from migplan.documents import write_profiles
+    from migplan.profiles import load_profiles
+
+    original = load_profiles(str(REPO / "profiles/example"))
+    out = tmp_path / "all.yaml"
+    write_profiles(out, original.workloads)
+    again = load_profiles(str(out))
+    strip = [dataclasses.replace(w, source="") for w in original.workloads]
+    assert [dataclasses.replace(w, source="") for w in again.workloads] == strip
+    assert "kind: migplan/profiles" in out.read_text()

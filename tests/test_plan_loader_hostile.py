@@ -85,6 +85,6 @@ def test_plan_file_round_trip_json_and_yaml(doc: dict, tmp_path: Path) -> None:
 def test_plan_refuses_to_overwrite_an_input(doc: dict, tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("version: 1\nhosts: {}\n")
-    with pytest.raises(InputError, match="refusing to write over"):
+    with pytest.raises(InputError, match="refusing to write"):
         write_plan(inventory, plan_from_dict(copy.deepcopy(doc), CAT), forbid=[inventory])
     assert inventory.read_text() == "version: 1\nhosts: {}\n"

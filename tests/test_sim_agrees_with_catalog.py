@@ -18,7 +18,7 @@ import pytest
 from sim import geometry as geo
 
 from migplan.catalog import builtin_catalog
-from migplan.catalog.model import GiProfile, GpuModel
+from migplan.catalog.geometry import GiProfile, GpuModel
 
 CAT = builtin_catalog()
 SIM = geo.builtin_models()

@@ -11,7 +11,7 @@ import pytest
 
 from migplan import smi
 from migplan.catalog import builtin_catalog
-from migplan.catalog.model import Engines
+from migplan.catalog.geometry import Engines
 from migplan.errors import MigplanError
 from migplan.layout import Layout
 

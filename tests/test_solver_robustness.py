@@ -163,7 +163,9 @@ def test_solver_error_leaves_no_files(own_tmpdir: Path, monkeypatch: pytest.Monk
 
 
 CHILD = textwrap.dedent("""
-    import random, sys
+    import random, signal, sys
+    # a background job of a non-interactive shell starts with SIGINT ignored: restore Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from migplan.adapters.solver import PulpSolver
     from migplan.planner.milp import Milp
 

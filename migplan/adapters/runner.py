@@ -36,6 +36,7 @@ from typing import Protocol
 
 from migplan.errors import InputError, MigplanError
 from migplan.files import write_atomic
+from migplan.text import printable
 
 DEFAULT_TIMEOUT = 60.0  # the one default for a remote command (discover.py & co import it)
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # a host that floods us is failed, not buffered forever
@@ -245,13 +246,6 @@ def check_put_size(host: str, data: bytes) -> bytes:
     if len(data) > MAX_TRANSFER_BYTES:
         raise TransferError(host, f"refusing to send {len(data)} bytes (at most {MAX_TRANSFER_BYTES})")
     return bytes(data)
-
-
-def printable(text: str, limit: int = 300) -> str:
-    """Host output made safe for a terminal or log: no escape sequences, one bounded line."""
-    clean = "".join(c if c.isprintable() else " " for c in text.replace("\r", " ").replace("\n", " | "))
-    clean = " ".join(clean.split())
-    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
 
 
 def check_become(host: str, become: Sequence[str], done: Completed) -> Completed:

@@ -74,12 +74,12 @@ from migplan.adapters.runner import (
     check_remote_path,
     command_line,
     get_via_commands,
-    printable,
     put_via_commands,
     temp_name,
 )
 from migplan.errors import InputError
 from migplan.inventory import Host
+from migplan.text import printable
 
 log = logging.getLogger(__name__)
 paramiko_log = logging.getLogger(__name__ + ".paramiko")  # paramiko's own records, at DEBUG

@@ -1,6 +1,6 @@
 """The catalog of MIG-capable GPU models: geometry types, the shipped data, and user overrides.
 
-  model.py    GpuModel, GiProfile, Engines: one model's MIG geometry (pure)
+  geometry.py GpuModel, GiProfile, Engines: one model's MIG geometry (pure)
   catalog.py  Catalog: lookup by id, alias, nvidia-smi name and PCI device id (pure)
   loader.py   the strict reader of catalog files; reads the shipped `data/models.yaml` (package
               data) and override files named by `--catalog`: the catalog's only file access
@@ -9,8 +9,8 @@ May import: errors, names, yamldoc. Never layout, planner, fleet, adapters, comm
 """
 
 from migplan.catalog.catalog import Catalog, normalise_name
+from migplan.catalog.geometry import Engines, GiProfile, GpuModel
 from migplan.catalog.loader import builtin_catalog, load_catalog, load_catalog_file
-from migplan.catalog.model import Engines, GiProfile, GpuModel
 
 __all__ = [
     "Catalog",

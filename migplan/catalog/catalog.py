@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.errors import CatalogError
 
 _ADD_HINT = (

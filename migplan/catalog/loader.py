@@ -24,7 +24,7 @@ from importlib import resources
 
 from migplan import yamldoc
 from migplan.catalog.catalog import Catalog
-from migplan.catalog.model import ARCHITECTURES, Engines, GiProfile, GpuModel
+from migplan.catalog.geometry import ARCHITECTURES, Engines, GiProfile, GpuModel
 from migplan.errors import CatalogError
 from migplan.names import MAX_MEMORY_MIB, MAX_MIG_SLICES
 from migplan.yamldoc import Node

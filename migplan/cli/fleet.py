@@ -14,7 +14,6 @@ from typing import Annotated, Any, Optional
 import typer
 
 from migplan import documents, smi
-from migplan.adapters.runner import printable
 from migplan.cli import catalog_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
@@ -23,6 +22,7 @@ from migplan.commands.context import build_context
 from migplan.commands.results import Outcome, discovery_outcomes, exit_code
 from migplan.files import write_atomic
 from migplan.fleet.snapshot import Snapshot, snapshot_to_dict
+from migplan.text import printable
 
 
 class _StderrLog(logging.Handler):
@@ -195,7 +195,7 @@ def learn(
                           run.LearnRequest(host=host, gpu=gpu, model_id=model_id, architecture=architecture))
     text = smi.render_catalog_yaml([model])
     if out:
-        write_atomic(out, text)
+        write_atomic(out, text, forbid=[ctx.inventory_path(inventory), *ctx.config.catalog, *(catalog or [])])
         info(f"catalog model {model.id} written to {out}; use it with --catalog {out}")
     else:
         typer.echo(text, nl=False)

@@ -10,13 +10,13 @@ from migplan.catalog import Catalog
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
-from migplan.inventory import GpuSpec, Host, Inventory
+from migplan.inventory import DeclaredGpu, Host, Inventory
 from migplan.layout import picture
 
 app = typer.Typer(help="The fleet inventory.", no_args_is_help=True)
 
 
-def _gpu_data(g: GpuSpec) -> dict[str, Any]:
+def _gpu_data(g: DeclaredGpu) -> dict[str, Any]:
     return {
         "index": g.index, "model": g.model, "uuid": g.uuid, "mig": g.mig_enabled,
         "layout": g.layout.as_list() if g.layout is not None else None,
@@ -33,7 +33,7 @@ def _host_data(h: Host) -> dict[str, Any]:
     }
 
 
-def _slots(catalog: Catalog, g: GpuSpec) -> str:
+def _slots(catalog: Catalog, g: DeclaredGpu) -> str:
     m = catalog.get(g.model)
     if g.layout is None and g.mig_enabled is None:
         return "(not declared)"

@@ -13,7 +13,7 @@ from typing import Any
 
 from migplan import smi
 from migplan.adapters.pool import HostResult
-from migplan.adapters.runner import DEFAULT_TIMEOUT, printable
+from migplan.adapters.runner import DEFAULT_TIMEOUT
 from migplan.adapters.smi_session import SmiSession
 from migplan.adapters.ssh import SshFleet, SshOptions
 from migplan.catalog import Catalog, GpuModel
@@ -25,6 +25,7 @@ from migplan.fleet.discover import discover_fleet, inventory_drift
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host_dict
 from migplan.inventory import Host, Inventory
 from migplan.layout import picture
+from migplan.text import printable
 
 DEFAULT_PARALLEL = 8
 

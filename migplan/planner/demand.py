@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from migplan.catalog.model import GiProfile, GpuModel
+from migplan.catalog.geometry import GiProfile, GpuModel
 from migplan.errors import InputError
 from migplan.names import profile_size
 from migplan.profiles import Workload

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.layout import Layout
 from migplan.planner.demand import Weights
 from migplan.planner.groups import Group, Klass, Split

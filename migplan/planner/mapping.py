@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
 from migplan.planner.formulation import Formulation, PatternInfo

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.layout import Instance, Layout, enumerate_layouts
 
 Key = tuple[int, str]

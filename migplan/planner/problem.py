@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migplan.catalog import Catalog
-from migplan.catalog.model import GpuModel
+from migplan.catalog.geometry import GpuModel
 from migplan.fleet.state import FleetState, GpuKey, GpuState
 from migplan.layout import Instance
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed

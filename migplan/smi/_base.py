@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from migplan import names
 from migplan.smi.errors import (
     MigDisabledError,
     NotSupportedError,
@@ -22,8 +23,7 @@ MAX_GPU = 255  # GPU indices nvidia-smi prints and `-i` takes; the builders use 
 MAX_ID = 255  # profile, GPU instance and compute instance ids
 
 _INT = re.compile(r"\d{1,9}")
-# go-nvlib parseMigProfile grammar (docs/mig-geometry.md §2): [<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]
-PROFILE_NAME = re.compile(r"(?:\d{1,2}c\.)?\d{1,2}g\.\d{1,4}gb(?:[+-][A-Za-z0-9.]{1,16}(?:,[A-Za-z0-9.]{1,16}){0,3})?")
+PROFILE_NAME = names.PROFILE_NAME  # the one pattern, shared with profile_size
 
 # Known "nothing here" messages (docs/nvidia-smi.md §3, §6, §10). "No compute instances found" is by
 # analogy (unverified, §9).

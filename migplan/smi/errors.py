@@ -14,15 +14,14 @@ import re
 from collections.abc import Sequence
 
 from migplan.errors import InputError, MigplanError
+from migplan.text import printable
 
 _MAX_SHOWN = 300
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def clean_text(text: str, limit: int = _MAX_SHOWN) -> str:
-    """Remote output made safe to show: control characters (terminal escapes) removed, length capped."""
-    out = _CONTROL.sub("?", text).strip()
-    return out if len(out) <= limit else out[:limit] + "..."
+    """Remote output made safe to show, line breaks kept (`migplan.text.printable`, the one sanitiser)."""
+    return printable(text, limit, multiline=True)
 
 
 class SmiCommandError(InputError):

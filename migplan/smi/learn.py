@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from migplan import yamldoc
+from migplan.catalog.geometry import GiProfile, GpuModel
 from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
-from migplan.catalog.model import GiProfile, GpuModel
 from migplan.smi.errors import SmiParseError
 from migplan.smi.lines import parse_gi_placements
 from migplan.smi.rows import PlacementRow, ProfileRow

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migplan.catalog.model import Engines
+from migplan.catalog.geometry import Engines
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from migplan.catalog.model import Engines
+from migplan.catalog.geometry import Engines
 from migplan.layout import Instance, Layout
 from migplan.smi._base import MAX_GPU, MAX_ID, fail, lines_of, message, num, profile_name
 from migplan.smi.rows import ComputeInstanceRow, GpuInstanceRow, ProfileRow
