@@ -321,7 +321,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
 
 # --- migplan's own format --------------------------------------------------------------------
 
-def _native(root: Node, catalog: Catalog) -> list[Host]:
+def _native(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
     f = root.fields({"version", "vars", "groups", "hosts"}, {"hosts"})
     yamldoc.check_version(f, root, INVENTORY_VERSION, "inventory")
     base = _Settings()
@@ -351,7 +351,7 @@ def _native(root: Node, catalog: Catalog) -> list[Host]:
         for k, n in hf.items():
             if k != "groups":
                 s.set(k, _read_setting(k, n, catalog), n)
-        hosts.append(_build_host(hname, hnode, s, groups))
+        hosts.append((_build_host(hname, hnode, s, groups), hnode))
     return hosts
 
 
@@ -496,7 +496,7 @@ def _ansible_settings(hname: str, entry: _AnsibleHost, catalog: Catalog) -> _Set
     return s
 
 
-def _ansible(root: Node, catalog: Catalog) -> list[Host]:
+def _ansible(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
     entries: dict[str, _AnsibleHost] = {}
     for gname, gnode in root.items():
         _ansible_walk(gname, gnode, 0, [], entries, [])
@@ -507,7 +507,7 @@ def _ansible(root: Node, catalog: Catalog) -> list[Host]:
         entry = entries[hname]
         assert entry.node is not None
         settings = _ansible_settings(hname, entry, catalog)
-        hosts.append(_build_host(hname, entry.node, settings, tuple(entry.groups)))
+        hosts.append((_build_host(hname, entry.node, settings, tuple(entry.groups)), entry.node))
     return hosts
 
 
@@ -517,14 +517,13 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
     keys = {k for k, _ in root.items()}
     hosts = _native(root, catalog) if "version" in keys or "hosts" in keys else _ansible(root, catalog)
     seen_addr: dict[tuple[str, int | None], str] = {}
-    for h in hosts:
+    for h, node in hosts:
         key = (h.address, h.port)
         if key in seen_addr:
-            raise InputError(f"hosts {seen_addr[key]!r} and {h.name!r} have the same address {h.address}"
-                             + (f" and port {h.port}" if h.port else ""), source=root.source,
-                             hint="each host needs its own address (or port)")
+            node.fail_key(f"hosts {seen_addr[key]!r} and {h.name!r} have the same address {h.address}"
+                          + (f" and port {h.port}" if h.port else ""), hint="each host needs its own address (or port)")
         seen_addr[key] = h.name
-    return Inventory(root.source, tuple(hosts))
+    return Inventory(root.source, tuple(h for h, _ in hosts))
 
 
 def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:

@@ -25,8 +25,9 @@ MAX_START = 255  # an instance's start slot as written; far above any GPU's (the
 # Partial layouts visited by `enumerate_layouts` (each is itself a valid layout). Real models have
 # at most a few thousand (A100: 723, 2,319 with +me profiles); a catalog model past this is refused.
 MAX_LAYOUTS = 200_000
-# Candidate checks made by `enumerate_layouts`: real models need under 70,000 (A100, maximal
-# layouts with the +me profiles: 65,000); this bounds a runaway catalog model to about a second.
+# Work done by `enumerate_layouts` (candidate checks, layouts built, counts copied): real models
+# need under 100,000 (A100, maximal layouts with the +me profiles: 90,000); this bounds a runaway
+# catalog model to about a second.
 MAX_ENUMERATION_STEPS = 1_500_000
 
 
@@ -168,6 +169,9 @@ def _select(model: GpuModel, include: Iterable[str] | None) -> list[GiProfile]:
     return [model.profile(n) for n in include]
 
 
+_Chain = tuple[int, "_Chain"] | None  # chosen candidates, newest first (enumerate_layouts)
+
+
 def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
                       maximal: bool = False, limit: int = MAX_LAYOUTS,
                       max_steps: int = MAX_ENUMERATION_STEPS) -> list[Layout]:
@@ -194,23 +198,30 @@ def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
         return not mask & used_mask and used_g + g <= total_g and counts[p] < most
 
     out: list[Layout] = []
-    # (first candidate to try, memory mask, compute slices used, chosen candidates, count per profile)
-    stack: list[tuple[int, int, int, tuple[int, ...], tuple[int, ...]]] = [(0, 0, 0, (), (0,) * len(names))]
+    # A state: (first candidate to try, memory mask, compute slices used, depth, chosen, counts per
+    # profile); `chosen` is a chain (candidate, parent chain), so a push copies nothing that grows.
+    stack: list[tuple[int, int, int, int, _Chain, tuple[int, ...]]] = [(0, 0, 0, 0, None, (0,) * len(names))]
     visited = steps = 0
     while stack:
-        first, used_mask, used_g, chosen, counts = stack.pop()
+        first, used_mask, used_g, depth, chosen, counts = stack.pop()
         visited += 1
-        steps += len(table) - first + (len(table) if maximal else 0)
+        # the work this state costs: candidates checked, the layout built, the counts copied
+        steps += len(table) - first + (len(table) if maximal else 0) + depth
         if visited > limit or steps > max_steps:
             what = f"more than {limit} layouts" if visited > limit else f"more than {max_steps} steps to enumerate"
             raise CatalogError(f"{model.id} has {what} its layouts; no MIG GPU has that many",
                                hint="check the model's slices, profiles, starts and max_count in the catalog file")
         if not maximal or not any(fits(c, used_mask, used_g, counts) for c in range(len(table))):
-            out.append(Layout.of(table[c][0] for c in chosen))
+            instances, link = [], chosen
+            while link is not None:
+                instances.append(table[link[0]][0])
+                link = link[1]
+            out.append(Layout.of(instances))
         for c in range(len(table) - 1, first - 1, -1):  # pushed in reverse: popped in candidate order
             if fits(c, used_mask, used_g, counts):
                 _, p, mask, g, _ = table[c]
-                stack.append((c + 1, used_mask | mask, used_g + g, (*chosen, c),
+                steps += len(counts)
+                stack.append((c + 1, used_mask | mask, used_g + g, depth + 1, (c, chosen),
                               counts[:p] + (counts[p] + 1,) + counts[p + 1:]))
     return sorted(out, key=lambda lay: [(i.start, i.profile) for i in lay.instances])
 
