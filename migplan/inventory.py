@@ -383,7 +383,7 @@ def _range_items(lo: str, hi: str, stride_text: str | None, pattern: str) -> lis
     if not hi:
         raise bad("the range has no end")
     lo = lo or "0"  # Ansible: `[:9]` starts at 0
-    if lo.isdigit() and hi.isdigit():
+    if names.is_ascii_digits(lo) and names.is_ascii_digits(hi):
         if len(lo) > 9 or len(hi) > 9:
             raise bad("numbers in a host range have at most 9 digits")
         if lo.startswith("0") and len(lo) > 1 and len(lo) != len(hi):

@@ -46,7 +46,7 @@ class Instance:
         """`3g.20gb@4` -> Instance(4, '3g.20gb'). The start is ASCII digits (not `²` or `٣`), 0..MAX_START."""
         name, sep, start = text.strip().partition("@")
         name, start = name.strip(), start.strip()
-        if not sep or not name or not is_ascii_digits(start) or any(c.isspace() for c in name):
+        if not sep or not name or not is_ascii_digits(start) or not name.isascii() or any(c.isspace() for c in name):
             raise InputError(f"{text!r} is not an instance; write PROFILE@START, e.g. 3g.20gb@4")
         if len(start) > 3 or int(start) > MAX_START:
             raise InputError(f"{text!r}: start slot {start} is out of range 0..{MAX_START}",
@@ -94,6 +94,8 @@ def _profiles(model: GpuModel, layout: Layout) -> tuple[list[tuple[Instance, GiP
     known, conflicts = [], []
     for inst in layout.instances:
         try:
+            if not inst.profile.isascii():  # never a profile name (and `'²'.isdigit()` is true)
+                raise CatalogError(f"no profile {inst.profile!r}")
             known.append((inst, model.profile(inst.profile)))
         except CatalogError:
             names = ", ".join(p.name for p in model.profiles)

@@ -253,7 +253,7 @@ def check_models(profiles: ProfileSet, catalog: Catalog) -> None:
         if model is not None and catalog.find(model) is None:
             src, _, line = w.source.rpartition(":")
             raise InputError(f"unknown GPU model {model!r}", source=src or None,
-                             line=int(line) if line.isdigit() else None,
+                             line=int(line) if line.isascii() and line.isdigit() else None,
                              key=f"workload {w.name!r}: observed.gpu_model",
                              hint="use a model id or alias from 'migplan catalog list', or add it with --catalog")
 

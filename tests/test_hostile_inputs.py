@@ -169,12 +169,22 @@ def test_instances_parse(text: str, expected: Instance) -> None:
 
 
 @pytest.mark.parametrize("text", ["1g.6gb@²", "1g.5gb@٣", "1g.5gb@３", "1g.5gb@-1", "1g.5gb@256", "1g.5gb@1 2",
-                                  "1g.5gb@", "@3", "1g 5gb@3", "1g.5gb@" + "9" * 5000, "1g.5gb@0x3"])
+                                  "1g.5gb@", "@3", "1g 5gb@3", "1g.5gb@" + "9" * 5000, "1g.5gb@0x3", "²@0",
+                                  "1g.٣gb@0"])
 def test_instances_refused(text: str) -> None:
     with pytest.raises(InputError, match="instance|out of range"):
         Instance.parse(text)
     with pytest.raises(InputError):
         Layout.parse(["7g.40gb@0", text])
+
+
+def test_unicode_digit_profile_names_are_unknown_profiles_not_crashes(tmp_path: Path) -> None:
+    from migplan.layout import check_layout
+
+    a100 = CAT.get("A100-SXM4-40GB")
+    assert [c.rule for c in check_layout(a100, Layout.of([Instance(0, "²")]))] == ["unknown-profile"]
+    f = write(tmp_path, NATIVE.replace("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: ['²@0']}"))
+    refused(inventory, f, 6, "hosts.h1.gpus[0].layout[0]", "is not an instance")
 
 
 # --- Ansible host ranges --------------------------------------------------------------------------
@@ -423,6 +433,7 @@ def _many_slices(n: int) -> str:
     (OVERRIDE.replace("memory_mib: 24064", "memory_mib: .nan"), 8, "models[0].profiles[0].memory_mib",
      "expected an integer"),
     (OVERRIDE.replace("  - id: RTX-PRO-6000", '  - id: ""'), 3, "models[0].id", "must not be empty"),
+    (OVERRIDE.replace("name: 2g.48gb", "name: 2g.٤٨gb"), 10, "models[0].profiles[1].name", "ASCII"),
 ])
 def test_bad_overrides(tmp_path: Path, text: str, line: int, key: str, match: str) -> None:
     refused(catalog, write(tmp_path, text), line, key, match)

@@ -249,3 +249,30 @@ def test_mutated_samples_never_crash(name: str) -> None:
         for parse in PARSERS:
             with contextlib.suppress(smi.SmiError):
                 parse("".join(chars))
+
+
+def _unicode_digits(text: str) -> list[str]:
+    """Real samples with ASCII digits swapped for look-alikes that `str.isdigit`/`\\d` accept."""
+    return [text.replace("0", "٠").replace("1", "١"), text.replace("1", "¹").replace("2", "²")]
+
+
+@pytest.mark.parametrize("name", ["lgi_a30.txt", "lgip_a100_40gb.txt", "lgipp_a100_40gb.txt", "lci_h100.txt",
+                                  "L_a30.txt", "query_gpu_noheader.csv", "query_compute_apps_noheader.csv"])
+@pytest.mark.parametrize("parse", PARSERS)
+def test_unicode_digits_in_host_output_never_crash(parse: Callable[[str], object], name: str) -> None:
+    """Remote output is untrusted: a '²' where nvidia-smi prints digits is refused or kept as data, never a
+    ValueError from int(), and never read as a number."""
+    for text in _unicode_digits(sample(name)):
+        try:
+            result = parse(text)
+        except smi.SmiError:
+            continue
+        assert isinstance(result, list)
+        for row in result:
+            for v in vars(row).values():
+                assert not (isinstance(v, str) and v and any(c in v for c in "٠١¹²") and v.isdigit())
+
+
+def test_gpu_of_ignores_unicode_digits() -> None:
+    assert smi.errors.gpu_of(["nvidia-smi", "-i", "²"]) is None
+    assert smi.errors.gpu_of(["nvidia-smi", "-i", "٣"]) is None

@@ -112,7 +112,7 @@ class GpuModel:
                 key = key[4:].strip()
             if key in by_name:
                 return by_name[key]
-            if key.isdigit() and int(key) in by_id:
+            if key.isascii() and key.isdigit() and int(key) in by_id:
                 return by_id[int(key)]
         known = ", ".join(p.name for p in self.profiles)
         raise CatalogError(f"{self.id} has no MIG profile {ref!r}", hint=f"profiles of {self.id}: {known}")

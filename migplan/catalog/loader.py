@@ -64,8 +64,8 @@ def _str_list(node: Node) -> tuple[str, ...]:
 def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
     f = node.fields(_PROFILE_KEYS, _PROFILE_REQUIRED)
     name = _name(f["name"])
-    if any(c.isspace() for c in name):
-        f["name"].fail("profile names have no spaces, e.g. '3g.20gb'")
+    if any(c.isspace() for c in name) or not name.isascii():
+        f["name"].fail("profile names are ASCII without spaces, e.g. '3g.20gb'")
     g = f["compute_slices"].int(minimum=1)
     if g > compute_slices:
         f["compute_slices"].fail(f"exceeds the model's {compute_slices} compute slices")

@@ -22,7 +22,7 @@ MAX_TEXT = 4_000_000  # characters; far above any real listing
 MAX_GPU = 255  # GPU indices nvidia-smi prints and `-i` takes; the builders use the same bound
 MAX_ID = 255  # profile, GPU instance and compute instance ids
 
-_INT = re.compile(r"\d{1,9}")
+_INT = re.compile(r"(?a)\d{1,9}")
 PROFILE_NAME = names.PROFILE_NAME  # the one pattern, shared with profile_size
 
 # Known "nothing here" messages (docs/nvidia-smi.md §3, §6, §10). "No compute instances found" is by

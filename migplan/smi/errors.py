@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from migplan import names
 from migplan.errors import InputError, MigplanError
 from migplan.text import printable
 
@@ -110,7 +111,7 @@ _BY_CODE: dict[int, type[SmiError]] = {
     2: InvalidArgumentError, 3: NotSupportedError, 4: InsufficientPermissionsError, 6: NotFoundError,
     19: InUseError, 23: InsufficientResourcesError,
 }
-_GPU_IN_TEXT = re.compile(r"\bon GPU\s+(\d{1,3})\b|\bfrom GPU\s+(\d{1,3})\b")
+_GPU_IN_TEXT = re.compile(r"(?a)\bon GPU\s+(\d{1,3})\b|\bfrom GPU\s+(\d{1,3})\b")
 
 
 def gpu_of(argv: Sequence[str]) -> int | None:
@@ -122,7 +123,7 @@ def gpu_of(argv: Sequence[str]) -> int | None:
         elif tok.startswith("--id="):
             value = tok[len("--id="):]
         if value is not None:
-            return int(value) if value.isdigit() and len(value) <= 3 else None
+            return int(value) if names.is_ascii_digits(value) and len(value) <= 3 else None
     return None
 
 

@@ -22,7 +22,7 @@ from migplan.smi.tables import parse_gi_profiles
 
 # NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enum values (nvml.h; docs/mig-geometry.md §3), by compute slices.
 _CI_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-_G = re.compile(r"(\d+)g\.")
+_G = re.compile(r"(?a)(\d+)g\.")
 
 
 def _profile(row: ProfileRow, place: PlacementRow) -> GiProfile:

@@ -22,16 +22,16 @@ from migplan.smi.rows import (
     PlacementRow,
 )
 
-_GPU_LINE = re.compile(r"GPU (\d{1,3}): (.{1,96}) \(UUID: (GPU-[0-9A-Za-z-]{1,64})\)")
-_MIG_LINE = re.compile(r"\s+MIG (\S{1,40})\s+Device\s+(\d{1,3}): \(UUID: (MIG-[0-9A-Za-z/-]{1,100})\)")
-_OLD_MIG_UUID = re.compile(r"MIG-GPU-[0-9A-Za-z-]+/(\d{1,3})/(\d{1,3})")  # R450/R460 form (§11)
-_PLACEMENTS = re.compile(r"GPU\s*(\d{1,3}) Profile ID\s*(\d{1,3}) Placements?\s?: "
+_GPU_LINE = re.compile(r"(?a)GPU (\d{1,3}): (.{1,96}) \(UUID: (GPU-[0-9A-Za-z-]{1,64})\)")
+_MIG_LINE = re.compile(r"(?a)\s+MIG (\S{1,40})\s+Device\s+(\d{1,3}): \(UUID: (MIG-[0-9A-Za-z/-]{1,100})\)")
+_OLD_MIG_UUID = re.compile(r"(?a)MIG-GPU-[0-9A-Za-z-]+/(\d{1,3})/(\d{1,3})")  # R450/R460 form (§11)
+_PLACEMENTS = re.compile(r"(?a)GPU\s*(\d{1,3}) Profile ID\s*(\d{1,3}) Placements?\s?: "
                          r"\{(\d{1,2}(?:,\d{1,2}){0,31})\}:(\d{1,2})")
-_PRINTABLE = re.compile(r"[ -~]{1,200}")
-_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
-_GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,64}")
-_DEVICE_ID = re.compile(r"0x[0-9A-Fa-f]{4,8}")
-_MIB = re.compile(r"(\d{1,9})(?: MiB)?")
+_PRINTABLE = re.compile(r"(?a)[ -~]{1,200}")
+_BUS_ID = re.compile(r"(?a)[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_GPU_UUID = re.compile(r"(?a)GPU-[0-9A-Za-z-]{1,64}")
+_DEVICE_ID = re.compile(r"(?a)0x[0-9A-Fa-f]{4,8}")
+_MIB = re.compile(r"(?a)(\d{1,9})(?: MiB)?")
 _NO_DEVICES = "No devices were found"  # nvidia-smi -L without GPUs (unverified text)
 
 
@@ -173,13 +173,13 @@ def parse_compute_apps(text: str, fields: Sequence[str] = APP_FIELDS) -> list[Co
     return out
 
 
-_CREATED_GI = re.compile(r"Successfully created GPU instance ID\s+(?P<gi>\d+) on GPU\s+(?P<gpu>\d+) using profile"
+_CREATED_GI = re.compile(r"(?a)Successfully created GPU instance ID\s+(?P<gi>\d+) on GPU\s+(?P<gpu>\d+) using profile"
                          r" MIG (?P<name>\S+) \(ID\s+(?P<pid>\d+)\)")
-_CREATED_CI = re.compile(r"Successfully created compute instance (?:ID\s+(?P<ci>\d+) )?on GPU\s+(?P<gpu>\d+) GPU"
+_CREATED_CI = re.compile(r"(?a)Successfully created compute instance (?:ID\s+(?P<ci>\d+) )?on GPU\s+(?P<gpu>\d+) GPU"
                          r" instance ID\s+(?P<gi>\d+) using profile MIG (?P<name>\S+) \(ID\s+(?P<pid>\d+)\)")
-_DESTROYED_CI = re.compile(r"Successfully destroyed compute instance ID\s+(?P<ci>\d+) from GPU\s+(?P<gpu>\d+) GPU"
+_DESTROYED_CI = re.compile(r"(?a)Successfully destroyed compute instance ID\s+(?P<ci>\d+) from GPU\s+(?P<gpu>\d+) GPU"
                            r" instance ID\s+(?P<gi>\d+)")
-_DESTROYED_GI = re.compile(r"Successfully destroyed GPU instance ID\s+(?P<gi>\d+) from GPU\s+(?P<gpu>\d+)")
+_DESTROYED_GI = re.compile(r"(?a)Successfully destroyed GPU instance ID\s+(?P<gi>\d+) from GPU\s+(?P<gpu>\d+)")
 _FAILURE_PREFIXES = ("Unable to ", "Failed to ", "Warning: ", "No GPU instances found", "No compute instances found")
 
 ReportedChange = CreatedGpuInstance | CreatedComputeInstance | Destroyed

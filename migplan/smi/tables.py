@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import re
 
+from migplan import names
 from migplan.catalog.geometry import Engines
 from migplan.layout import Instance, Layout
 from migplan.smi._base import MAX_GPU, MAX_ID, fail, lines_of, message, num, profile_name
 from migplan.smi.rows import ComputeInstanceRow, GpuInstanceRow, ProfileRow
 
-_SEPARATOR = re.compile(r"\+-+\+")
-_HEADER_END = re.compile(r"\|=+\|")
+_SEPARATOR = re.compile(r"(?a)\+-+\+")
+_HEADER_END = re.compile(r"(?a)\|=+\|")
 _HEADER_WORDS = frozenset({
     "GPU", "instance", "instances:", "profiles:", "Name", "ID", "Instances", "Memory", "P2P", "SM", "DEC",
     "ENC", "Free/Total", "GiB", "CE", "JPEG", "OFA", "Profile", "Instance", "Placement", "Start:Size",
     "Compute", "Exclusive", "Shared",
 })
-_GIB = re.compile(r"\d{1,5}\.\d{2}")
-_PLACEMENT = re.compile(r"(\d{1,2}):(\d{1,2})")
-_FREE_TOTAL = re.compile(r"(\d{1,3})/(\d{1,3})")
+_GIB = re.compile(r"(?a)\d{1,5}\.\d{2}")
+_PLACEMENT = re.compile(r"(?a)(\d{1,2}):(\d{1,2})")
+_FREE_TOTAL = re.compile(r"(?a)(\d{1,3})/(\d{1,3})")
 
 
 def _rows(text: str, what: str) -> list[tuple[int, str, list[str]]] | None:
@@ -43,11 +44,11 @@ def _rows(text: str, what: str) -> list[tuple[int, str, list[str]]] | None:
         if not (body.startswith("|") and body.endswith("|") and len(body) > 2):
             raise fail(what, no, line, "not a table line")
         tokens = body[1:-1].split()
-        if tokens and tokens[0].isdigit() and not in_header:
+        if tokens and names.is_ascii_digits(tokens[0]) and not in_header:
             out.append((no, line, tokens))
         elif all(t in _HEADER_WORDS for t in tokens):
             in_header = True
-        elif tokens and all(t.isdigit() for t in tokens):
+        elif tokens and all(names.is_ascii_digits(t) for t in tokens):
             out.append((no, line, tokens))  # -lgip second line (CE JPEG OFA)
         else:
             raise fail(what, no, line, "unexpected table line")
