@@ -11,6 +11,9 @@ name and seed always give the same fleet and workloads.
     bimodal    half 1-4 GB, half 14-36 GB
     inference  memory-bound: 4-30 GB, compute 0.02-0.10
 * workloads: `workloads` of them (priorities 1-10).
+* anti-affinity: `anti` of them (drawn at random) in anti-affinity sets of 2-8 members each
+  (`anti_affinity: setNNNN`; a last member left over joins the previous set); 0 by default, and then
+  the instance name and every draw are the same as before the option existed.
 * current state: `empty` (MIG disabled everywhere), `random` (30% MIG disabled, the rest a uniformly
   drawn valid layout, nothing running), `previous` (built by the runner: the migplan plan of the empty
   state applied, then 10% of the workloads' demand scaled by 0.5-1.6).
@@ -39,10 +42,12 @@ class Spec:
     mix: str = "small"
     state: str = "empty"  # empty | random | previous
     seed: int = 1
+    anti: int = 0  # workloads in anti-affinity sets (sizes 2-8)
 
     @property
     def name(self) -> str:
-        return f"{self.gpus}g-{self.workloads}w-{self.models}-{self.mix}-{self.state}-s{self.seed}"
+        aa = f"-aa{self.anti}" if self.anti else ""
+        return f"{self.gpus}g-{self.workloads}w-{self.models}-{self.mix}-{self.state}{aa}-s{self.seed}"
 
 
 def fleet(spec: Spec, rng: random.Random) -> FleetState:
@@ -94,7 +99,24 @@ def profiles(spec: Spec, rng: random.Random) -> ProfileSet:
     for i in range(spec.workloads):
         mem, share = _draw(spec.mix, rng)
         ws.append(workload(f"w{i:05d}", mem, share, rng.randint(1, 10)))
+    if spec.anti:
+        ws = anti_affinity_sets(ws, spec.anti, rng)
     return ProfileSet(tuple(ws))
+
+
+def anti_affinity_sets(ws: list[Workload], members: int, rng: random.Random) -> list[Workload]:
+    """`members` workloads drawn at random, put into sets of 2-8 (`anti_affinity: setNNNN`)."""
+    chosen = sorted(rng.sample(range(len(ws)), min(members, len(ws))))
+    rng.shuffle(chosen)
+    sets: list[list[int]] = []
+    while chosen:
+        size = rng.randint(2, 8)
+        sets.append(chosen[:size])
+        chosen = chosen[size:]
+    if len(sets) > 1 and len(sets[-1]) == 1:
+        sets[-2] += sets.pop()
+    label = {i: f"set{k:04d}" for k, members_ in enumerate(sets) for i in members_}
+    return [dataclasses.replace(w, anti_affinity=label[i]) if i in label else w for i, w in enumerate(ws)]
 
 
 def generate(spec: Spec) -> tuple[FleetState, ProfileSet]:

@@ -12,6 +12,7 @@ the same bounds as `migplan propose`'s options, exported so that the CLI can sha
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,35 @@ class Setting:
             return {k: n.number(minimum=self.minimum, maximum=self.maximum)
                     for k, n in node.fields(set(WEIGHT_KEYS)).items()}
         raise AssertionError(f"unknown setting kind {self.kind!r}")
+
+    def check(self, value: object, option: str) -> object:
+        """A value given on the command line (or by a caller of `migplan.commands`), checked against the
+        same kind and bounds as the config file's key; InputError naming `option` otherwise."""
+        ok = True
+        if self.kind == "bool":
+            ok = isinstance(value, bool)
+        elif self.kind in ("int", "number"):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+                self.kind == "number" or float(value).is_integer())
+            if ok:
+                number = float(value)  # type: ignore[arg-type]
+                ok = (self.minimum is None or number >= self.minimum) and (
+                    self.maximum is None or number <= self.maximum)
+        elif self.kind == "choice":
+            ok = value in self.choices
+        if not ok:
+            what = option.lstrip("-").replace("-", " ")
+            if self.kind == "choice":
+                raise InputError(f"{option}: unknown {what} {value!r}", hint=f"use {self.describe()}")
+            raise InputError(f"{option}: expected {self.describe()}, got {value!r}")
+        return value
+
+
+def check_planner_overrides(values: dict[str, object]) -> None:
+    """Every given (non-None) planner override checked against PLANNER_SETTINGS (`--time-limit` etc.)."""
+    for key, value in values.items():
+        if value is not None and key in PLANNER_SETTINGS:
+            PLANNER_SETTINGS[key].check(value, "--" + key.replace("_", "-"))
 
 
 def _number_text(v: float | None) -> str:

@@ -8,8 +8,13 @@ A profile file is a versioned YAML document (README, "Workload profiles"):
         observed: {host: gpu-a100-01, gpu: 0, gpu_model: A100-SXM4-40GB, mig_profile: 3g.20gb, mig_start: 4,
                    window: {start: 2026-11-01T00:00:00Z, end: 2026-11-08T00:00:00Z}, samples: 10080}
         memory_mib: {p50: 14100, p95: 15020, p99: 15400, max: 15900}
-        compute: {p50: 0.08, p95: 0.21, max: 0.35}     # share of the whole GPU it ran on
+        compute: {p50: 0.08, p95: 0.21, p99: 0.3, max: 0.35}   # share of the whole GPU it ran on
         priority: 10
+
+Memory may be written in fractional MiB (a collector that averages or converts from bytes): each value
+is rounded UP to the next whole MiB, never down, because memory is a hard limit. `compute.p99` is
+optional (older profiles lack it); `--compute-percentile p99` then refuses the workload rather than
+quietly using another statistic. Percentiles must not decrease (p50 <= p95 <= p99 <= max).
 
 Bounds: memory 0..`names.MAX_MEMORY_MIB` MiB; compute shares are finite, 0..1; GPU indices
 0..`names.MAX_GPU_INDEX`; `mig_start` 0..`names.MAX_MIG_SLICES`-1; `priority` 0..`MAX_PRIORITY`;
@@ -20,7 +25,9 @@ without a zone is UTC (as the collector writes them), so naive and aware times c
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import itertools
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +47,7 @@ _TIME_HINT = "write an ISO 8601 time such as 2026-11-01T00:00:00Z"
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """GPU memory used, MiB."""
+    """GPU memory used, whole MiB (fractions in the file were rounded up); `max` is the observed peak."""
 
     p50: int
     p95: int
@@ -53,16 +60,24 @@ class MemoryStats:
 
 @dataclass(frozen=True)
 class ComputeStats:
-    """Compute used, as a fraction (0..1) of the whole GPU it was measured on."""
+    """Compute used, as a fraction (0..1) of the whole GPU it was measured on.
+
+    `p99` is None when the profile does not record it (it was added after p50/p95/max); asking for it
+    then is an error, never a silent substitute."""
 
     p50: float
     p95: float
     max: float
+    p99: float | None = None
 
     def percentile(self, name: str) -> float:
-        if name == "p99":  # not collected; the max bounds it
-            return self.max
-        return float(getattr(self, name))
+        if name not in ("p50", "p95", "p99", "max"):
+            raise InputError(f"compute percentile {name!r} is not one of p50, p95, p99, max")
+        value = getattr(self, name)
+        if value is None:
+            raise InputError("the profile has no compute.p99",
+                             hint="add compute.p99 to the profile, or use --compute-percentile p95 or max")
+        return float(value)
 
 
 @dataclass(frozen=True)
@@ -142,20 +157,52 @@ def _ordered(node: Node, fields: dict[str, Node], order: list[str], values: list
             fields[b].fail(f"{b} ({vb:g}{unit}) is below {a} ({va:g}{unit}); percentiles must not decrease")
 
 
+def _decimal(text: str) -> decimal.Decimal | None:
+    try:
+        d = decimal.Decimal(text.strip().replace("_", ""))
+    except (decimal.InvalidOperation, ValueError):
+        return None
+    return d if d.is_finite() else None
+
+
+def _mib(node: Node) -> tuple[float, int]:
+    """A memory value as written (for messages and the order check) and in whole MiB, rounded UP:
+    15400.2 MiB needs 15401 MiB. The ceiling is taken of the decimal text where it parses, so a
+    fraction too small for a binary float (14000.0000000000001) still rounds up, never down."""
+    raw = node.value("number")
+    if isinstance(raw, int):
+        whole = raw
+    else:
+        if not math.isfinite(raw):
+            node.fail(f"expected an integer or a finite number of MiB, got {node.text}",
+                      hint="fractions of a MiB are allowed (rounded up); '.nan' and '.inf' are not measurements")
+        whole = math.ceil(raw)
+        exact = _decimal(node.text)
+        if exact is not None and abs(exact - decimal.Decimal(raw)) < 1:
+            whole = max(whole, int(exact.to_integral_value(rounding=decimal.ROUND_CEILING)))
+    if raw < 0:
+        node.fail(f"must be at least 0, got {raw:g}")
+    if whole > names.MAX_MEMORY_MIB:
+        node.fail(f"must be at most {names.MAX_MEMORY_MIB}, got {raw:g}")
+    return float(raw), whole
+
+
 def _memory(node: Node) -> MemoryStats:
     keys = ["p50", "p95", "p99", "max"]
     f = node.fields(set(keys), set(keys))
-    vals = [f[k].int(minimum=0, maximum=names.MAX_MEMORY_MIB) for k in keys]
-    _ordered(node, f, keys, [float(v) for v in vals], " MiB")
-    return MemoryStats(*vals)
+    read = [_mib(f[k]) for k in keys]
+    _ordered(node, f, keys, [r for r, _ in read], " MiB")
+    return MemoryStats(*(w for _, w in read))
 
 
 def _compute(node: Node) -> ComputeStats:
-    keys = ["p50", "p95", "max"]
-    f = node.fields(set(keys), set(keys))
+    """p50, p95 and max are required; p99 is optional (profiles written before it was collected)."""
+    f = node.fields({"p50", "p95", "p99", "max"}, {"p50", "p95", "max"})
+    keys = [k for k in ("p50", "p95", "p99", "max") if k in f]
     vals = [f[k].number(minimum=0.0, maximum=1.0) for k in keys]
     _ordered(node, f, keys, vals, "")
-    return ComputeStats(*vals)
+    got = dict(zip(keys, vals, strict=True))
+    return ComputeStats(p50=got["p50"], p95=got["p95"], max=got["max"], p99=got.get("p99"))
 
 
 def _profile_name(node: Node, example: str) -> str:

@@ -172,3 +172,36 @@ def test_catalog_check(run) -> None:  # type: ignore[no-untyped-def]
     assert "[bad-start] 3g.20gb@1" in r.stdout and "[overlap] 4g.20gb@0 and 3g.20gb@1" in r.stdout
     r = run("catalog", "check", "A30", "3g.20gb")
     assert r.exit_code == 2 and "PROFILE@START" in r.stderr
+
+
+def test_verbose_keeps_stdout_data_only() -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "migplan.cli.app", "-v", "propose", "-i", "inventory/example.yaml", "-p",
+           "profiles/example", "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert '"kind": "migplan/plan"' in proc.stdout and "debug:" not in proc.stdout
+
+
+def test_verbose_sends_migplan_debug_log_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from migplan.cli.app import root
+
+    logger = logging.getLogger("migplan")
+    before = (list(logger.handlers), logger.level)
+    try:
+        root(version=False, verbose=True)
+        logging.getLogger("migplan.adapters.ssh").debug("h1: running %s", "nvidia-smi -L\x1b[2J")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("migplan.adapters.pool").debug("h1: unexpected error", exc_info=True)
+        err = capsys.readouterr().err
+        assert "debug: migplan.adapters.ssh: h1: running nvidia-smi -L" in err and "\x1b" not in err
+        assert "RuntimeError: boom" in err
+    finally:
+        logger.handlers[:] = before[0]
+        logger.setLevel(before[1])

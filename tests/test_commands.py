@@ -70,3 +70,40 @@ def test_profiles_document_round_trip(tmp_path: Path) -> None:
     strip = [dataclasses.replace(w, source="") for w in original.workloads]
     assert [dataclasses.replace(w, source="") for w in again.workloads] == strip
     assert "kind: migplan/profiles" in out.read_text()
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("gap", 5.0, "--gap: expected a number 0..0.99"), ("gap", float("nan"), "--gap"),
+    ("time_limit", -1.0, "--time-limit"), ("solver", "gurobi", "unknown solver 'gurobi'"),
+])
+def test_caller_values_use_the_config_schema(field: str, value: object, words: str) -> None:
+    """A caller of the commands layer (not only typer) gets the same bounds as the config file."""
+    ctx = build_context(None, None, None)
+    req = ProposeRequest(inventory=str(REPO / "inventory/example.yaml"), profiles=str(REPO / "profiles/example"),
+                         **{field: value})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace(".", r"\.")):
+        propose(ctx, req)
+
+
+@pytest.mark.parametrize(("field", "value"), [("keep_free", 1.5), ("allow_disrupt", "false"), ("headroom", -1.0)])
+def test_policy_overrides_use_the_config_schema(field: str, value: object) -> None:
+    ctx = build_context(None, None, None)
+    req = ProposeRequest(inventory=str(REPO / "inventory/example.yaml"), profiles=str(REPO / "profiles/example"),
+                         policy={field: value})
+    with pytest.raises(InputError, match="--" + field.replace("_", "-")):
+        propose(ctx, req)
+
+
+def test_two_workloads_on_one_instance_is_an_input_error_naming_both(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    prof = tmp_path / "p.yaml"
+    obs = "observed: {host: gpu-a100-01, gpu: 0, gpu_model: A100-SXM4-40GB, mig_profile: 3g.20gb, mig_start: 0}"
+    stats = "memory_mib: {p50: 1000, p95: 1000, p99: 1000, max: 1000}\n    compute: {p50: 0.1, p95: 0.1, max: 0.1}"
+    prof.write_text(f"version: 1\nworkloads:\n  - name: one\n    {obs}\n    {stats}\n"
+                    f"  - name: two\n    {obs}\n    {stats}\n")
+    r = CliRunner().invoke(app, ["propose", "-i", str(REPO / "inventory/example.yaml"), "-p", str(prof)])
+    assert r.exit_code == 2, r.output
+    assert "'one'" in r.output and "'two'" in r.output and "3g.20gb@0" in r.output and "Traceback" not in r.output

@@ -299,3 +299,76 @@ def test_cli_refuses_devices_and_fifos_at_once(path: str, tmp_path: Path) -> Non
     proc = _cli(path, tmp_path)  # a hang fails with TimeoutExpired after 60 s
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {path}: is a "), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --- the documents migplan writes and reads back: plan and snapshot -------------------------------
+
+def _plan_text() -> str:
+    from planner_fixtures import fleet, gpu, profiles, run, wl
+
+    from migplan.documents import dump
+    from migplan.planner import plan_to_dict
+
+    st_ = fleet(gpu("h", 0, layout=["3g.20gb@0"], busy=()), gpu("h", 1), gpu("h", 2, reserved=True))
+    ps = profiles(wl("a", 15000, host="h", gpu_idx=0, inst="3g.20gb@0"), wl("b", 4000), wl("c", 9000),
+                  wl("d", 4000, anti_affinity="x"), wl("e", 4000, anti_affinity="x"))
+    return dump(plan_to_dict(run(st_, ps)), "yaml")
+
+
+def _snapshot_text() -> str:
+    from migplan.documents import dump
+    from migplan.fleet.snapshot import (
+        ComputeInstance,
+        DiscoveredGpu,
+        DiscoveredHost,
+        DiscoveredInstance,
+        GpuProcess,
+        HostFailure,
+        Snapshot,
+        snapshot_to_dict,
+    )
+    from migplan.layout import Instance
+
+    inst = DiscoveredInstance(Instance(0, "3g.20gb"), 1, (ComputeInstance(0, "3g.20gb"),),
+                              (GpuProcess(42, "python", 1024),))
+    gpus = (DiscoveredGpu(0, "A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f",
+                          "00000000:07:00.0", 40960, True, True, True, (inst,)),
+            DiscoveredGpu(1, "A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", mig_current=False))
+    snap = Snapshot((DiscoveredHost("gpu01", "192.0.2.11", gpus, notes=("GPU 1: note",)),
+                     DiscoveredHost("gpu02", "192.0.2.12", error=HostFailure("unreachable", "down", "check"))),
+                    taken_at="2026-12-01T08:00:00Z")
+    return dump(snapshot_to_dict(snap), "yaml")
+
+
+PLAN = _plan_text()
+SNAPSHOT = _snapshot_text()
+
+
+def _plan(f: Path) -> object:
+    from migplan.documents import load_plan
+
+    return load_plan(f, CAT)
+
+
+def _snapshot(f: Path) -> object:
+    from migplan.documents import load_snapshot
+
+    return load_snapshot(f, CAT)
+
+
+def test_plan_and_snapshot_seeds_are_valid() -> None:
+    """The fuzz seeds load as they are (so mutations start from a real document)."""
+    _plan(_write(PLAN, "seed-plan.yaml"))
+    _snapshot(_write(SNAPSHOT, "seed-snapshot.yaml"))
+
+
+@FUZZ
+@given(mutated(PLAN))
+def test_fuzz_plan(text: str) -> None:
+    check(_plan, text, "plan.yaml")
+
+
+@FUZZ
+@given(mutated(SNAPSHOT))
+def test_fuzz_snapshot(text: str) -> None:
+    check(_snapshot, text, "snapshot.yaml")

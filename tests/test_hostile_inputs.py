@@ -580,3 +580,12 @@ def test_config_that_is_a_device_is_refused() -> None:
         pytest.skip("no /dev/zero")
     with within(5), pytest.raises(InputError, match="not a regular file"):
         load_config("/dev/zero")
+
+
+def test_catalog_names_with_terminal_escapes_are_refused(tmp_path: Path) -> None:
+    """`catalog list` prints model ids as they are: an escape sequence in an override is an input error."""
+    f = tmp_path / "cat.yaml"
+    f.write_text(OVERRIDE.replace("id: RTX-PRO-6000", 'id: "RTX\\e[2J\\e]0;pwned\\a"'))
+    with pytest.raises(InputError, match="control characters") as err:
+        load_catalog([str(f)])
+    assert str(f) in str(err.value) and "models[0].id" in str(err.value)

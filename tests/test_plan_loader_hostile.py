@@ -52,6 +52,9 @@ HOSTILE = {
     "hold invented": (lambda d: d["gpus"][0].update(hold="frozen-forever"), "hold"),
     "policy with a bad value": (lambda d: d["policy"].update(memory_percentile="p42"), "policy"),
     "wrong kind": (lambda d: d.update(kind="migplan/snapshot"), "kind"),
+    "instance not PROFILE@START": (lambda d: next(w for w in d["workloads"] if w["instance"]).update(
+        instance=".nan"), "instance"),
+    "busy not PROFILE@START": (lambda d: d["gpus"][0].update(busy=["3g.20gb@x"]), "busy[0]"),
 }
 
 

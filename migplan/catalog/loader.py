@@ -54,6 +54,8 @@ def _name(node: Node) -> str:
         node.fail("must not be empty")
     if len(v) > MAX_NAME:
         node.fail(f"is longer than {MAX_NAME} characters")
+    if not v.isprintable():  # a "\e[2J" escape in a quoted string would reach the terminal via `catalog list`
+        node.fail("contains control characters", hint="names are printed as they are: use plain text")
     return v
 
 

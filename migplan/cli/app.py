@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 import typer
 
 from migplan import __version__
 from migplan.cli import catalog_cmd, fleet, inventory_cmd, profiles_cmd, propose
+from migplan.text import printable
 
 app = typer.Typer(
     name="migplan",
@@ -31,12 +33,29 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class _Debug(logging.Handler):
+    """--verbose: migplan's debug log (commands run, SSH details, paramiko's own lines) on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"debug: {record.name}: {printable(record.getMessage(), 2000)}", err=True)
+        if record.exc_info:  # an unexpected error: the traceback a bug report needs
+            typer.echo(printable(logging.Formatter().formatException(record.exc_info), 20000, multiline=True),
+                       err=True)
+
+
 @app.callback()
 def root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print debug details on stderr (commands run, "
+                                          "SSH negotiation).")] = False,
 ) -> None:
     """migplan: plan MIG layouts for a GPU fleet."""
+    if verbose:
+        logger = logging.getLogger("migplan")
+        if not any(isinstance(h, _Debug) for h in logger.handlers):
+            logger.addHandler(_Debug(logging.DEBUG))
+        logger.setLevel(logging.DEBUG)
 
 
 def main() -> None:

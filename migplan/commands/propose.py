@@ -16,6 +16,7 @@ from migplan import documents
 from migplan.adapters.solver import PulpSolver
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
+from migplan.config import check_planner_overrides
 from migplan.fleet.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
@@ -82,6 +83,7 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
 
 def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: dt.datetime | None = None) -> Plan:
     """Plan every GPU of the chosen state for the workload profiles; write the plan when `req.out` is set."""
+    check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
     policy = planner_policy(ctx, req.policy)
     solver = planner_solver(ctx, req, policy)
     state = planner_state(ctx, req.inventory, req.snapshot, report)

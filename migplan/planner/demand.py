@@ -2,7 +2,13 @@
 
 Memory is a hard limit (an out-of-memory error on a MIG instance kills the workload):
 
-    need_mib = max(ceil(m_q * (1 + headroom)), m_q + headroom_min_mib)      m_q = memory percentile q
+    need_mib = max(ceil(m_q * (1 + headroom)), m_q + headroom_min_mib)      m_q = memory statistic q
+
+q defaults to `max`, the observed peak: by definition 1% of the samples lie above p99, and a workload
+sized from p99 had already used more than its instance in the history it was sized from. p50/p95/p99
+stay selectable; the plan then counts the workloads whose instance is below their peak
+(`Summary.below_peak`) and says so (`memory_warning`). `headroom_rule` states the rule in words: with
+`headroom: 0` the `headroom_min_mib` floor (512 MiB by default) still applies.
 
 Compute is a floor, measured as a share of the GPU the workload ran on and converted to compute slices
 of the target model by streaming-multiprocessor (SM) counts from the catalog:
@@ -44,7 +50,7 @@ class Weights:
 class Policy:
     """Every knob of a plan; recorded in the plan document."""
 
-    memory_percentile: str = "p99"
+    memory_percentile: str = "max"  # the observed peak; a percentile below it is a chosen risk of OOM
     compute_percentile: str = "p95"
     headroom: float = 0.10
     headroom_min_mib: int = 512
@@ -69,12 +75,37 @@ class Policy:
         return asdict(self)
 
 
+def _percent(fraction: float) -> str:
+    return f"{round(fraction * 100, 4):g}%"
+
+
+def headroom_rule(policy: Policy) -> str:
+    """The memory headroom rule in words, as the plan and the table show it: "+10%, at least 512 MiB".
+
+    Both parts always apply together (need = the larger of the two), so "+0%, at least 512 MiB" is what
+    `--headroom 0` means while `--headroom-min-mib` keeps its default."""
+    if policy.headroom_min_mib == 0:
+        return "none" if policy.headroom == 0 else f"+{_percent(policy.headroom)}"
+    return f"+{_percent(policy.headroom)}, at least {policy.headroom_min_mib} MiB"
+
+
+def memory_warning(policy: Policy, below_peak: int) -> str | None:
+    """The plain warning a plan carries when memory is sized from a percentile below the observed peak."""
+    if policy.memory_percentile == "max":
+        return None
+    noun = "workload" if below_peak == 1 else "workloads"
+    return (f"sized below the observed peak ({policy.memory_percentile}): {below_peak} {noun} would have "
+            "exceeded their instance in the history")
+
+
 @dataclass(frozen=True)
 class Demand:
-    """What one workload needs: memory in MiB (hard) and compute as SMs (floor)."""
+    """What one workload needs: memory in MiB (hard) and compute as SMs (floor); `peak_mib` is the
+    observed memory peak it was measured at (the plan reports each instance's margin above it)."""
 
     memory_mib: int
     compute_sm: float
+    peak_mib: int = 0
 
 
 def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fallback: GpuModel) -> Demand:
@@ -82,9 +113,16 @@ def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fal
     m_q = workload.memory.percentile(policy.memory_percentile)
     # round first: 900000 * 1.1 is 990000.0000000001 in binary floating point, not a MiB more
     need = max(math.ceil(round(m_q * (1 + policy.headroom), 6)), m_q + policy.headroom_min_mib)
-    share = workload.compute.percentile(policy.compute_percentile)
+    try:
+        share = workload.compute.percentile(policy.compute_percentile)
+    except InputError as err:
+        src, _, line = workload.source.rpartition(":")
+        raise InputError(f"--compute-percentile {policy.compute_percentile}: the profile records no "
+                         f"compute.{policy.compute_percentile} (it is not replaced by another statistic)",
+                         source=src or None, line=int(line) if line.isascii() and line.isdigit() else None,
+                         key=f"workload {workload.name!r}: compute", hint=err.hint) from err
     base = measured if measured is not None else fallback
-    return Demand(memory_mib=need, compute_sm=share * base.sm_total)
+    return Demand(memory_mib=need, compute_sm=share * base.sm_total, peak_mib=workload.memory.max)
 
 
 def sm_per_slice(model: GpuModel) -> int:

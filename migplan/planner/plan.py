@@ -210,6 +210,13 @@ def _opt_int(n: Node, minimum: int = 0) -> int | None:
     return None if n.is_null else n.int(minimum=minimum)
 
 
+def _instance(n: Node) -> Instance:
+    try:
+        return Instance.parse(n.str())
+    except InputError as err:
+        n.fail(err.message)
+
+
 def _read_layout(n: Node) -> Layout | None:
     if n.is_null:
         return None
@@ -243,7 +250,7 @@ def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
         bad = check_layout(model, lay) if lay is not None else []
         if bad:
             f[key].fail(f"not a valid {model.id} layout: " + "; ".join(c.message for c in bad), hint=_HINT)
-    busy = tuple(Instance.parse(b.str()) for b in f["busy"].list())
+    busy = tuple(_instance(b) for b in f["busy"].list())
     stray = [str(b) for b in busy if current is None or b not in current.instances]
     if stray:
         f["busy"].fail(f"busy instance(s) {', '.join(stray)} are not in the current layout")
@@ -308,7 +315,7 @@ def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan:
         if g is None:
             f["host"].fail(f"placed on {host}/{gpu}, which is not a GPU of this plan")
         if instance is not None:
-            inst = Instance.parse(instance)
+            inst = _instance(f["instance"])
             if g.target is None or inst not in g.target.instances:
                 f["instance"].fail(f"{instance} is not in the target layout of {host}/{gpu}")
         elif g.target is not None:

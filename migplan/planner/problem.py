@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.errors import InputError
 from migplan.fleet.state import FleetState, GpuKey, GpuState
 from migplan.layout import Instance
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
@@ -117,8 +118,11 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     items: list[Item] = []
     rejected: list[tuple[str, str]] = []
     rejected_items: list[Item] = []
+    where: dict[tuple[GpuKey, Instance | None], Workload] = {}
     for w in sorted(profiles.workloads, key=lambda w: w.name):
         for it in _items(w, policy, catalog, models, gpus) if models else []:
+            if it.running is not None:
+                _check_alone(w, it, where)
             why = _pin_reason(it, gpus)
             if why is None and not it.fits and it.running is None:
                 why = "too large: " + misfit_reason(it.demand, models)
@@ -130,6 +134,22 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     all_models = {g.model: catalog.get(g.model) for g in gpus.values()}
     return Problem(tuple(gpus.values()), tuple(items), all_models, policy, state.fingerprint(), tuple(rejected),
                    tuple(rejected_items))
+
+
+def _check_alone(w: Workload, it: Item, where: dict[tuple[GpuKey, Instance | None], Workload]) -> None:
+    """The planner gives each workload its own instance (or whole GPU): two workloads observed running in
+    one place are an input error in the profiles, not a plan that fails validation later."""
+    assert it.running is not None
+    spot = (it.running, it.running_on)
+    other = where.get(spot)
+    if other is not None:
+        place = f"{it.running[0]} GPU {it.running[1]} " + (str(it.running_on) if it.running_on else "(whole GPU)")
+        raise InputError(
+            f"workloads {other.name!r} ({other.source or 'profiles'}) and {w.name!r} ({w.source or 'profiles'}) "
+            f"are both observed running on {place}",
+            hint="migplan plans one workload per MIG instance or whole GPU: merge them into one workload "
+                 "profile, or correct 'observed' in one of them")
+    where[spot] = w
 
 
 def _pin_reason(it: Item, gpus: Mapping[GpuKey, GpuState]) -> str | None:
