@@ -72,7 +72,8 @@ def load_snapshot(path: Path, catalog: Catalog | None = None) -> Snapshot:
 
 def load_snapshot_state(path: Path, catalog: Catalog | None = None) -> FleetState:
     """The FleetState a snapshot records (hosts that failed discovery are left out; see Snapshot.failed)."""
-    return load_snapshot(path, catalog).fleet_state(source=f"snapshot:{os.fspath(path)}")
+    cat = catalog or builtin_catalog()
+    return load_snapshot(path, cat).fleet_state(source=f"snapshot:{os.fspath(path)}", catalog=cat)
 
 
 # --- profiles ------------------------------------------------------------------------------------
@@ -97,7 +98,8 @@ def workload_to_dict(w: Workload) -> dict[str, Any]:
     if observed:
         out["observed"] = observed
     out["memory_mib"] = {"p50": w.memory.p50, "p95": w.memory.p95, "p99": w.memory.p99, "max": w.memory.max}
-    out["compute"] = {"p50": w.compute.p50, "p95": w.compute.p95, "max": w.compute.max}
+    out["compute"] = {"p50": w.compute.p50, "p95": w.compute.p95,
+                      **({"p99": w.compute.p99} if w.compute.p99 is not None else {}), "max": w.compute.max}
     if w.priority != 1:
         out["priority"] = w.priority
     if w.pin is not None:

@@ -177,7 +177,7 @@ def _mib(node: Node) -> tuple[float, int]:
             node.fail(f"expected an integer or a finite number of MiB, got {node.text}",
                       hint="fractions of a MiB are allowed (rounded up); '.nan' and '.inf' are not measurements")
         whole = math.ceil(raw)
-        exact = _decimal(node.text)
+        exact = _decimal(node.text or "")
         if exact is not None and abs(exact - decimal.Decimal(raw)) < 1:
             whole = max(whole, int(exact.to_integral_value(rounding=decimal.ROUND_CEILING)))
     if raw < 0:
@@ -198,7 +198,7 @@ def _memory(node: Node) -> MemoryStats:
 def _compute(node: Node) -> ComputeStats:
     """p50, p95 and max are required; p99 is optional (profiles written before it was collected)."""
     f = node.fields({"p50", "p95", "p99", "max"}, {"p50", "p95", "max"})
-    keys = [k for k in ("p50", "p95", "p99", "max") if k in f]
+    keys: list[str] = [k for k in ("p50", "p95", "p99", "max") if k in f]
     vals = [f[k].number(minimum=0.0, maximum=1.0) for k in keys]
     _ordered(node, f, keys, vals, "")
     got = dict(zip(keys, vals, strict=True))

@@ -343,3 +343,11 @@ def test_ssh_config_errors_name_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_ssh_config(str(cfg))
     assert str(err.value).startswith(f"{cfg}:3: ")
+
+
+def test_a_host_error_names_the_host_once() -> None:
+    from migplan.adapters.pool import as_host_error
+    from migplan.errors import InputError
+
+    err = as_host_error("h1", InputError("h1: key_file /tmp does not exist or is not a file", hint="fix it"))
+    assert str(err).startswith("h1: key_file /tmp") and "h1: h1:" not in str(err) and err.code == "input"

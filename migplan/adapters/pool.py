@@ -44,7 +44,7 @@ def as_host_error(host: str, err: BaseException) -> HostError:
     if isinstance(err, HostError):
         return err
     if isinstance(err, MigplanError):
-        wrapped = HostError(host, err.message, hint=err.hint)
+        wrapped = HostError(host, err.message.removeprefix(f"{host}: "), hint=err.hint)  # no "h1: h1: ..."
         wrapped.code = _code_of(err)
         return wrapped
     log.debug("%s: unexpected error", host, exc_info=err)

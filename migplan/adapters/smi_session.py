@@ -79,6 +79,9 @@ class SmiSession:
         return [r for r in self.listing(smi.list_compute_instances(gpu), smi.parse_compute_instances)
                 if r.gpu == gpu]
 
+    def driver_versions(self) -> dict[int, str]:
+        return smi.parse_driver_versions(self.output(smi.query_driver_versions()))
+
     def gi_profiles_text(self, gpu: int) -> str:
         return self.output(smi.list_gi_profiles(gpu))
 

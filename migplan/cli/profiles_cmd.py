@@ -1,4 +1,7 @@
-"""`migplan profiles show`: the workload profiles migplan plans from."""
+"""`migplan profiles show`: the workload profiles migplan plans from.
+
+Compute is a share (0..1) of the whole GPU the workload was measured on, not an SM count, hence the
+column "GPU SHARE p95"; `compute.p99` is null in the JSON when the profile does not record it."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ def workload_data(w: Workload) -> dict[str, Any]:
                      "mig_start": o.mig_start, "window": {"start": o.window_start, "end": o.window_end},
                      "samples": o.samples},
         "memory_mib": {"p50": w.memory.p50, "p95": w.memory.p95, "p99": w.memory.p99, "max": w.memory.max},
-        "compute": {"p50": w.compute.p50, "p95": w.compute.p95, "max": w.compute.max},
+        "compute": {"p50": w.compute.p50, "p95": w.compute.p95, "p99": w.compute.p99, "max": w.compute.max},
         "priority": w.priority,
         "pin": {"host": w.pin.host, "gpu": w.pin.gpu} if w.pin else None,
         "anti_affinity": w.anti_affinity,
@@ -55,7 +58,7 @@ def show(profiles: ProfilesOpt = None, output: OutputOpt = None, config: ConfigO
             rows.append([w.name, where, o.gpu_model or "?", inst, w.memory.p50, w.memory.p99, w.memory.max,
                          f"{w.compute.p95:.2f}", w.priority, extra])
         return (grid(rows, ["WORKLOAD", "HOST/GPU", "MODEL", "INSTANCE", "MEM p50", "MEM p99", "MEM max",
-                            "SM p95", "PRIO", "CONSTRAINTS"])
+                            "GPU SHARE p95", "PRIO", "CONSTRAINTS"])
                 + f"\n\n{len(rows)} workloads from {len(pset.sources)} file(s)")
 
     emit(data, ctx.output, table)

@@ -32,16 +32,26 @@ def _table(p: Plan, catalog: Any) -> str:
     out = [grid(rows, ["HOST", "GPU", "MODEL", "CURRENT", "TARGET", "", "WORKLOADS"])]
     left = [w for w in p.workloads if w.status != "placed"]
     if left:
-        out.append("\nLeft out:\n" + grid([[w.name, w.memory_mib, w.reason] for w in left],
-                                          ["WORKLOAD", "NEEDS MiB", "REASON"]))
+        out.append("\nLeft out:\n" + grid([[w.name, w.memory_mib, w.peak_mib, w.reason] for w in left],
+                                          ["WORKLOAD", "NEEDS MiB", "PEAK MiB", "REASON"]))
+    below = [w for w in p.workloads if w.status == "placed" and w.margin_mib is not None and w.margin_mib < 0]
+    if below:
+        out.append("\nBelow their observed memory peak (an out-of-memory kill at that peak):\n" + grid(
+            [[w.name, f"{w.host}/{w.gpu}", w.instance or "whole GPU", w.instance_mib, w.peak_mib, w.margin_mib]
+             for w in below], ["WORKLOAD", "HOST/GPU", "INSTANCE", "INSTANCE MiB", "PEAK MiB", "MARGIN MiB"]))
     s, v = p.summary, p.solve
     gap = f"{v.gap:.2%}" if v.gap is not None else "n/a"
+    pct = str(p.policy.get("memory_percentile", "?"))
+    stat = "max (observed peak)" if pct == "max" else pct
+    least = f"{s.min_margin_mib} MiB" if s.min_margin_mib is not None else "n/a"
     out.append(
         f"\nGPUs used {s.gpus_used} of {s.gpus_planned} planned (lower bound {s.gpus_lower_bound}), "
         f"free whole GPUs {s.free_whole_gpus}, stranded slices {s.stranded_slices}\n"
         f"workloads placed {s.workloads_placed}, left out {s.workloads_unplaced}, disrupted {s.workloads_disrupted}"
         + (f" (+{s.busy_disrupted} busy without a profile)" if s.busy_disrupted else "") + "\n"
-        f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
+        f"memory sized from {stat}, headroom {s.headroom_rule}; below peak {s.below_peak}, least margin {least}\n"
+        + (f"warning: {s.memory_warning}\n" if s.memory_warning else "")
+        + f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
         f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
     return "\n".join(out)
 
@@ -60,11 +70,11 @@ def propose(
     gap: Annotated[Optional[float], typer.Option("--gap", min=0.0, max=0.99, help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045, E501
     allow_disrupt: Annotated[Optional[bool], typer.Option("--allow-disrupt/--no-allow-disrupt", help="Allow moving running workloads (each move is counted).")] = None,  # noqa: UP045, E501
     keep_free: Annotated[Optional[int], typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,  # noqa: UP045
-    memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="p50|p95|p99|max [p99].")] = None,  # noqa: UP045, E501
-    compute_percentile: Annotated[Optional[str], typer.Option("--compute-percentile", help="p50|p95|p99|max [p95].")] = None,  # noqa: UP045, E501
-    headroom: Annotated[Optional[float], typer.Option("--headroom", min=0.0, max=10.0, help="Memory headroom fraction [0.10].")] = None,  # noqa: UP045, E501
-    headroom_min_mib: Annotated[Optional[int], typer.Option("--headroom-min-mib", min=0, help="Least memory headroom, MiB [512].")] = None,  # noqa: UP045, E501
-    anti_affinity_scope: Annotated[Optional[str], typer.Option("--anti-affinity-scope", help="gpu|host [gpu].")] = None,  # noqa: UP045, E501
+    memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="Memory statistic to size for: max (the observed peak) or p50|p95|p99, which size below the peak and risk an out-of-memory kill (default max).")] = None,  # noqa: UP045, E501
+    compute_percentile: Annotated[Optional[str], typer.Option("--compute-percentile", help="Compute statistic to size for: p50|p95|p99|max; p99 needs compute.p99 in the profiles (default p95).")] = None,  # noqa: UP045, E501
+    headroom: Annotated[Optional[float], typer.Option("--headroom", min=0.0, max=10.0, help="Memory headroom fraction; need = the larger of statistic x (1 + headroom) and statistic + --headroom-min-mib (default 0.10).")] = None,  # noqa: UP045, E501
+    headroom_min_mib: Annotated[Optional[int], typer.Option("--headroom-min-mib", min=0, help="Least memory headroom, MiB; applies even with --headroom 0; 0 turns it off (default 512).")] = None,  # noqa: UP045, E501
+    anti_affinity_scope: Annotated[Optional[str], typer.Option("--anti-affinity-scope", help="gpu|host (default gpu).")] = None,  # noqa: UP045, E501
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     ctx = build_context(config, catalog, output)

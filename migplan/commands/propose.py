@@ -14,6 +14,7 @@ from typing import Any
 
 from migplan import documents
 from migplan.adapters.solver import PulpSolver
+from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.config import check_planner_overrides
@@ -87,7 +88,11 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
     policy = planner_policy(ctx, req.policy)
     solver = planner_solver(ctx, req, policy)
     state = planner_state(ctx, req.inventory, req.snapshot, report)
-    result = plan(state, ctx.profiles(req.profiles), ctx.catalog, policy, solver, progress=report)
+    # GPUs whose own profile table differs from the catalog are planned with models built from it
+    catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
+    for m in state.models:
+        report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
+    result = plan(state, ctx.profiles(req.profiles), catalog, policy, solver, progress=report)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:

@@ -16,6 +16,7 @@ busy, so nothing that may be in use is destroyed without consent.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 
@@ -25,6 +26,7 @@ from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, HostError
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import CatalogError
+from migplan.fleet.host_table import HostTable, differences, host_model, table_from_smi
 from migplan.fleet.snapshot import (
     ComputeInstance,
     DiscoveredGpu,
@@ -58,19 +60,54 @@ def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
     listing = {g.index: g for g in s.gpu_listing()}
     apps = s.compute_apps()
     notes: list[str] = []
+    drivers = _drivers(s, notes) if infos else {}
     if not infos:
         notes.append("nvidia-smi lists no GPUs")
     gpus = []
     for info in sorted(infos, key=lambda i: i.index):
         model = _model(host, info, catalog, notes)
         instances: tuple[DiscoveredInstance, ...] = ()
+        table = None
         if model is not None and info.mig_current:
             gi_rows = s.gpu_instances(info.index)
             ci_rows = s.compute_instances(info.index) if gi_rows else []
+            table = _table(s, info.index, model, notes)  # after the listings: a broken -lgi fails first
+            own = host_model(model, table) if table is not None else model
             devices = listing[info.index].mig_devices if info.index in listing else ()
-            instances = _instances(host, info.index, model, gi_rows, ci_rows, devices, notes)
-        gpus.append(_discovered_gpu(host, info, model, instances, apps, notes))
+            instances = _instances(host, info.index, own, gi_rows, ci_rows, devices, notes)
+        gpu = _discovered_gpu(host, info, model, instances, apps, notes)
+        gpus.append(dataclasses.replace(gpu, driver_version=drivers.get(info.index), table=table))
     return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes))
+
+
+MAX_DIFFERENCES_SHOWN = 8
+
+
+def _drivers(s: SmiSession, notes: list[str]) -> dict[int, str]:
+    """Driver version per GPU; what cannot be read is a note, not a failed host (the version only informs)."""
+    try:
+        return s.driver_versions()
+    except smi.SmiError as err:
+        notes.append(f"driver version not read: {err.message}")
+        return {}
+
+
+def _table(s: SmiSession, gpu: int, model: GpuModel, notes: list[str]) -> HostTable | None:
+    """The GPU's own -lgip/-lgipp, and a note per difference from the catalog (the host is the truth).
+    A table without the whole-GPU profile is not a real one: noted, and the catalog is used."""
+    table = table_from_smi(smi.parse_gi_profiles(s.gi_profiles_text(gpu)),
+                           smi.parse_gi_placements(s.gi_placements_text(gpu)), gpu)
+    if not any(r.size == model.memory_slices for r in table.rows):
+        notes.append(f"GPU {gpu}: 'nvidia-smi mig -lgip/-lgipp' list no whole-GPU profile; planned with the "
+                     f"catalog's {model.id}")
+        return None
+    found = differences(model, table)
+    if found:
+        shown = "; ".join(found[:MAX_DIFFERENCES_SHOWN])
+        more = f"; and {len(found) - MAX_DIFFERENCES_SHOWN} more" if len(found) > MAX_DIFFERENCES_SHOWN else ""
+        notes.append(f"GPU {gpu}: its MIG profile table differs from the catalog's {model.id} (planned with the "
+                     f"host's own numbers): {shown}{more}")
+    return table
 
 
 def _model(host: Host, info: smi.GpuQueryRow, catalog: Catalog, notes: list[str]) -> GpuModel | None:

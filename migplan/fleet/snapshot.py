@@ -9,12 +9,14 @@ the document's two directions; reading and writing files is `migplan.documents`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from migplan import names, yamldoc
-from migplan.catalog import Catalog
+from migplan.catalog import Catalog, Engines, GpuModel
 from migplan.errors import CatalogError
+from migplan.fleet.host_table import HostTable, TableRow, host_model
 from migplan.fleet.state import FleetState, GpuState
 from migplan.layout import Instance, Layout, check_layout
 from migplan.yamldoc import Node
@@ -69,6 +71,8 @@ class DiscoveredGpu:
     processes: tuple[GpuProcess, ...] = ()  # processes not attributed to one GPU instance
     reserved: bool = False
     excluded: bool = False
+    driver_version: str | None = None
+    table: HostTable | None = None  # the host's own -lgip/-lgipp (read for MIG-enabled GPUs)
 
     @property
     def layout(self) -> Layout | None:
@@ -85,10 +89,17 @@ class DiscoveredGpu:
     def mode_change_pending(self) -> bool:
         return self.mig_capable and self.mig_current != self.mig_pending
 
-    def state(self, host: str) -> GpuState | None:
+    def planning_model(self, catalog: Catalog) -> GpuModel | None:
+        """The model to plan this GPU with: built from its own table where that differs from the catalog."""
+        if self.model is None:
+            return None
+        base = catalog.get(self.model)
+        return host_model(base, self.table) if self.table is not None else base
+
+    def state(self, host: str, model: str | None = None) -> GpuState | None:
         if self.model is None or not self.mig_capable:
             return None
-        return GpuState(host=host, index=self.index, model=self.model, uuid=self.uuid,
+        return GpuState(host=host, index=self.index, model=model or self.model, uuid=self.uuid,
                         mig_enabled=self.mig_current,
                         mig_pending=self.mig_pending if self.mode_change_pending else None,
                         layout=self.layout, busy=self.busy_instances, reserved=self.reserved,
@@ -128,10 +139,23 @@ class Snapshot:
     def host(self, name: str) -> DiscoveredHost | None:
         return next((h for h in self.hosts if h.name == name), None)
 
-    def fleet_state(self, source: str = "discovery") -> FleetState:
-        """The MIG-capable GPUs of the hosts that answered (failed hosts contribute nothing)."""
-        gpus = [s for h in self.hosts if h.ok for g in h.gpus if (s := g.state(h.name)) is not None]
-        return FleetState(tuple(gpus), source=source)
+    def fleet_state(self, source: str = "discovery", catalog: Catalog | None = None) -> FleetState:
+        """The MIG-capable GPUs of the hosts that answered (failed hosts contribute nothing). With `catalog`,
+        a GPU whose own profile table differs from its catalog model is planned with a model built from
+        that table (`FleetState.models` carries those models)."""
+        gpus, models = [], {}
+        for h in self.hosts:
+            if not h.ok:
+                continue
+            for g in h.gpus:
+                own = g.planning_model(catalog) if catalog is not None else None
+                st = g.state(h.name, own.id if own is not None else None)
+                if st is None:
+                    continue
+                gpus.append(st)
+                if own is not None and own.id != g.model:
+                    models[own.id] = own
+        return FleetState(tuple(gpus), source=source, models=tuple(models.values()))
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -153,7 +177,16 @@ def _gpu_dict(g: DiscoveredGpu) -> dict[str, Any]:
             "processes": [_process(p) for p in i.processes],
         } for i in g.instances],
         "processes": [_process(p) for p in g.processes],
+        "driver_version": g.driver_version,
+        "profile_table": None if g.table is None else [_row_dict(r) for r in g.table.rows],
     }
+
+
+def _row_dict(r: TableRow) -> dict[str, Any]:
+    e = r.engines
+    return {"name": r.name, "id": r.id, "memory_gib": r.memory_gib, "max_count": r.max_count, "sm_count": r.sm_count,
+            "starts": list(r.starts), "size": r.size,
+            "engines": {"ce": e.ce, "dec": e.dec, "enc": e.enc, "jpeg": e.jpeg, "ofa": e.ofa}}
 
 
 def host_dict(h: DiscoveredHost) -> dict[str, Any]:
@@ -209,7 +242,36 @@ def _instance(node: Node) -> DiscoveredInstance:
 
 
 _GPU_KEYS = {"index", "model", "name", "uuid", "pci_bus_id", "memory_total_mib", "mig", "reserved", "excluded",
-             "instances", "processes"}
+             "instances", "processes", "driver_version", "profile_table"}
+_GIB = re.compile(r"(?a)[0-9]{1,5}\.[0-9]{2}")
+_DRIVER = re.compile(r"(?a)[0-9]{2,4}(?:\.[0-9]{1,4}){1,3}")
+_ROW_KEYS = {"name", "id", "memory_gib", "max_count", "sm_count", "starts", "size", "engines"}
+
+
+def _row(node: Node) -> TableRow:
+    f = node.fields(_ROW_KEYS, _ROW_KEYS)
+    name = f["name"].str()
+    if not names.PROFILE_NAME.fullmatch(name):
+        f["name"].fail(f"{name!r} is not a MIG profile name")
+    gib = f["memory_gib"].str()
+    if not _GIB.fullmatch(gib):
+        f["memory_gib"].fail(f"{gib!r} is not a size in GiB with two decimals, as -lgip prints it")
+    size = f["size"].int(minimum=1, maximum=names.MAX_MIG_SLICES)
+    starts = tuple(n.int(minimum=0, maximum=names.MAX_MIG_SLICES - size) for n in f["starts"].list())
+    ef = f["engines"].fields({"ce", "dec", "enc", "jpeg", "ofa"}, {"ce", "dec", "enc", "jpeg", "ofa"})
+    engines = Engines(**{k: v.int(minimum=0, maximum=64) for k, v in ef.items()})
+    return TableRow(name=name, id=f["id"].int(minimum=0, maximum=255), memory_gib=gib,
+                    max_count=f["max_count"].int(minimum=0, maximum=names.MAX_MIG_SLICES),
+                    sm_count=f["sm_count"].int(minimum=0, maximum=1024), starts=starts, size=size, engines=engines)
+
+
+def _table(node: Node | None) -> HostTable | None:
+    if node is None:
+        return None
+    rows = tuple(_row(n) for n in node.list())
+    if len({r.name for r in rows}) != len(rows) or len({r.id for r in rows}) != len(rows):
+        node.fail("a profile name or id is listed twice")
+    return HostTable(rows)
 
 
 def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
@@ -223,13 +285,18 @@ def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
     instances = tuple(_instance(n) for n in (f["instances"].list() if _opt(f, "instances") else []))
     if instances and not current:
         f["instances"].fail("a GPU with MIG disabled has no GPU instances")
+    table = _table(_opt(f, "profile_table"))
     if model is not None:
         try:
             gpu_model = catalog.get(model)
         except CatalogError as err:
             f["model"].fail(err.message, hint="pass the catalog file the snapshot was taken with (--catalog)")
         model = gpu_model.id
-        conflicts = check_layout(gpu_model, Layout.of(i.instance for i in instances))
+        if table is not None and not any(r.size == gpu_model.memory_slices for r in table.rows):
+            f["profile_table"].fail(f"lists no whole-GPU profile of {gpu_model.id} ({gpu_model.memory_slices} "
+                                    "memory slices): not a table nvidia-smi prints")
+        own = host_model(gpu_model, table) if table is not None else gpu_model  # the host's rules, if it told us
+        conflicts = check_layout(own, Layout.of(i.instance for i in instances))
         if conflicts:
             f["instances"].fail("invalid layout: " + "; ".join(c.message for c in conflicts))
     elif capable:
@@ -240,7 +307,17 @@ def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
         mig_capable=capable, mig_current=current, mig_pending=mf["pending"].bool(), instances=instances,
         processes=_processes(_opt(f, "processes")),
         reserved=f["reserved"].bool() if "reserved" in f else False,
-        excluded=f["excluded"].bool() if "excluded" in f else False)
+        excluded=f["excluded"].bool() if "excluded" in f else False,
+        driver_version=_driver(_opt(f, "driver_version")), table=table)
+
+
+def _driver(node: Node | None) -> str | None:
+    if node is None:
+        return None
+    v = node.str()
+    if not _DRIVER.fullmatch(v):
+        node.fail(f"{v!r} is not a driver version such as 535.129.03")
+    return v
 
 
 def _host(node: Node, catalog: Catalog) -> DiscoveredHost:

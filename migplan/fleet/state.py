@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from migplan.catalog.geometry import GpuModel
 from migplan.inventory import Inventory
 from migplan.layout import Instance, Layout
 
@@ -85,6 +86,7 @@ class GpuState:
 class FleetState:
     gpus: tuple[GpuState, ...]
     source: str = "inventory"  # inventory | discovery | snapshot:<path>
+    models: tuple[GpuModel, ...] = ()  # models built from hosts' own profile tables (not in the catalog)
 
     def __iter__(self) -> Iterator[GpuState]:
         return iter(self.gpus)

@@ -93,9 +93,10 @@ def memory_warning(policy: Policy, below_peak: int) -> str | None:
     """The plain warning a plan carries when memory is sized from a percentile below the observed peak."""
     if policy.memory_percentile == "max":
         return None
-    noun = "workload" if below_peak == 1 else "workloads"
-    return (f"sized below the observed peak ({policy.memory_percentile}): {below_peak} {noun} would have "
-            "exceeded their instance in the history")
+    who = ("1 workload would have exceeded its" if below_peak == 1
+           else f"{below_peak} workloads would have exceeded their")
+    return (f"sized below the observed peak: {who} instance in the history "
+            f"(memory sized from {policy.memory_percentile}, not max)")
 
 
 @dataclass(frozen=True)

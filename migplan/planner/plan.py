@@ -1,16 +1,24 @@
 """The plan: its types, its document form, and a strict reader that trusts nothing in the file (pure).
 
-    version: 2
+    version: 3
     kind: migplan/plan
     fingerprint: sha256:...        # of the whole observed state the plan was computed from
     created_at: 2026-12-01T08:00:00Z
     source: inventory
     policy: {...}                  # every knob used
     solve: {solver, status, objective, bound, gap, time_s, gpus_lower_bound}
-    summary: {...}
+    summary: {..., below_peak, min_margin_mib, headroom_rule, memory_warning}
     gpus: [{host, index, model, uuid, hold, current, mig_pending, busy, whole_gpu_busy, fingerprint,
             target, actions}]
-    workloads: [{name, workload, status, host, gpu, instance, memory_mib, slices, kept, moved, reason}]
+    workloads: [{name, workload, status, host, gpu, instance, memory_mib, peak_mib, instance_mib, margin_mib,
+                 slices, kept, moved, reason}]
+
+Memory margin (version 3): per workload `peak_mib` (its observed memory peak), `instance_mib` (the MiB of
+the instance it is placed on, the GPU's memory for a whole GPU, null when unplaced) and `margin_mib` =
+instance_mib - peak_mib (negative: the workload used more than this instance in its history). The
+summary counts the placed workloads below their peak (`below_peak`, 0 under the default `max` sizing),
+the least margin, the headroom rule in words and, when memory is sized from a percentile below the
+peak, the warning that says so. The reader recomputes all of these and refuses a file that disagrees.
 
 Layouts are lists of PROFILE@START; `null` means MIG disabled. Per GPU the document records what the
 plan assumed (`current`, `mig_pending`, `busy`, `whole_gpu_busy` and their `fingerprint`) so that
@@ -31,15 +39,16 @@ from typing import Any
 
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
+from migplan.catalog.geometry import GpuModel
 from migplan.errors import CatalogError, InputError, MigplanError
 from migplan.fleet.diff import Action, diff
 from migplan.fleet.state import GpuKey, GpuState, Hold
 from migplan.layout import Instance, Layout, check_layout
-from migplan.planner.demand import policy_from_mapping
+from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.milp import SolveStatus
 from migplan.yamldoc import Node
 
-PLAN_VERSION = 2
+PLAN_VERSION = 3  # 3: memory margins (WorkloadPlan peak/instance/margin MiB, Summary below_peak ...)
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
@@ -76,6 +85,10 @@ class Summary:
     busy_disrupted: int  # instances (or MIG-disabled GPUs) with unprofiled processes that the plan stops
     stranded_slices: int
     placed_value: float
+    below_peak: int  # placed workloads whose instance has less memory than their observed peak
+    min_margin_mib: int | None  # least instance MiB - peak MiB over placed workloads (None: none placed)
+    headroom_rule: str  # the memory headroom rule in words, e.g. "+10%, at least 512 MiB"
+    memory_warning: str | None  # set when memory is sized from a percentile below the observed peak
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,10 @@ class WorkloadPlan:
     host: str | None = None
     gpu: int | None = None
     instance: str | None = None  # PROFILE@START, or None for the whole GPU / unplaced
-    memory_mib: int = 0
+    memory_mib: int = 0  # the sized demand: statistic + headroom
+    peak_mib: int = 0  # the observed memory peak (profile memory_mib.max)
+    instance_mib: int | None = None  # memory of the instance (the GPU's for a whole GPU); None when unplaced
+    margin_mib: int | None = None  # instance_mib - peak_mib; negative: it outgrew this instance in its history
     slices: int = 0
     kept: bool = False
     moved: bool = False
@@ -131,6 +147,19 @@ class WorkloadPlan:
 
 
 WORKLOAD_STATUSES = ("placed", "unplaced")
+
+
+def instance_memory_mib(model: GpuModel, instance: str | None) -> int:
+    """MiB a workload gets on `instance` (PROFILE@START) of `model`; None: the whole MIG-disabled GPU."""
+    if instance is None:
+        return model.memory_mib
+    return model.profile(Instance.parse(instance).profile).memory_mib
+
+
+def memory_margins(workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan]) -> tuple[int, int | None]:
+    """(placed workloads below their peak, least margin among placed workloads or None)."""
+    margins = [w.margin_mib for w in workloads if w.status == "placed" and w.margin_mib is not None]
+    return sum(1 for m in margins if m < 0), (min(margins) if margins else None)
 
 
 @dataclass(frozen=True)
@@ -285,7 +314,17 @@ def _read_solve(n: Node) -> SolveInfo:
                      gpus_lower_bound=_opt_int(f["gpus_lower_bound"]))
 
 
-def _read_summary(n: Node) -> Summary:
+_TEXT_MAX = 500  # headroom_rule and memory_warning are one line each
+
+
+def _opt_text(n: Node) -> str | None:
+    text = _opt_str(n)
+    if text is not None and (len(text) > _TEXT_MAX or not text.isprintable()):
+        n.fail(f"must be one printable line of at most {_TEXT_MAX} characters")
+    return text
+
+
+def _read_summary(n: Node) -> tuple[Summary, dict[str, Node]]:
     f = _dataclass(Summary, n)
     values: dict[str, Any] = {}
     for k, v in f.items():
@@ -293,12 +332,38 @@ def _read_summary(n: Node) -> Summary:
             values[k] = _opt_number(v) or 0.0
         elif k == "gpus_lower_bound":
             values[k] = _opt_int(v)
+        elif k == "min_margin_mib":
+            values[k] = None if v.is_null else v.int(minimum=-names.MAX_MEMORY_MIB, maximum=names.MAX_MEMORY_MIB)
+        elif k == "headroom_rule":
+            if v.is_null:
+                v.fail("expected a string (the headroom rule, e.g. '+10%, at least 512 MiB')")
+            values[k] = _opt_text(v)
+        elif k == "memory_warning":
+            values[k] = _opt_text(v)
         else:
             values[k] = v.int(minimum=0)
-    return Summary(**values)
+    return Summary(**values), f
 
 
-def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan:
+def _check_summary(f: dict[str, Node], s: Summary, policy: Policy, workloads: list[WorkloadPlan]) -> None:
+    """The memory fields of the summary are derived: they must be what the policy and workloads give."""
+    below, least = memory_margins(workloads)
+    if s.below_peak != below:
+        f["below_peak"].fail(f"says {s.below_peak} workload(s) below their peak; the workloads show {below}",
+                             hint=_HINT)
+    if s.min_margin_mib != least:
+        f["min_margin_mib"].fail(f"says {s.min_margin_mib}; the least margin of the placed workloads is {least}",
+                                 hint=_HINT)
+    if s.headroom_rule != headroom_rule(policy):
+        f["headroom_rule"].fail(f"{s.headroom_rule!r} is not the policy's rule ({headroom_rule(policy)!r})",
+                                hint=_HINT)
+    want = memory_warning(policy, below)
+    if s.memory_warning != want:
+        f["memory_warning"].fail(f"must be {want!r} for memory_percentile {policy.memory_percentile} "
+                                 f"and {below} workload(s) below their peak", hint=_HINT)
+
+
+def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> tuple[WorkloadPlan, dict[str, Node]]:
     f = _dataclass(WorkloadPlan, n)
     name, workload = f["name"].str(), f["workload"].str()
     base = _REPLICA.sub("", name, count=1) if "#" in name else name
@@ -320,9 +385,35 @@ def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan:
                 f["instance"].fail(f"{instance} is not in the target layout of {host}/{gpu}")
         elif g.target is not None:
             f["instance"].fail(f"a whole-GPU placement on {host}/{gpu}, whose target has MIG enabled")
-    return WorkloadPlan(name=name, workload=workload, status=status, host=host, gpu=gpu, instance=instance,
-                        memory_mib=f["memory_mib"].int(minimum=0), slices=f["slices"].int(minimum=0),
-                        kept=f["kept"].bool(), moved=f["moved"].bool(), reason=_opt_str(f["reason"]))
+    mib = names.MAX_MEMORY_MIB
+    instance_mib = None if f["instance_mib"].is_null else f["instance_mib"].int(minimum=0, maximum=mib)
+    margin = None if f["margin_mib"].is_null else f["margin_mib"].int(minimum=-mib, maximum=mib)
+    w = WorkloadPlan(name=name, workload=workload, status=status, host=host, gpu=gpu, instance=instance,
+                     memory_mib=f["memory_mib"].int(minimum=0), peak_mib=f["peak_mib"].int(minimum=0, maximum=mib),
+                     instance_mib=instance_mib, margin_mib=margin, slices=f["slices"].int(minimum=0),
+                     kept=f["kept"].bool(), moved=f["moved"].bool(), reason=_opt_str(f["reason"]))
+    return w, f
+
+
+def _check_margin(f: dict[str, Node], w: WorkloadPlan, gpus: Mapping[GpuKey, GpuPlan], catalog: Catalog) -> None:
+    """instance_mib is the catalog's memory for where it is placed; margin_mib = instance_mib - peak_mib."""
+    if w.status != "placed":
+        for key in ("instance_mib", "margin_mib"):
+            if not f[key].is_null:
+                f[key].fail(f"must be null for an {w.status} workload")
+        return
+    g = gpus[(w.host or "", w.gpu if w.gpu is not None else -1)]
+    model = catalog.get(g.model)
+    if w.instance is not None and not model.has_profile(Instance.parse(w.instance).profile):
+        f["instance"].fail(f"{w.instance} is not a profile of {model.id}")
+    want = instance_memory_mib(model, w.instance)
+    if w.instance_mib != want:
+        where = w.instance or "the whole GPU"
+        f["instance_mib"].fail(f"must be {want} (the memory of {where} on {model.id}), got {w.instance_mib}",
+                               hint=_HINT)
+    if w.margin_mib != want - w.peak_mib:
+        f["margin_mib"].fail(f"must be instance_mib - peak_mib = {want - w.peak_mib}, got {w.margin_mib}",
+                             hint=_HINT)
 
 
 def parse_plan(root: Node, catalog: Catalog) -> Plan:
@@ -343,7 +434,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         f["fingerprint"].fail("expected sha256:<64 hex digits>", hint=_HINT)
     policy_doc = f["policy"].value("map")
     try:
-        policy = policy_from_mapping(policy_doc, source=root.source).to_dict()
+        policy_obj = policy_from_mapping(policy_doc, source=root.source)
     except InputError as err:
         f["policy"].fail(err.message.removeprefix(f"{root.source}: "), hint=_HINT)
     gpus: dict[GpuKey, GpuPlan] = {}
@@ -356,7 +447,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     seen: dict[str, int] = {}
     taken: dict[tuple[GpuKey, str], str] = {}
     for n in f["workloads"].list():
-        w = _read_workload(n, gpus)
+        w, wf = _read_workload(n, gpus)
         if w.name in seen:
             n.fail(f"workload {w.name!r} listed twice (first at line {seen[w.name]})")
         seen[w.name] = n.line
@@ -365,10 +456,14 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
             if spot in taken:
                 n.fail(f"{w.name} and {taken[spot]} are both placed on {w.instance} of {w.host}/{w.gpu}")
             taken[spot] = w.name
+        _check_margin(wf, w, gpus, catalog)
         workloads.append(w)
-    return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy, solve=_read_solve(f["solve"]),
-                summary=_read_summary(f["summary"]), gpus=tuple(gpus.values()), workloads=tuple(workloads),
-                created_at=_opt_str(f["created_at"]), version=version)
+    solve = _read_solve(f["solve"])
+    summary, sf = _read_summary(f["summary"])
+    _check_summary(sf, summary, policy_obj, workloads)
+    return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
+                solve=solve, summary=summary, gpus=tuple(gpus.values()),
+                workloads=tuple(workloads), created_at=_opt_str(f["created_at"]), version=version)
 
 
 def plan_from_dict(doc: Any, catalog: Catalog, source: str = "plan") -> Plan:

@@ -14,12 +14,21 @@ from migplan.catalog import Catalog
 from migplan.fleet.diff import Op, diff
 from migplan.fleet.state import FleetState
 from migplan.layout import used_compute
-from migplan.planner.demand import Policy, Weights
+from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import formulate
 from migplan.planner.groups import Split, split
 from migplan.planner.mapping import Mapped, map_solution
 from migplan.planner.milp import Solver, SolveResult
-from migplan.planner.plan import GpuPlan, Plan, PlanError, SolveInfo, Summary, WorkloadPlan
+from migplan.planner.plan import (
+    GpuPlan,
+    Plan,
+    PlanError,
+    SolveInfo,
+    Summary,
+    WorkloadPlan,
+    instance_memory_mib,
+    memory_margins,
+)
 from migplan.planner.problem import Item, Problem, build_problem
 from migplan.planner.validate import validate
 from migplan.profiles import ProfileSet
@@ -54,14 +63,19 @@ def _gpus(problem: Problem, m: Mapped) -> tuple[GpuPlan, ...]:
 
 def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
     first = it.fits[0][0] if it.fits else ""
-    base = {"name": it.name, "workload": it.workload, "memory_mib": it.demand.memory_mib}
+    base = {"name": it.name, "workload": it.workload, "memory_mib": it.demand.memory_mib,
+            "peak_mib": it.demand.peak_mib}
     if it.name in m.placed:
         (host, idx), inst = m.placed[it.name]
-        model = problem.gpu((host, idx))
-        slices = it.slices(model.model) if model else 0
+        gpu = problem.gpu((host, idx))
+        slices = it.slices(gpu.model) if gpu else 0
         moved = it.running is not None and it.name not in m.kept
-        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=str(inst) if inst else None,  # type: ignore[arg-type]
-                            slices=slices, kept=it.name in m.kept, moved=moved)
+        instance = str(inst) if inst else None
+        # the memory it gets there: the instance's profile, or the whole MIG-disabled GPU's memory
+        mib = instance_memory_mib(problem.models[gpu.model], instance) if gpu else None
+        margin = mib - it.demand.peak_mib if mib is not None else None
+        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=instance,  # type: ignore[arg-type]
+                            instance_mib=mib, margin_mib=margin, slices=slices, kept=it.name in m.kept, moved=moved)
     return WorkloadPlan(**base, status="unplaced", slices=it.slices(first),  # type: ignore[arg-type]
                         reason=m.unplaced.get(it.name, "left out"))
 
@@ -89,6 +103,14 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
     stopped = problem.policy.allow_disrupt  # without consent an outgrown workload keeps running where it is
     disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and stopped)))
     busy_disrupted = _busy_disrupted(problem, gpus)
+    below_peak, least_margin = memory_margins(wls)
+    if problem.policy.memory_percentile == "max":
+        # sized from the peak, only a workload kept where it runs on a reserved/excluded GPU can be below it
+        held = {(g.host, g.index) for g in gpus if g.hold is not None}
+        bad = [w.name for w in wls if w.status == "placed" and (w.margin_mib or 0) < 0 and (w.host, w.gpu) not in held]
+        if bad:
+            raise PlanError(f"sized from the observed peak, yet {len(bad)} workload(s) were placed below it: "
+                            + ", ".join(bad[:5]))
     return Summary(
         gpus_total=len(gpus), gpus_planned=len(planned), gpus_used=len(used), gpus_lower_bound=lb,
         gpus_changed=sum(1 for g in gpus if g.actions), free_whole_gpus=len(planned) - len(used),
@@ -97,7 +119,8 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
         workloads_placed=sum(1 for w in wls if w.status == "placed"),
         workloads_unplaced=sum(1 for w in wls if w.status != "placed"),
         workloads_disrupted=disrupted, busy_disrupted=busy_disrupted, stranded_slices=stranded,
-        placed_value=round(value, 4))
+        placed_value=round(value, 4), below_peak=below_peak, min_margin_mib=least_margin,
+        headroom_rule=headroom_rule(problem.policy), memory_warning=memory_warning(problem.policy, below_peak))
 
 
 def _solve(problem: Problem, sp: Split, solver: Solver,

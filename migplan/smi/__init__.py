@@ -21,6 +21,7 @@ from migplan.smi.commands import (
     list_gpu_instances,
     list_gpus,
     query_compute_apps,
+    query_driver_versions,
     query_gpus,
     reset_gpu,
     set_mig_mode,
@@ -43,6 +44,7 @@ from migplan.smi.lines import (
     parse_actions,
     parse_compute_apps,
     parse_csv,
+    parse_driver_versions,
     parse_gi_placements,
     parse_list_gpus,
     parse_query_gpus,
@@ -72,5 +74,6 @@ __all__ = [
     "list_gi_placements", "list_gi_profiles", "list_gpu_instances", "list_gpus", "parse_actions",
     "parse_compute_apps", "parse_csv",
     "parse_compute_instances", "parse_gi_placements", "parse_gi_profiles", "parse_gpu_instances", "parse_list_gpus",
-    "parse_query_gpus", "query_compute_apps", "query_gpus", "render_catalog_yaml", "reset_gpu", "set_mig_mode",
+    "parse_query_gpus", "query_compute_apps",
+    "query_driver_versions", "parse_driver_versions", "query_gpus", "render_catalog_yaml", "reset_gpu", "set_mig_mode",
 ]

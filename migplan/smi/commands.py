@@ -63,6 +63,17 @@ def query_gpus(gpu: int | None = None) -> list[str]:
     return [NVIDIA_SMI, *_sel(gpu), "--query-gpu=" + ",".join(GPU_FIELDS), CSV_FORMAT]
 
 
+DRIVER_FIELDS = ("index", "driver_version")
+
+
+def query_driver_versions() -> list[str]:
+    """`nvidia-smi --query-gpu=index,driver_version --format=csv,noheader,nounits` (§2).
+
+    A query of its own so the main GPU query (and every sample it is tested against) keeps its columns.
+    """
+    return [NVIDIA_SMI, "--query-gpu=" + ",".join(DRIVER_FIELDS), CSV_FORMAT]
+
+
 def query_compute_apps(gpu: int | None = None) -> list[str]:
     """`nvidia-smi [-i N] --query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits` (§13)."""
     return [NVIDIA_SMI, *_sel(gpu), "--query-compute-apps=" + ",".join(APP_FIELDS), CSV_FORMAT]

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from migplan.smi._base import MAX_GPU, MAX_ID, fail, lines_of, message, num, profile_name
-from migplan.smi.commands import APP_FIELDS, GPU_FIELDS
+from migplan.smi.commands import APP_FIELDS, DRIVER_FIELDS, GPU_FIELDS
 from migplan.smi.rows import (
     ComputeApp,
     CreatedComputeInstance,
@@ -151,6 +151,21 @@ def parse_query_gpus(text: str) -> list[GpuQueryRow]:
             mig_current=_mode(v["mig.mode.current"], what, no, line),
             mig_pending=_mode(v["mig.mode.pending"], what, no, line),
             pci_device_id=_checked(v["pci.device_id"], _DEVICE_ID, what, no, line)))
+    return out
+
+
+_DRIVER = re.compile(r"(?a)[0-9]{2,4}(?:\.[0-9]{1,4}){1,3}")
+
+
+def parse_driver_versions(text: str) -> dict[int, str]:
+    """Output of `commands.query_driver_versions()`: GPU index -> driver version (e.g. `535.129.03`)."""
+    what = "nvidia-smi --query-gpu=index,driver_version"
+    out = {}
+    for no, line in lines_of(text, what):
+        if line.startswith("index,"):
+            continue
+        v = _csv(line, DRIVER_FIELDS, None, what, no)
+        out[num(v["index"] or "", MAX_GPU, what, no, line)] = _required(v["driver_version"], _DRIVER, what, no, line)
     return out
 
 

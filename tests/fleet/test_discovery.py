@@ -21,8 +21,11 @@ from migplan.layout import Layout
 
 CATALOG = builtin_catalog()
 # Every command discovery may run: the argv the smi builders make, nothing else.
-ALLOWED_ARGV = {tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps())} | {
-    tuple(f(i)) for i in range(8) for f in (smi.list_gpu_instances, smi.list_compute_instances)}
+# Discovery only reads: these are every command it may run (the profile tables are read for MIG GPUs).
+ALLOWED_ARGV = {tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps()),
+                tuple(smi.query_driver_versions())} | {
+    tuple(f(i)) for i in range(8) for f in (smi.list_gpu_instances, smi.list_compute_instances,
+                                            smi.list_gi_profiles, smi.list_gi_placements)}
 
 
 def discover(fleet: Fleet, inventory: Inventory, **kw: object) -> Snapshot:
@@ -60,6 +63,9 @@ def test_every_catalog_model_partitioned_empty_disabled_and_busy(fleet: Fleet) -
         assert g2.busy_instances == () and not g3.mig_current
         uuids = [c.uuid for i in g0.instances for c in i.compute_instances]
         assert len(uuids) == len(mixed) and all(u and u.startswith("MIG-") for u in uuids)
+        # the simulator's own geometry agrees with the catalog, so no table differs
+        assert not [n for n in rec.notes if "differs from the catalog" in n], rec.notes
+        assert all(g.table is not None for g in (g0, g1, g2)) and g3.table is None
         log = [tuple(a) for a in read(fleet.server.hosts[int(name[1:])].state)["log"]]
         assert set(log) <= {a[1:] for a in ALLOWED_ARGV}, set(log) - {a[1:] for a in ALLOWED_ARGV}
     fs = snap.fleet_state()
@@ -164,7 +170,7 @@ def _a30_with_lgi(rows: str) -> str:
 case "$*" in
   *--query-gpu*) echo "@A30@" ;;
   *-L*) echo "GPU 0: NVIDIA A30 (UUID: GPU-11111111-2222-3333-4444-555555555555)" ;;
-  *-lgi*) cat <<'EOF'
+  *-lgi) cat <<'EOF'
 +-------------------------------------------------------+
 | GPU instances:                                        |
 | GPU   Name             Profile  Instance   Placement  |

@@ -1,0 +1,109 @@
+"""The host is the source of truth: a GPU's own -lgip/-lgipp table is recorded by discovery, compared
+with the catalog, carried by the snapshot, and used for planning that GPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from planner_fixtures import EXACT, profiles, wl  # noqa: E402
+from sim.fleet import sim_env, write_host  # noqa: E402
+
+from migplan import smi  # noqa: E402
+from migplan.adapters.runner import LocalRunner  # noqa: E402
+from migplan.adapters.solver import PulpSolver  # noqa: E402
+from migplan.catalog import Catalog, builtin_catalog  # noqa: E402
+from migplan.documents import dump, load_snapshot  # noqa: E402
+from migplan.fleet.discover import discover_host  # noqa: E402
+from migplan.fleet.host_table import differences, host_model, lowest_mib, table_from_smi  # noqa: E402
+from migplan.fleet.snapshot import Snapshot, snapshot_to_dict  # noqa: E402
+from migplan.inventory import Host  # noqa: E402
+from migplan.planner import plan  # noqa: E402
+
+CAT = builtin_catalog()
+A100 = CAT.get("A100-SXM4-40GB")
+DATA = Path(__file__).resolve().parent / "data" / "smi"
+
+# A host model the simulator plays (its own catalog file, written by hand): an A100-40GB whose driver
+# gives 1g.5gb 4736 MiB (prints 4.62) instead of 4864 (4.75), and offers no 1g.10gb.
+LOWMEM = """\
+version: 1
+models:
+  - id: A100-LOWMEM
+    architecture: ampere
+    memory_slices: 8
+    compute_slices: 7
+    smi_names: ["NVIDIA A100-SXM4-40GB"]
+    pci_device_ids: ["0x20b0"]
+    profiles:
+      - {name: 1g.5gb, id: 19, compute_slices: 1, memory_slices: 1, memory_mib: 4736, max_count: 7, sm_count: 14,
+         starts: [0, 1, 2, 3, 4, 5, 6], engines: {ce: 1, dec: 0, enc: 0, jpeg: 0, ofa: 0}}
+      - {name: 2g.10gb, id: 14, compute_slices: 2, memory_slices: 2, memory_mib: 9856, max_count: 3, sm_count: 28,
+         starts: [0, 2, 4], engines: {ce: 2, dec: 1, enc: 0, jpeg: 0, ofa: 0}}
+      - {name: 3g.20gb, id: 9, compute_slices: 3, memory_slices: 4, memory_mib: 19968, max_count: 2, sm_count: 42,
+         starts: [0, 4], engines: {ce: 3, dec: 2, enc: 0, jpeg: 0, ofa: 0}}
+      - {name: 4g.20gb, id: 5, compute_slices: 4, memory_slices: 4, memory_mib: 19968, max_count: 1, sm_count: 56,
+         starts: [0], engines: {ce: 4, dec: 2, enc: 0, jpeg: 0, ofa: 0}}
+      - {name: 7g.40gb, id: 0, compute_slices: 7, memory_slices: 8, memory_mib: 40192, max_count: 1, sm_count: 98,
+         starts: [0], engines: {ce: 7, dec: 5, enc: 0, jpeg: 1, ofa: 1}}
+"""
+
+
+def test_lowest_mib_prints_back_as_the_hosts_value() -> None:
+    for gib in ("4.75", "4.62", "9.62", "19.50", "0.01", "39.38"):
+        low = lowest_mib(gib)
+        assert f"{low / 1024:.2f}" == gib and f"{(low - 1) / 1024:.2f}" != gib
+
+
+def test_the_real_a100_sample_agrees_with_the_catalog() -> None:
+    table = table_from_smi(smi.parse_gi_profiles((DATA / "lgip_a100_40gb.txt").read_text()),
+                           smi.parse_gi_placements((DATA / "lgipp_a100_40gb.txt").read_text()), 0)
+    assert differences(A100, table) == [] and host_model(A100, table) is A100
+
+
+@pytest.fixture
+def lowmem_host(tmp_path: Path) -> tuple[LocalRunner, Host]:
+    cat = tmp_path / "sim-catalog.yaml"
+    cat.write_text(LOWMEM)
+    state = write_host(tmp_path / "h.json", "A100-LOWMEM", 1, layouts=None, catalog_files=[str(cat)])
+    return LocalRunner(host="h1", env=sim_env(state)), Host(name="h1", address="h1")
+
+
+def test_discovery_records_the_table_and_names_each_difference(lowmem_host: tuple[LocalRunner, Host]) -> None:
+    runner, host = lowmem_host
+    rec = discover_host(runner, host, CAT)
+    g = rec.gpus[0]
+    assert g.model == "A100-SXM4-40GB" and g.table is not None and g.driver_version
+    note = next(n for n in rec.notes if "differs from the catalog" in n)
+    assert "1g.5gb: memory GiB catalog 4.75, host 4.62" in note
+    assert "1g.10gb: in the catalog (A100-SXM4-40GB), not offered by this host's driver" in note
+
+
+def test_snapshot_round_trip_keeps_the_table(lowmem_host: tuple[LocalRunner, Host], tmp_path: Path) -> None:
+    runner, host = lowmem_host
+    snap = Snapshot((discover_host(runner, host, CAT),))
+    path = tmp_path / "snap.yaml"
+    path.write_text(dump(snapshot_to_dict(snap), "yaml"))
+    again = load_snapshot(path, CAT)
+    assert again.hosts[0].gpus[0].table == snap.hosts[0].gpus[0].table
+    assert again.hosts[0].gpus[0].driver_version == snap.hosts[0].gpus[0].driver_version
+
+
+def test_planning_uses_the_hosts_smaller_table(lowmem_host: tuple[LocalRunner, Host]) -> None:
+    """4800 MiB fits the catalog's 1g.5gb (4864 MiB) but not this host's (4736): the plan must say 2g.10gb."""
+    runner, host = lowmem_host
+    snap = Snapshot((discover_host(runner, host, CAT),))
+    state = snap.fleet_state(catalog=CAT)
+    (own,) = state.models
+    assert own.id.startswith("A100-SXM4-40GB@host-") and own.profile("1g.5gb").memory_mib <= 4736
+    assert not own.has_profile("1g.10gb")
+    work = profiles(wl("w", 4800))
+    p = plan(state, work, Catalog(CAT.models + state.models), EXACT, PulpSolver(time_limit=30))
+    placed = next(w for w in p.workloads if w.name == "w")
+    assert placed.status == "placed" and placed.instance is not None and placed.instance.startswith("2g.10gb@")
+    catalog_only = plan(snap.fleet_state(), work, CAT, EXACT, PulpSolver(time_limit=30))
+    assert next(w for w in catalog_only.workloads if w.name == "w").instance.startswith("1g.5gb@")  # type: ignore[union-attr]
