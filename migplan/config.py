@@ -19,12 +19,12 @@ from pathlib import Path
 
 from migplan import yamldoc
 from migplan.errors import InputError
+from migplan.planner.milp import SOLVERS
 from migplan.yamldoc import Node
 
 CONFIG_VERSION = 1
 OUTPUT_FORMATS = ("table", "json", "yaml")
 PERCENTILES = ("p50", "p95", "p99", "max")
-SOLVERS = ("cbc", "highs")  # as migplan.adapters.solver.SOLVERS (tested to agree)
 # The objective weights (migplan.planner.demand.Weights fields; tested to agree).
 WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste")
 MAX_WEIGHT = 1e9  # far above the defaults (10,000 at most); keeps the integer program's numbers sane

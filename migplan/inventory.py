@@ -194,7 +194,7 @@ def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
 
 def _gpus(node: Node, catalog: Catalog) -> list[DeclaredGpu]:
     if node.is_map:  # shorthand: {model: X, count: N}
-        f = node.fields({"model", "count"}, {"model", "count"})
+        f = node.fields({"model", "count", "mig"}, {"model", "count"})
         try:
             model = catalog.get(f["model"].str()).id
         except CatalogError as err:
@@ -203,7 +203,9 @@ def _gpus(node: Node, catalog: Catalog) -> list[DeclaredGpu]:
         if count > names.MAX_GPUS_PER_HOST:
             f["count"].fail(f"{count} GPUs is more than the {names.MAX_GPUS_PER_HOST} a host can have",
                             hint="count is the number of GPUs in one host")
-        return [DeclaredGpu(index=i, model=model) for i in range(count)]
+        mig = f["mig"].bool() if "mig" in f else None  # the same MIG mode for every one of them
+        return [DeclaredGpu(index=i, model=model, mig_enabled=mig)
+                for i in range(count)]
     gpus: list[DeclaredGpu] = []
     seen: dict[int, int] = {}
     for n in node.list():

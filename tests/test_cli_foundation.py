@@ -205,3 +205,11 @@ def test_verbose_sends_migplan_debug_log_to_stderr(capsys: pytest.CaptureFixture
     finally:
         logger.handlers[:] = before[0]
         logger.setLevel(before[1])
+
+
+def test_cli_fleet_defaults_agree_with_the_commands_layer() -> None:
+    from migplan.cli.options import DEFAULT_PARALLEL, FleetOptions
+    from migplan.commands.fleet import FleetRequest
+
+    assert FleetRequest().parallel == DEFAULT_PARALLEL
+    assert FleetOptions().request(None).timeout == FleetRequest().timeout

@@ -169,3 +169,18 @@ def test_reserved_and_excluded_apply_to_discovered_hosts(tmp_path: Path) -> None
     f = write(tmp_path, "version: 1\nhosts:\n  h1: {discover: true, reserved_gpus: [1], excluded_gpus: [6, 7]}\n")
     (h,) = load_inventory(f, CAT).hosts
     assert h.gpus == () and h.is_reserved(1) and h.is_excluded(7) and not h.is_excluded(1)
+
+
+def test_shorthand_takes_mig_and_check_shows_undeclared_as_mig_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+    from migplan.fleet.state import state_from_inventory
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nhosts:\n  a: {gpus: {model: A100-SXM4-40GB, count: 2, mig: true}}\n"
+                   "  b: {gpus: {model: A100-SXM4-40GB, count: 1}}\n")
+    st = state_from_inventory(load_inventory(str(inv), builtin_catalog()))
+    assert [g.mig_enabled for g in st.gpus] == [True, True, False]
+    r = CliRunner().invoke(app, ["inventory", "check", "-i", str(inv)])
+    assert r.exit_code == 0 and "(not declared)" not in r.stdout and "MIG off: not declared" in r.stdout

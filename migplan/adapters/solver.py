@@ -58,9 +58,8 @@ from typing import Any
 import pulp
 
 from migplan.errors import InputError
-from migplan.planner.milp import Milp, SolveResult, SolveStatus
+from migplan.planner.milp import SOLVERS, Milp, SolveResult, SolveStatus
 
-SOLVERS = ("cbc", "highs")
 EPS = 1e-6  # objective and bound closer than this: proven optimal
 
 if hasattr(pulp, "set_v4_migration_warnings"):

@@ -77,6 +77,7 @@ from migplan.adapters.runner import (
     put_via_commands,
     temp_name,
 )
+from migplan.adapters.ssh_options import SshOptions
 from migplan.errors import InputError
 from migplan.inventory import Host
 from migplan.text import printable
@@ -84,8 +85,6 @@ from migplan.text import printable
 log = logging.getLogger(__name__)
 paramiko_log = logging.getLogger(__name__ + ".paramiko")  # paramiko's own records, at DEBUG
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-DEFAULT_SSH_CONFIG = "~/.ssh/config"
 SSH_PORT = 22
 _LOG_CHANNEL = "paramiko.migplan"  # the log channel of migplan's transports
 _MAX_KEY_FILE = 1 << 20
@@ -139,19 +138,6 @@ def _route_paramiko_logging() -> _ParamikoRelay:
 
 _RELAY = _route_paramiko_logging()
 _THREADS = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class SshOptions:
-    """How to connect; the CLI fills it from its flags."""
-
-    known_hosts: str = DEFAULT_KNOWN_HOSTS
-    accept_new_host_keys: bool = False
-    ssh_config: str | None = DEFAULT_SSH_CONFIG  # None: read no ssh_config
-    connect_timeout: float = 10.0
-    keepalive_s: int = 15
-    allow_agent: bool = True
-    look_for_keys: bool = True  # ~/.ssh/id_* when no key is configured
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def _host_data(h: Host) -> dict[str, Any]:
 def _slots(catalog: Catalog, g: DeclaredGpu) -> str:
     m = catalog.get(g.model)
     if g.layout is None and g.mig_enabled is None:
-        return "(not declared)"
+        return picture(m, None) + " (MIG off: not declared)"  # how propose takes it (a GPU boots that way)
     return picture(m, g.layout if g.mig_enabled is not False else None)
 
 

@@ -7,16 +7,19 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
 from migplan.adapters.runner import DEFAULT_TIMEOUT
-from migplan.adapters.ssh import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshOptions
-from migplan.commands.fleet import DEFAULT_PARALLEL, FleetRequest
+from migplan.adapters.ssh_options import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshOptions
+
+if TYPE_CHECKING:
+    from migplan.commands.fleet import FleetRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_PARALLEL = 8  # hosts at a time (commands.fleet.FleetRequest's default, tested to agree)
 
 
 class OutputFormat(str, Enum):
@@ -96,6 +99,8 @@ class FleetOptions:
                           connect_timeout=self.connect_timeout)
 
     def request(self, inventory: str | None) -> FleetRequest:
+        from migplan.commands.fleet import FleetRequest
+
         return FleetRequest(inventory=inventory, limit=tuple(self.limit or ()), parallel=self.parallel,
                             timeout=self.timeout, ssh=self.ssh())
 

@@ -7,7 +7,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from migplan.adapters.solver import SOLVERS
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
@@ -15,6 +14,7 @@ from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
 from migplan.layout import picture
 from migplan.planner import Plan, plan_to_dict
+from migplan.planner.milp import SOLVERS
 
 
 def _table(p: Plan, catalog: Any) -> str:

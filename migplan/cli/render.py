@@ -9,8 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import typer
-import yaml
-from tabulate import tabulate
 
 from migplan.errors import EXIT_FAILURE, EXIT_USAGE, MigplanError
 
@@ -22,12 +20,16 @@ def emit(data: Any, fmt: str, table: Callable[[], str]) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     elif fmt == "yaml":
+        import yaml  # imported when used: start-up time of every command counts
+
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=120))
     else:
         sys.stdout.write(table().rstrip("\n") + "\n")
 
 
 def grid(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    from tabulate import tabulate
+
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 

@@ -15,7 +15,7 @@ from migplan import smi
 from migplan.adapters.pool import HostResult
 from migplan.adapters.runner import DEFAULT_TIMEOUT
 from migplan.adapters.smi_session import SmiSession
-from migplan.adapters.ssh import SshFleet, SshOptions
+from migplan.adapters.ssh_options import SshOptions
 from migplan.catalog import Catalog, GpuModel
 from migplan.catalog.catalog import pci_device
 from migplan.commands import Report, quiet
@@ -68,6 +68,8 @@ def _progress(report: Report):  # type: ignore[no-untyped-def]
 
 def discover_hosts(ctx: Context, inventory: Inventory, req: FleetRequest, report: Report = quiet) -> Snapshot:
     """Discover the given hosts (already selected) over SSH."""
+    from migplan.adapters.ssh import SshFleet  # paramiko only for commands that connect
+
     report(f"discovering {len(inventory.hosts)} host(s), {req.parallel} at a time")
     with SshFleet(req.ssh) as ssh:
         return discover_fleet(inventory, ctx.catalog, ssh.runner, parallel=req.parallel, timeout=req.timeout,
@@ -166,6 +168,8 @@ def learn(ctx: Context, req: FleetRequest, what: LearnRequest) -> GpuModel:
     if target is None:
         raise InputError(f"host {what.host!r} is not in {inv.source}",
                          hint="list the hosts with 'migplan inventory check'")
+    from migplan.adapters.ssh import SshFleet
+
     with SshFleet(req.ssh) as ssh:
         session = SmiSession(ssh.runner(target), timeout=req.timeout)
         infos = {i.index: i for i in session.gpus()}

@@ -10,10 +10,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from migplan import documents
-from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
@@ -21,6 +20,9 @@ from migplan.config import check_planner_overrides
 from migplan.fleet.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
+
+if TYPE_CHECKING:
+    from migplan.adapters.solver import PulpSolver
 
 DEFAULT_SOLVER = "cbc"
 DEFAULT_TIME_LIMIT_S = 60.0
@@ -50,6 +52,8 @@ def planner_policy(ctx: Context, overrides: Mapping[str, Any]) -> Policy:
 
 
 def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSolver:
+    from migplan.adapters.solver import PulpSolver  # pulp (and CBC) only when a plan is made
+
     cfg = ctx.config.planner
     name = req.solver or str(cfg.get("solver", DEFAULT_SOLVER))
     time_limit = req.time_limit if req.time_limit is not None else float(cfg.get("time_limit", DEFAULT_TIME_LIMIT_S))  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 Terms = dict[int, float]
+SOLVERS = ("cbc", "highs")  # the back ends `migplan.adapters.solver` implements
 
 
 @dataclass
