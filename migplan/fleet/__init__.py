@@ -5,9 +5,15 @@
   diff.py      current -> target layout as typed `Action`s (`Op`, instance, GPU, reset)  pure
   snapshot.py  what discovery saw per host (DiscoveredHost/Gpu/Instance) and the snapshot
                document's dict form and strict parser                                      pure
+  host_table.py a GPU's own -lgip/-lgipp table: differences from the catalog, the model built
+               from it for planning                                                        pure
+  steps.py     a GPU's change as the exact nvidia-smi commands, batched, in order           pure
   discover.py  discovery over an injected `CommandRunner` (one `SmiSession` per host)
+  apply.py     apply one host's part of a plan: re-read, refuse stale GPUs, checkpoint, change,
+               verify, roll back (over an injected runner)
 
-May import: catalog, layout, inventory, smi, names, errors, yamldoc; discover.py also
+May import: catalog, layout, inventory, smi, names, errors, yamldoc, planner.plan (apply.py: the plan's
+per-GPU entries); discover.py and apply.py also
 `migplan.adapters` (the runner protocol, the nvidia-smi session, the host pool). Never paramiko,
 pulp, typer or pynvml: transports are passed in.
 """

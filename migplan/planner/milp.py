@@ -26,8 +26,15 @@ class Milp:
     rows: list[tuple[str, Terms, str, float]] = field(default_factory=list)
     objective: Terms = field(default_factory=dict)
     constant: float = 0.0
+    limit: SizeLimit = field(default_factory=SizeLimit)
+    nonzeros: int = 0  # coefficients in all rows
+
+    def _too_large(self, what: str, limit: int) -> ModelTooLarge:
+        return ModelTooLarge(what, limit, len(self.names), len(self.rows), self.nonzeros)
 
     def var(self, name: str, *, lb: float = 0.0, ub: float | None = None, integer: bool = True) -> int:
+        if self.limit.variables is not None and len(self.names) >= self.limit.variables:
+            raise self._too_large("variables", self.limit.variables)
         self.names.append(name)
         self.lower.append(lb)
         self.upper.append(ub)
@@ -40,6 +47,11 @@ class Milp:
         for v, c in terms:
             row[v] = row.get(v, 0.0) + c
         row = {v: c for v, c in row.items() if c != 0}
+        if self.limit.rows is not None and len(self.rows) >= self.limit.rows:
+            raise self._too_large("rows", self.limit.rows)
+        if self.limit.nonzeros is not None and self.nonzeros + len(row) > self.limit.nonzeros:
+            raise self._too_large("nonzero coefficients", self.limit.nonzeros)
+        self.nonzeros += len(row)
         if not row:
             ok = {"<=": rhs >= 0, ">=": rhs <= 0, "==": rhs == 0}[sense]
             if not ok:

@@ -10,6 +10,7 @@ planner, commands or cli.
 from migplan.smi.commands import (
     APP_FIELDS,
     GPU_FIELDS,
+    NVIDIA_SMI,
     create_compute_instances,
     create_gpu_instances,
     create_instances_for,
@@ -65,6 +66,7 @@ from migplan.smi.rows import (
 from migplan.smi.tables import layouts_of, parse_compute_instances, parse_gi_profiles, parse_gpu_instances
 
 __all__ = [
+    "NVIDIA_SMI",
     "APP_FIELDS", "GPU_FIELDS", "ComputeApp", "ComputeInstanceRow", "CreatedComputeInstance", "CreatedGpuInstance",
     "Destroyed", "GpuQueryRow", "GpuInstanceRow", "GpuListing", "InUseError", "InsufficientPermissionsError",
     "InsufficientResourcesError", "InvalidArgumentError", "MigDevice", "MigDisabledError", "NotFoundError",

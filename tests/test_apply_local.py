@@ -1,0 +1,118 @@
+"""Apply on one simulated host through a local runner: placement-exact, only what changes, verified,
+and every GPU ends as planned or exactly as before (the fleet tests do the same over SSH)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from planner_fixtures import EXACT, profiles, wl  # noqa: E402
+from sim.fleet import Proc, host_state, read_state, sim_env, write_state  # noqa: E402
+
+from migplan.adapters.recording import RecordingRunner  # noqa: E402
+from migplan.adapters.runner import LocalRunner  # noqa: E402
+from migplan.adapters.solver import PulpSolver  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
+from migplan.fleet.discover import discover_host  # noqa: E402
+from migplan.fleet.snapshot import Snapshot  # noqa: E402
+from migplan.fleet.steps import is_read_only  # noqa: E402
+from migplan.inventory import Host  # noqa: E402
+from migplan.layout import Layout  # noqa: E402
+from migplan.planner import Plan, plan  # noqa: E402
+
+CAT = builtin_catalog()
+HOST = Host(name="h1", address="h1")
+
+
+def _runner(state: Path) -> LocalRunner:
+    return LocalRunner(host="h1", env=sim_env(state))
+
+
+def _plan(state: Path, *work: object) -> Plan:
+    snap = Snapshot((discover_host(_runner(state), HOST, CAT),))
+    return plan(snap.fleet_state(catalog=CAT), profiles(*work), CAT, EXACT, PulpSolver(time_limit=30))  # type: ignore[arg-type]
+
+
+def _layouts(state: Path) -> dict[int, Layout | None]:
+    rec = discover_host(_runner(state), HOST, CAT)
+    return {g.index: g.layout for g in rec.gpus}
+
+
+def _host(path: Path, busy: dict[int, list[Proc]] | None = None) -> Path:
+    """GPU 0 MIG on with 3g.20gb@0, GPU 1 MIG off (an A100-40GB host)."""
+    st = host_state("A100-SXM4-40GB", 2, hostname="h1", layouts=[Layout.parse(["3g.20gb@0"]), None],
+                    busy=busy or {})
+    st["gpus"][1].update(mig_current=False, mig_pending=False, gpu_instances=[])
+    return write_state(path, st)
+
+
+def _gi_ids(state: Path, gpu: int) -> dict[tuple[int, int], int]:
+    """(profile id, start) -> GPU instance id, from the simulator's own state."""
+    g = read_state(state)["gpus"][gpu]
+    return {(gi["profile_id"], gi["start"]): gi["id"] for gi in g["gpu_instances"]}
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    return _host(tmp_path / "h.json")
+
+
+def test_apply_makes_every_gpu_as_planned_and_keeps_what_it_keeps(host: Path) -> None:
+    p = _plan(host, wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 9000), wl("c", 4000),
+              wl("d", 30000))
+    kept = _gi_ids(host, 0)
+    assert kept and _layouts(host)[1] is None
+    res = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
+    assert {r.gpu: r.outcome for r in res.gpus} == {0: GpuOutcome.APPLIED, 1: GpuOutcome.APPLIED}, res
+    assert _layouts(host) == {g.index: g.target for g in p.gpus}
+    after = _gi_ids(host, 0)
+    assert all(after[k] == v for k, v in kept.items())  # the kept 3g.20gb@0 keeps its GPU instance id
+    log = [a for a in read_state(host)["log"] if not is_read_only(["nvidia-smi", *a])]
+    assert not any("-dgi" in a or "-dci" in a for a in log)  # nothing was destroyed
+    if p.gpu("h1", 1).target is not None:  # type: ignore[union-attr]
+        assert [a for a in log if "-r" in a] == [["-r", "-i", "1"]]  # only the GPU whose mode changed is reset
+
+    again = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
+    assert {r.outcome for r in again.gpus} == {GpuOutcome.UNCHANGED}
+    mutating = [a for a in read_state(host)["log"] if not is_read_only(["nvidia-smi", *a])]
+    assert mutating == log  # the idempotent re-apply ran no mutating command
+
+
+def test_dry_run_records_exactly_what_apply_then_runs(host: Path, tmp_path: Path) -> None:
+    p = _plan(host, wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 9000), wl("c", 4000))
+    gpus = [g for g in p.gpus if g.host == "h1"]
+    rec = RecordingRunner(_runner(host), read_only=is_read_only)
+    dry = apply_host(rec, HOST, gpus, CAT, ApplyOptions(dry_run=True))
+    assert {r.outcome for r in dry.gpus} <= {GpuOutcome.WOULD_APPLY, GpuOutcome.UNCHANGED}
+    assert _layouts(host)[0] == Layout.parse(["3g.20gb@0"])  # nothing changed
+    real = apply_host(_runner(host), HOST, gpus, CAT, ApplyOptions())
+    assert [list(a.argv) for a in rec.commands] == [c.split(" ") for r in real.gpus for c in r.commands]
+
+
+def test_stale_gpu_is_refused_and_the_other_goes_ahead(host: Path) -> None:
+    p = _plan(host, wl("b", 9000), wl("c", 4000), wl("d", 20000), wl("e", 9000), wl("f", 9000))
+    assert p.gpu("h1", 1).actions  # type: ignore[union-attr]
+    _host(host, busy={1: [Proc(77, name="late.py")]})  # a process started on GPU 1 after planning
+    res = {r.gpu: r for r in apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT,
+                                        ApplyOptions()).gpus}
+    assert res[1].outcome is GpuOutcome.REFUSED and "whole GPU" in res[1].reason
+    assert res[0].outcome in (GpuOutcome.APPLIED, GpuOutcome.UNCHANGED)
+
+
+def test_a_failing_create_rolls_back_to_the_checkpoint(host: Path) -> None:
+    p = _plan(host, wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 9000), wl("c", 4000))
+    state = read_state(host)
+    # the second item of the create list fails after the first was created: the rollback must remove it
+    state["faults"] = [{"match": "-cgi", "gpu": 0, "error": "Insufficient Resources", "after": 1, "times": 1}]
+    write_state(host, state)
+    before = _layouts(host)
+    res = {r.gpu: r for r in apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT,
+                                        ApplyOptions()).gpus}
+    first = next(r for r in res.values() if r.commands)
+    assert first.outcome is GpuOutcome.ROLLED_BACK and "Insufficient Resources" in first.reason
+    assert _layouts(host)[first.gpu] == before[first.gpu]
