@@ -12,8 +12,9 @@ name and seed always give the same fleet and workloads.
     inference  memory-bound: 4-30 GB, compute 0.02-0.10
 * workloads: `workloads` of them (priorities 1-10).
 * anti-affinity: `anti` of them (drawn at random) in anti-affinity sets of 2-8 members each
-  (`anti_affinity: setNNNN`; a last member left over joins the previous set); 0 by default, and then
-  the instance name and every draw are the same as before the option existed.
+  (`anti_affinity: setNNNN`; a last member left over joins the previous set). The fleet and the
+  workloads are those of the same instance without `anti` (its name has no `-aaN`), so the two
+  compare directly; 0 (the default) leaves every instance as it was before the option existed.
 * current state: `empty` (MIG disabled everywhere), `random` (30% MIG disabled, the rest a uniformly
   drawn valid layout, nothing running), `previous` (built by the runner: the migplan plan of the empty
   state applied, then 10% of the workloads' demand scaled by 0.5-1.6).
@@ -99,8 +100,6 @@ def profiles(spec: Spec, rng: random.Random) -> ProfileSet:
     for i in range(spec.workloads):
         mem, share = _draw(spec.mix, rng)
         ws.append(workload(f"w{i:05d}", mem, share, rng.randint(1, 10)))
-    if spec.anti:
-        ws = anti_affinity_sets(ws, spec.anti, rng)
     return ProfileSet(tuple(ws))
 
 
@@ -120,8 +119,12 @@ def anti_affinity_sets(ws: list[Workload], members: int, rng: random.Random) -> 
 
 
 def generate(spec: Spec) -> tuple[FleetState, ProfileSet]:
-    rng = random.Random(f"{spec.name}")
-    return fleet(spec, rng), profiles(spec, rng)
+    """The fleet and workloads of `spec`; with `anti`, the same ones as without, then the sets drawn."""
+    rng = random.Random(f"{dataclasses.replace(spec, anti=0).name}")
+    state, ps = fleet(spec, rng), profiles(spec, rng)
+    if spec.anti:
+        ps = ProfileSet(tuple(anti_affinity_sets(list(ps.workloads), spec.anti, random.Random(spec.name))))
+    return state, ps
 
 
 def change_demand(ps: ProfileSet, fraction: float, seed: int) -> ProfileSet:

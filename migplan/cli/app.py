@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from migplan import __version__
-from migplan.cli import catalog_cmd, fleet, inventory_cmd, profiles_cmd, propose
+from migplan.cli import apply_cmd, catalog_cmd, fleet, inventory_cmd, profiles_cmd, propose
 from migplan.text import printable
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(inventory_cmd.app, name="inventory")
 app.add_typer(profiles_cmd.app, name="profiles")
 # Command modules register here, one line each.
 app.command("propose")(propose.propose)
+app.command("apply")(apply_cmd.apply)
 fleet.register(app)  # discover, status, catalog learn
 
 

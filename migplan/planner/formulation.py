@@ -2,32 +2,48 @@
 
 Variables
   x[g,p] in Z+   GPUs of group g laid out as pattern p            sum_p x[g,p] = N_g
-  y[c,m,q] in Z+ items of (unpinned, non-anti-affine) class c on free profile-q instances of model m
-  y[c,g,q] in Z+ items of a pinned or anti-affine class c on free profile-q instances of group g
+  y[c,m,q] in Z+ items of an unpinned class c (ordinary or anti-affine) on free profile-q instances of model m
+  y[c,g,q] in Z+ items of a pinned class c on free profile-q instances of group g (on its host)
   u[c] in Z+     items of class c left out
+  v, z, o >= 0   counters for anti-affinity only: GPUs per free-profile signature, GPUs (hosts) offering
+                 one of a profile subset S (continuous; each is a sum of x)
 Rows (one function per family below)
   balance   sum y[c,.,.] + u[c] = n_c + sum_{g,p} d_c(g,p) x[g,p]      (d_c: running items p displaces)
-  capacity  sum_c y[c,m,q] <= sum_{g in m, p} free(g,p,q) x[g,p]       (and per group for special classes)
-  spread    sum_{c in A} y[c,g,.] <= sum_{p used} x[g,p]               (anti-affinity, one member per GPU)
+  capacity  sum_c y[c,m,q] <= sum_{g in m, p} free(g,p,q) x[g,p]       (and per group for pinned classes)
+  spread    per anti-affinity set A, model m and profile subset S (Hall's condition, one member per GPU):
+            sum_{c in A, q in S} y[c,m,q] <= z[m,S] - sum_{g in m: A runs on g} z[g,S]
+            z[m,S] = GPUs of m offering a free instance of some q in S  (host scope: hosts, see _spread_hosts)
   keep-free sum_g x[g, empty] >= K
 Objective (minimise)  W_u sum value_c u_c + W_d disruptions + W_gpu used + W_chg changed
                       + W_frag instances + W_waste excess slices
+
+Size: the spread rows number sum_A 2^|profiles of A| (at most 63 per set and model) and share the
+counters z, so the model grows with sets + classes + groups x patterns, never with their product.
+`formulate` stops with a PlanError as soon as the model passes `LIMIT` (checked while it is built).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
 from migplan.layout import Layout
 from migplan.planner.demand import Weights
 from migplan.planner.groups import Group, Klass, Split
-from migplan.planner.milp import Milp
+from migplan.planner.milp import Milp, ModelTooLarge, SizeLimit
 from migplan.planner.patterns import WHOLE, candidates, key, keys
+from migplan.planner.plan import PlanError
 from migplan.planner.problem import Problem
 
 Pattern = Layout | None
+
+HALL_MAX = 6  # Hall rows for every profile subset up to this many profiles; beyond: singletons and the whole set
+MAX_VARIABLES = 2_000_000
+MAX_ROWS = 2_000_000
+MAX_NONZEROS = 4_000_000  # ~1 KB each through PuLP and CBC: a few GB at most
+LIMIT = SizeLimit(MAX_VARIABLES, MAX_ROWS, MAX_NONZEROS)
 
 
 @dataclass
@@ -54,6 +70,9 @@ class Formulation:
     y_pool: dict[tuple[int, str, str], int] = field(default_factory=dict)
     y_group: dict[tuple[int, int, str], int] = field(default_factory=dict)
     u: dict[int, int] = field(default_factory=dict)
+    signatures: dict[object, list[tuple[frozenset[object], int]]] = field(default_factory=dict)  # v per scope
+    offers: dict[tuple[object, tuple[object, ...]], int] = field(default_factory=dict)  # z / o per (scope, S)
+    sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # stage -> (variables, rows, nonzeros)
 
 
 def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
@@ -83,22 +102,30 @@ def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
 
 
 def _allowed(c: Klass, g: Group) -> bool:
+    """A pinned class may use group g: on its host (and GPU), and no member of its sets runs there."""
     it = c.sample
     if it.pin_host is not None and (g.host != it.pin_host or (it.pin_gpu is not None and g.gpu != it.pin_gpu)):
         return False
     return not (set(it.groups) & g.present)
 
 
-def _variables(f: Formulation) -> None:
+def _patterns(f: Formulation) -> None:
     p, m = f.problem, f.milp
     for g in f.split.groups:
         f.patterns[g.idx] = group_patterns(p.models[g.model], g)
         for pi, _ in enumerate(f.patterns[g.idx]):
             f.x[(g.idx, pi)] = m.var(f"x[{g.idx},{pi}]", ub=len(g.gpus))
+
+
+def _variables(f: Formulation) -> None:
+    m = f.milp
     free_by_model: dict[str, set[str]] = defaultdict(set)
     for g in f.split.groups:
         for info in f.patterns[g.idx]:
             free_by_model[g.model] |= {q for q, n in info.free.items() if n > 0}
+    on_host: dict[str | None, list[Group]] = defaultdict(list)
+    for g in f.split.groups:
+        on_host[g.host].append(g)
     for c in f.split.classes:
         f.u[c.idx] = m.var(f"u[{c.idx}]")
         if not c.special:
@@ -107,7 +134,7 @@ def _variables(f: Formulation) -> None:
                     if q in free_by_model.get(model_id, set()):
                         f.y_pool[(c.idx, model_id, q)] = m.var(f"y[{c.idx},{model_id},{q}]")
             continue
-        for g in f.split.groups:
+        for g in on_host[c.sample.pin_host]:
             if _allowed(c, g):
                 for q in c.sample.profiles(g.model):
                     if any(info.free[q] for info in f.patterns[g.idx]):
@@ -156,35 +183,162 @@ def _capacity(f: Formulation) -> None:
         f.milp.add(f"capacity[g{gi},{q}]", terms + own, "<=", 0)
 
 
-def _spread(f: Formulation) -> None:
-    """Anti-affinity: per set A and group g, members <= GPUs used (per profile: GPUs with a free q);
-    host scope: per set A and host, members <= 1."""
+def _signature(info: PatternInfo) -> frozenset[str]:
+    """The profiles a GPU laid out as this pattern has a free instance of."""
+    return frozenset(q for q, n in info.free.items() if n > 0)
+
+
+Members = Callable[[], Iterable[tuple[Group, int, frozenset[object]]]]
+
+
+def _signatures(f: Formulation, scope: object, members: Members, label: str) -> list[tuple[frozenset[object], int]]:
+    """v[scope,T] = GPUs of the scope whose pattern offers exactly the free profiles T (one row per T; every
+    x is in one such row per scope, which keeps the offer counters below short). `members` yields
+    (group, pattern index, signature) for the scope's GPUs; it is called once per scope."""
+    if scope not in f.signatures:
+        terms: dict[frozenset[object], list[tuple[int, float]]] = defaultdict(list)
+        for g, pi, sig in members():
+            if sig:
+                terms[sig].append((f.x[(g.idx, pi)], -1.0))
+        out = []
+        for sig in sorted(terms, key=lambda t: sorted(map(str, t))):
+            name = "+".join(sorted(map(str, sig)))
+            v = f.milp.var(f"v[{label},{name}]", integer=False)
+            f.milp.add(f"signature[{label},{name}]", [(v, 1.0), *terms[sig]], "==", 0)
+            out.append((sig, v))
+        f.signatures[scope] = out
+    return f.signatures[scope]
+
+
+def _model_offer(f: Formulation, model_id: str, subset: tuple[str, ...]) -> int:
+    """z[m,S] = GPUs of model m offering a free instance of some profile in S."""
+    k: tuple[object, tuple[object, ...]] = (("model", model_id), subset)
+    if k not in f.offers:
+        sigs = _signatures(f, ("model", model_id), lambda: (
+            (g, pi, _signature(info)) for g in f.split.groups if g.model == model_id
+            for pi, info in enumerate(f.patterns[g.idx])), model_id)
+        z = f.milp.var(f"z[{model_id},{'+'.join(subset)}]", integer=False)
+        f.milp.add(f"offer[{model_id},{'+'.join(subset)}]",
+                   [(z, 1.0)] + [(v, -1.0) for sig, v in sigs if sig & set(subset)], "==", 0)
+        f.offers[k] = z
+    return f.offers[k]
+
+
+def _group_offer(f: Formulation, gi: int, subset: tuple[str, ...]) -> int:
+    """z[g,S] = GPUs of group g offering a free instance of some profile in S."""
+    k: tuple[object, tuple[object, ...]] = (("group", gi), subset)
+    if k not in f.offers:
+        z = f.milp.var(f"z[g{gi},{'+'.join(subset)}]", integer=False)
+        f.milp.add(f"offer[g{gi},{'+'.join(subset)}]", [(z, 1.0)] + [
+            (f.x[(gi, pi)], -1.0) for pi, info in enumerate(f.patterns[gi]) if any(info.free[q] for q in subset)],
+            "==", 0)
+        f.offers[k] = z
+    return f.offers[k]
+
+
+def _members(f: Formulation) -> tuple[dict[str, list[tuple[str, str, int]]], dict[tuple[str, int], list[tuple[str, int]]]]:
+    """Per anti-affinity set: (model, profile, y) of every member variable; per (set, group): pinned ones."""
     classes = {c.idx: c for c in f.split.classes}
-    members: dict[tuple[str, int], list[tuple[int, str, int]]] = defaultdict(list)
+    groups = {g.idx: g for g in f.split.groups}
+    members: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    pinned: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
+    for (c, model_id, q), v in f.y_pool.items():
+        for a in classes[c].sample.groups:
+            members[a].append((model_id, q, v))
     for (c, gi, q), v in f.y_group.items():
         for a in classes[c].sample.groups:
-            members[(a, gi)].append((c, q, v))
+            members[a].append((groups[gi].model, q, v))
+            pinned[(a, gi)].append((q, v))
+    return members, pinned
+
+
+def _spread(f: Formulation) -> None:
+    """Anti-affinity, GPU scope: per set A, model m and profile subset S (Hall's condition),
+    members of A on profiles in S <= GPUs of m offering one of S, less those where a member of A runs;
+    per set and group for pinned members. Host scope: _spread_hosts."""
+    members, pinned = _members(f)
     if f.problem.policy.anti_affinity_scope == "host":
-        hosts: dict[tuple[str, str | None], list[tuple[int, float]]] = defaultdict(list)
-        groups = {g.idx: g for g in f.split.groups}
-        for (a, gi), vs in members.items():
-            hosts[(a, groups[gi].host)].extend((v, 1.0) for _, _, v in vs)
-        for (a, h), terms in sorted(hosts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-            f.milp.add(f"spread[{a},{h}]", terms, "<=", 1)
+        _spread_hosts(f, members, pinned)
         return
-    for (a, gi), vs in sorted(members.items()):
-        pats = f.patterns[gi]
-        used = [(f.x[(gi, pi)], -1.0) for pi, info in enumerate(pats) if info.used]
-        f.milp.add(f"spread[{a},g{gi}]", [(v, 1.0) for _, _, v in vs] + used, "<=", 0)
-        for subset in _subsets(sorted({q for _, q, _ in vs})):
-            with_q = [(f.x[(gi, pi)], -1.0) for pi, info in enumerate(pats) if any(info.free[q] for q in subset)]
-            f.milp.add(f"spread[{a},g{gi},{'+'.join(subset)}]", [(v, 1.0) for _, qq, v in vs if qq in subset] + with_q,
+    present: dict[str, list[Group]] = defaultdict(list)
+    for g in f.split.groups:
+        for a in sorted(g.present):
+            present[a].append(g)
+    for a, terms in sorted(members.items()):
+        by_model: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for model_id, q, v in terms:
+            by_model[model_id].append((q, v))
+        for model_id, qv in sorted(by_model.items()):
+            for subset in _family(sorted({q for q, _ in qv})):
+                busy = [(_group_offer(f, g.idx, subset), 1.0) for g in present[a] if g.model == model_id]
+                f.milp.add(f"spread[{a},{model_id},{'+'.join(subset)}]",
+                           [(v, 1.0) for q, v in qv if q in subset] + busy
+                           + [(_model_offer(f, model_id, subset), -1.0)], "<=", 0)
+    for (a, gi), qv in sorted(pinned.items()):
+        for subset in _family(sorted({q for q, _ in qv})):
+            f.milp.add(f"spread[{a},g{gi},{'+'.join(subset)}]",
+                       [(v, 1.0) for q, v in qv if q in subset] + [(_group_offer(f, gi, subset), -1.0)], "<=", 0)
+
+
+def _host_offers(f: Formulation, subset: tuple[tuple[str, str], ...]) -> tuple[int, dict[str, int]]:
+    """O[S] = sum_h o[h,S], o[h,S] <= min(1, GPUs of host h offering one of the (model, profile) pairs S)."""
+    name = "+".join(f"{m}:{q}" for m, q in subset)
+    k: tuple[object, tuple[object, ...]] = (("fleet",), subset)
+    hosts = sorted({g.host or "" for g in f.split.groups})
+    if k not in f.offers:
+        on_host: dict[str, list[Group]] = defaultdict(list)
+        for g in f.split.groups:
+            on_host[g.host or ""].append(g)
+        per_host = []
+        for h in hosts:
+            sigs = _signatures(f, ("host", h), lambda h=h: (  # type: ignore[misc]
+                (g, pi, frozenset((g.model, q) for q in _signature(info))) for g in on_host[h]
+                for pi, info in enumerate(f.patterns[g.idx])), h)
+            o = f.milp.var(f"o[{h},{name}]", ub=1.0, integer=False)
+            f.milp.add(f"offer[{h},{name}]", [(o, 1.0)] + [(v, -1.0) for sig, v in sigs if sig & set(subset)],
                        "<=", 0)
+            f.offers[(("host", h), subset)] = o
+            per_host.append((o, -1.0))
+        total = f.milp.var(f"O[{name}]", integer=False)
+        f.milp.add(f"offer[hosts,{name}]", [(total, 1.0), *per_host], "==", 0)
+        f.offers[k] = total
+    return f.offers[k], {h: f.offers[(("host", h), subset)] for h in hosts}
+
+
+def _spread_hosts(f: Formulation, members: dict[str, list[tuple[str, str, int]]],
+                  pinned: dict[tuple[str, int], list[tuple[str, int]]]) -> None:
+    """Host scope: per set A and subset S of its (model, profile) pairs, members on S <= hosts (without a
+    running member of A) with a GPU offering one of S; per set and host, pinned members <= 1."""
+    groups = {g.idx: g for g in f.split.groups}
+    present: dict[str, set[str]] = defaultdict(set)
+    for gk, items in f.split.running.items():
+        for it in items:
+            for a in it.groups:
+                present[a].add(gk[0])
+    for a, terms in sorted(members.items()):
+        for subset in _family(sorted({(m, q) for m, q, _ in terms})):
+            total, per_host = _host_offers(f, subset)
+            busy = [(per_host[h], 1.0) for h in sorted(present[a]) if h in per_host]
+            f.milp.add(f"spread[{a},{'+'.join(f'{m}:{q}' for m, q in subset)}]",
+                       [(v, 1.0) for m, q, v in terms if (m, q) in subset] + busy + [(total, -1.0)], "<=", 0)
+    hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for (a, gi), qv in pinned.items():
+        hosts[(a, groups[gi].host or "")].extend((v, 1.0) for _, v in qv)
+    for (a, h), row in sorted(hosts.items()):
+        f.milp.add(f"spread[{a},{h}]", row, "<=", 0 if h in present[a] else 1)
 
 
 def _subsets(items: list[str]) -> list[tuple[str, ...]]:
     """Non-empty subsets (Hall's condition: members wanting profiles S need that many GPUs offering one of S)."""
     return [tuple(x for i, x in enumerate(items) if mask >> i & 1) for mask in range(1, 1 << len(items))]
+
+
+def _family(items: list[object]) -> list[tuple[object, ...]]:
+    """The profile subsets S that get a Hall row: all of them up to HALL_MAX profiles (exact for one set),
+    else each profile alone and all together (a relaxation; the mapping reports what it cannot spread)."""
+    if len(items) <= HALL_MAX:
+        return _subsets(items)  # type: ignore[arg-type]
+    return [(x,) for x in items] + [tuple(items)]
 
 
 def _keep_free(f: Formulation) -> None:
@@ -223,21 +377,63 @@ def _objective(f: Formulation, w: Weights) -> None:
         f.milp.cost(v, w.waste * waste(f.problem, classes[c], groups[gi].model, q))
 
 
+_STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free")
+
+
+def _cause(f: Formulation, stage: str) -> tuple[str, str]:
+    """(what makes the model this large, what to do) for the stage that passed the limit."""
+    sp = f.split
+    sets = {a for c in sp.classes for a in c.sample.groups}
+    n_pat = max((len(v) for v in f.patterns.values()), default=0)
+    if stage == "patterns":
+        return (f"GPU groups x layout patterns: {len(sp.groups):,} groups of GPUs the model can tell apart "
+                f"(current layout, kept instances, running workloads, pins), up to {n_pat} patterns each",
+                "plan the fleet in parts (one inventory per part), or let idle GPUs with differing layouts be "
+                "reset so that they group")
+    if stage == "anti-affinity":
+        scope = f.problem.policy.anti_affinity_scope
+        hosts = len({g.host for g in sp.groups})
+        extra = f" x {hosts:,} hosts" if scope == "host" else ""
+        return (f"anti-affinity sets x profile subsets{extra}: {len(sets):,} sets over {len(sp.classes):,} "
+                f"workload classes, up to {2 ** HALL_MAX - 1} Hall rows per set and model",
+                "use fewer, larger anti-affinity sets (one per service, not one per pair of workloads), the "
+                "gpu scope instead of host, or plan the fleet in parts")
+    pinned = sum(1 for c in sp.classes if c.special)
+    return (f"workload classes x profiles x GPU groups: {len(sp.classes):,} classes ({pinned:,} pinned, "
+            f"planned per GPU group) and {len(sp.groups):,} GPU groups",
+            "plan the fleet or the workloads in parts, or use fewer distinct pins")
+
+
 def formulate(problem: Problem, split: Split, weights: Weights | None = None, *,
-              place_all: bool = False) -> Formulation:
-    """The program for `problem`; `place_all` forces u = 0 (used for the GPU lower bound)."""
-    f = Formulation(problem, split)
-    _variables(f)
-    if place_all:
-        for v in f.u.values():
-            f.milp.upper[v] = 0.0
-    _one_pattern_per_gpu(f)
-    _balance(f)
-    _capacity(f)
-    _spread(f)
-    _keep_free(f)
+              place_all: bool = False, limit: SizeLimit | None = None) -> Formulation:
+    """The program for `problem`; `place_all` forces u = 0 (used for the GPU lower bound).
+
+    Raises PlanError the moment the model passes `limit` (default `LIMIT`), naming its size and cause."""
+    f = Formulation(problem, split, Milp(limit=LIMIT if limit is None else limit))
+    steps = {"patterns": _patterns, "placements": _variables, "gpus": _one_pattern_per_gpu, "balance": _balance,
+             "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free}
+    stage = _STAGES[0]
+    try:
+        for stage in _STAGES:
+            steps[stage](f)
+            if stage == "placements" and place_all:
+                for v in f.u.values():
+                    f.milp.upper[v] = 0.0
+            f.sizes[stage] = (len(f.milp.names), len(f.milp.rows), f.milp.nonzeros)
+    except ModelTooLarge as err:
+        cause, todo = _cause(f, stage)
+        raise PlanError(
+            f"the model is too large to solve: building its {stage} part it passed {err.limit:,} {err.what} "
+            f"({err.variables:,} variables, {err.rows:,} rows, {err.nonzeros:,} nonzero coefficients so far; "
+            f"limits {_limits(f.milp.limit)}); cause: {cause}", hint=todo) from None
     _objective(f, weights or problem.policy.weights)
     return f
 
 
-__all__ = ["Formulation", "PatternInfo", "formulate", "group_patterns", "key", "waste"]
+def _limits(lim: SizeLimit) -> str:
+    return ", ".join(f"{n} {v:,}" for n, v in (("variables", lim.variables), ("rows", lim.rows),
+                                                ("nonzeros", lim.nonzeros)) if v is not None)
+
+
+__all__ = ["LIMIT", "MAX_NONZEROS", "MAX_ROWS", "MAX_VARIABLES", "Formulation", "PatternInfo", "formulate",
+           "group_patterns", "key", "waste"]

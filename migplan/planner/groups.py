@@ -4,7 +4,7 @@ Two GPUs share a group when the model sees no difference between them: same mode
 instances that must stay, running workloads (by class) on which instances, and the same pin / host
 tag. Two items share a class when they fit the same profiles, need the same slices, have the same
 value, pin and anti-affinity sets. The integer program then counts GPUs per (group, pattern) and
-items per (class, model or group, profile).
+items per (class, model, profile), or per (class, group, profile) for pinned classes.
 """
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ class Klass:
 
     @property
     def special(self) -> bool:
-        """Pinned or anti-affine classes are planned per GPU group, the rest per model."""
-        return bool(self.sample.pin_host or self.sample.groups)
+        """Pinned classes are planned per GPU group (the groups on their host), the rest per model."""
+        return self.sample.pin_host is not None
+
+    @property
+    def anti(self) -> bool:
+        """Members of anti-affinity sets: planned per model like ordinary classes, spread by counting rows
+        per set (never per set and GPU group: that product is what made the model explode)."""
+        return bool(self.sample.groups)
 
 
 @dataclass

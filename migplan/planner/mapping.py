@@ -1,16 +1,25 @@
 """From counts to concrete GPUs and workloads (pure, deterministic).
 
 GPUs of a group take the group's patterns in pattern order, in (host, index) order. Running items
-whose instance the pattern keeps stay on it; the rest join their class's queue. Pinned and anti-affine
-classes are placed first (lowest free start on the first GPU of the group that breaks no spread rule),
-then every other class fills free instances of its profile model-wide in GPU order. Each GPU's target
-is its kept instances plus the instances that received a workload; a GPU whose pattern is its current
-layout keeps that layout as it is.
+whose instance the pattern keeps stay on it; the rest join their class's queue. Then, in this order:
+
+1. pinned classes (per group): scarcest profile first, lowest free start on the first GPU of the group
+   that breaks no spread rule;
+2. anti-affine classes (per model): scarcest profile first, larger sets first, each member on the GPU
+   of the model with the most free instances of its profile that holds no other member of its sets
+   (host scope: whose host holds none);
+3. every other class fills free instances of its profile model-wide in GPU order;
+4. a pinned or anti-affine member still without a place takes any free instance it fits on a GPU that
+   breaks no spread rule (smallest profile first); one that finds none is reported, never misplaced.
+
+Each GPU's target is its kept instances plus the instances that received a workload; a GPU whose
+pattern is its current layout keeps that layout as it is.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import heapq
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
@@ -76,6 +85,16 @@ def _conflict(it: Item, gpu: GpuState, where: dict[str, set[object]], scope: str
     return any(spot in where[a] for a in it.groups)
 
 
+def _pin_ok(it: Item, gpu: GpuState) -> bool:
+    return it.pin_host is None or (it.pin_host == gpu.host and (it.pin_gpu is None or it.pin_gpu == gpu.index))
+
+
+def _set_name(a: str) -> str:
+    """'aa:web' -> "anti-affinity set 'web'", 'replicas:db' -> "the replicas of 'db'"."""
+    kind, _, name = a.partition(":")
+    return f"the replicas of '{name}'" if kind == "replicas" else f"anti-affinity set '{name}'"
+
+
 def _take(slots: _Slots, q: str) -> Instance:
     inst = slots.free[q].pop(0)
     slots.used.append(inst)
@@ -125,7 +144,7 @@ class _Mapper:
         return (sum(1 for x in self.slots[gi] if x.free.get(q)), c, gi, q)
 
     def special(self) -> None:
-        """Pinned / anti-affine items, scarcest profile first (fewest GPUs offering it)."""
+        """Pinned items, scarcest profile first (fewest GPUs offering it)."""
         reqs = [k for k, var in sorted(self.f.y_group.items()) for _ in range(self.count(var))]
         for c, gi, q in sorted(reqs, key=self._scarcity):
             if self.queue[c]:
@@ -136,22 +155,88 @@ class _Mapper:
                     self.queue[c].pop(0)
                     self.place(it, sl, q)
 
-    def pool(self) -> None:
+    def _by_model(self) -> dict[str, list[_Slots]]:
         by_model: dict[str, list[_Slots]] = defaultdict(list)
         for g in self.f.split.groups:
             by_model[g.model].extend(self.slots[g.idx])
+        return by_model
+
+    def anti(self) -> None:
+        """Anti-affine items (per model): scarcest profile first, then larger sets; each on the GPU with the
+        most free instances of its profile where it breaks no spread rule (a heap per model and profile)."""
+        classes = {c.idx: c for c in self.f.split.classes}
+        by_model = self._by_model()
+        size = Counter(a for it in self.f.problem.items for a in it.groups)
+        heaps: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for (c, model_id, q), var in self.f.y_pool.items():
+            if classes[c].anti and (model_id, q) not in heaps:
+                heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(by_model[model_id])
+                                        if sl.free.get(q)]
+                heapq.heapify(heaps[(model_id, q)])
+        reqs = [(len(heaps[(m, q)]), -max(size[a] for a in classes[c].sample.groups), c, m, q)
+                for (c, m, q), var in sorted(self.f.y_pool.items()) if classes[c].anti
+                for _ in range(self.count(var))]
+        for _, _, c, model_id, q in sorted(reqs):
+            if not self.queue[c]:
+                continue
+            it, heap, slots = self.queue[c][0], heaps[(model_id, q)], by_model[model_id]
+            aside: list[tuple[int, int]] = []
+            chosen = None
+            while heap:
+                neg, i = heapq.heappop(heap)
+                if -neg != len(slots[i].free.get(q, ())):
+                    continue  # stale: the count changed since this entry was pushed
+                if _conflict(it, slots[i].gpu, self.spots, self.scope):
+                    aside.append((neg, i))
+                    continue
+                chosen = i
+                break
+            for e in aside:
+                heapq.heappush(heap, e)
+            if chosen is not None:
+                self.queue[c].pop(0)
+                self.place(it, slots[chosen], q)
+                if slots[chosen].free.get(q):
+                    heapq.heappush(heap, (-len(slots[chosen].free[q]), chosen))
+
+    def pool(self) -> None:
+        classes = {c.idx: c for c in self.f.split.classes}
+        by_model = self._by_model()
         for (c, model_id, q), var in sorted(self.f.y_pool.items()):
+            if classes[c].anti:
+                continue
             todo = self.count(var)
             for sl in by_model[model_id]:
                 while todo and self.queue[c] and sl.free.get(q):
                     self.place(self.queue[c].pop(0), sl, q)
                     todo -= 1
 
+    def repair(self) -> None:
+        """Pinned or anti-affine items the steps above could not place: any free instance they fit on a GPU
+        (of their pin) that breaks no spread rule, smallest profile first. A class whose item finds none
+        is done: its other items would find none either."""
+        by_model = self._by_model()
+        for c in self.f.split.classes:
+            if not (c.anti or c.special):
+                continue
+            while self.queue[c.idx]:
+                it = self.queue[c.idx][0]
+                spot = next(((sl, q) for model_id, profs in it.fits for q in profs for sl in by_model[model_id]
+                             if sl.free.get(q) and _pin_ok(it, sl.gpu)
+                             and not _conflict(it, sl.gpu, self.spots, self.scope)), None)
+                if spot is None:
+                    break
+                self.queue[c.idx].pop(0)
+                self.place(it, *spot)
+
     def finish(self) -> Mapped:
+        where = "host" if self.scope == "host" else "GPU"
         for items in self.queue.values():
             for it in items:
-                self.m.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand "
-                                                    f"(priority {it.priority})")
+                spread = (f" on a {where} without another member of {', '.join(map(_set_name, it.groups))}"
+                          if it.groups else "")
+                self.m.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand"
+                                                    f"{spread} (priority {it.priority})")
         p = self.f.problem
         for gpu in p.gpus:
             if gpu.hold:
@@ -181,5 +266,7 @@ def map_solution(f: Formulation, values: tuple[float, ...]) -> Mapped:
     mp = _Mapper(f, values)
     mp.lay_out()
     mp.special()
+    mp.anti()
     mp.pool()
+    mp.repair()
     return mp.finish()

@@ -15,9 +15,29 @@ Terms = dict[int, float]
 SOLVERS = ("cbc", "highs")  # the back ends `migplan.adapters.solver` implements
 
 
+@dataclass(frozen=True)
+class SizeLimit:
+    """The most variables, rows and nonzero coefficients a `Milp` may grow to (None: no limit)."""
+
+    variables: int | None = None
+    rows: int | None = None
+    nonzeros: int | None = None
+
+
+class ModelTooLarge(Exception):  # noqa: N818 - a signal to the formulation, which reports a PlanError
+    """Raised by `Milp.var`/`Milp.add` the moment the model would pass its `SizeLimit`."""
+
+    def __init__(self, what: str, limit: int, variables: int, rows: int, nonzeros: int) -> None:
+        super().__init__(f"more than {limit:,} {what}")
+        self.what, self.limit = what, limit
+        self.variables, self.rows, self.nonzeros = variables, rows, nonzeros
+
+
 @dataclass
 class Milp:
-    """minimise  c.x  s.t.  each labelled row  a.x (<=|>=|==) b,  lb <= x <= ub,  some x integer."""
+    """minimise  c.x  s.t.  each labelled row  a.x (<=|>=|==) b,  lb <= x <= ub,  some x integer.
+
+    `limit` is checked while the model is built, so an oversized model stops before it fills memory."""
 
     names: list[str] = field(default_factory=list)
     lower: list[float] = field(default_factory=list)

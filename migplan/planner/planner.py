@@ -16,9 +16,9 @@ from migplan.fleet.state import FleetState
 from migplan.layout import used_compute
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import formulate
-from migplan.planner.groups import Split, split
+from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
-from migplan.planner.milp import Solver, SolveResult
+from migplan.planner.milp import SizeLimit, Solver, SolveResult
 from migplan.planner.plan import (
     GpuPlan,
     Plan,
@@ -123,11 +123,25 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
         headroom_rule=headroom_rule(problem.policy), memory_warning=memory_warning(problem.policy, below_peak))
 
 
-def _solve(problem: Problem, sp: Split, solver: Solver,
-           progress: Progress) -> tuple[Mapped, SolveResult, dict[int, int]]:
-    f = formulate(problem, sp)
-    progress(f"model: {len(f.milp.names)} variables, {len(f.milp.rows)} rows "
-             f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes)")
+def _left_out(problem: Problem, sp: Split, mapped: Mapped) -> dict[int, int]:
+    """Items per class the plan leaves out (what the mapping did, which may differ from the solver's u when
+    an anti-affine member could not be spread): the lower bound then compares with the plan itself."""
+    klass = {c.key: c.idx for c in sp.classes}
+    out: dict[int, int] = {c.idx: 0 for c in sp.classes}
+    for it in problem.items:
+        k = class_key(it)
+        if it.name not in mapped.placed and it.name not in sp.unplaced and k in klass:
+            out[klass[k]] += 1
+    return out
+
+
+def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
+           limit: SizeLimit | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
+    f = formulate(problem, sp, limit=limit)
+    sets = len({a for c in sp.classes for a in c.sample.groups})
+    progress(f"model: {len(f.milp.names)} variables, {len(f.milp.rows)} rows, {f.milp.nonzeros} nonzeros "
+             f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes"
+             + (f", {sets} anti-affinity sets" if sets else "") + ")")
     res = solver.solve(f.milp)
     progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
     if not res.status.has_solution:
@@ -137,15 +151,17 @@ def _solve(problem: Problem, sp: Split, solver: Solver,
     if bad:
         raise PlanError(f"the solver's answer breaks {len(bad)} row(s), e.g. {', '.join(bad[:5])}",
                         hint="try the other solver (--solver) or a longer --time-limit")
-    left_out = {c: round(res.values[v]) for c, v in f.u.items()}
-    return map_solution(f, res.values), res, left_out
+    mapped = map_solution(f, res.values)
+    return mapped, res, _left_out(problem, sp, mapped)
 
 
 def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
-                 progress: Progress | None = None, lower_bound: bool = True) -> Plan:
+                 progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None) -> Plan:
+    """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
+    model is refused with a PlanError while it is built, before it can fill memory."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
-    mapped, res, left_out = _solve(problem, sp, solver, say)
+    mapped, res, left_out = _solve(problem, sp, solver, say, limit)
     for name, reason in problem.rejected:
         mapped.unplaced[name] = reason
     lb = gpu_lower_bound(problem, sp, solver, left_out) if lower_bound else None
