@@ -113,7 +113,8 @@ def anti_affinity_sets(ws: list[Workload], members: int, rng: random.Random) -> 
         sets.append(chosen[:size])
         chosen = chosen[size:]
     if len(sets) > 1 and len(sets[-1]) == 1:
-        sets[-2] += sets.pop()
+        last = sets.pop()
+        sets[-1] += last
     label = {i: f"set{k:04d}" for k, members_ in enumerate(sets) for i in members_}
     return [dataclasses.replace(w, anti_affinity=label[i]) if i in label else w for i, w in enumerate(ws)]
 

@@ -29,6 +29,7 @@ from migplan.layout import Instance, Layout, check_layout
 from migplan.yamldoc import Node
 
 INVENTORY_VERSION = 1
+DEFAULT_LOCK_FILE = "/run/lock/migplan-apply.lock"  # FHS lock directory, writable by every user
 HOOK_STAGES = ("pre_apply", "post_apply")
 MAX_HOSTS_PER_PATTERN = 10_000  # `gpu[0:99999999]` is a typo, not a fleet
 MAX_HOSTS = 100_000
@@ -72,6 +73,7 @@ class Host:
     # As declared, so that they also apply to GPUs found by discovery (`discover: true`).
     reserved_gpus: tuple[int, ...] = ()
     excluded_gpus: tuple[int, ...] = ()
+    lock_file: str = DEFAULT_LOCK_FILE  # the apply lock on the host (flock)
 
     def gpu(self, index: int) -> DeclaredGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -107,7 +109,7 @@ class Inventory:
 
 # --- shared settings (host, group and top-level vars use the same keys) ----------------------
 
-_SETTING_KEYS = {"address", "port", "user", "key_file", "become", "labels", "reserved_gpus",
+_SETTING_KEYS = {"lock_file", "address", "port", "user", "key_file", "become", "labels", "reserved_gpus",
                  "excluded_gpus", "hooks", "discover", "gpus"}
 
 
@@ -235,6 +237,7 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "port": _port,
         "user": _user,
         "key_file": _key_file,
+        "lock_file": _lock_file,
         "become": _become,
         "labels": _labels,
         "reserved_gpus": _index_list,
@@ -250,6 +253,15 @@ def _address(node: Node) -> str:
     v = node.str()
     if not names.ADDRESS.fullmatch(v):
         node.fail(f"{v!r} is not a host name or IP address")
+    return v
+
+
+def _lock_file(node: Node) -> str:
+    """An absolute path on the host, put on a command line as one token (so: plain characters only)."""
+    v = node.str()
+    if not v.startswith("/") or not names.SAFE_TOKEN.fullmatch(v) or len(v) > 255:
+        node.fail(f"{v!r} is not an absolute path of letters, digits and ./_-",
+                  hint=f"the default is {DEFAULT_LOCK_FILE}")
     return v
 
 
@@ -310,6 +322,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
         port=v.get("port"),
         user=v.get("user"),
         key_file=v.get("key_file"),
+        lock_file=v.get("lock_file", DEFAULT_LOCK_FILE),
         become=v.get("become", ()),
         groups=groups,
         labels=tuple(sorted(v.get("labels", {}).items())),

@@ -7,8 +7,12 @@ the already occupied memory slices"):
   * no two instances share a memory slice;
   * the compute slices of all instances fit in the GPU's total (7 on A100/H100, 4 on A30);
   * no profile exceeds its "Instances Total" (`-lgip`);
-  * at most one instance with media extensions (UG: "A single 1g profile can include media
-    extensions").
+  * at most one instance with media extensions, the `+me` variant (UG: "A single 1g profile can
+    include media extensions"; `+me.all`, `-me` and `+gfx` are other variants, see below);
+  * the instances together use no more copy engines, decoders, encoders, JPEG decoders and optical
+    flow accelerators than the GPU has: the model's engine budget, by default the whole-GPU profile's
+    `-lgip` engine columns (docs/mig-geometry.md §1). This is what keeps `1g.24gb+me.all` (all four
+    decoders of an RTX PRO 6000) from sharing the GPU with anything but `-me` instances.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from migplan.catalog.geometry import GiProfile, GpuModel
+from migplan.catalog.geometry import ENGINE_NAMES, Engines, GiProfile, GpuModel
 from migplan.errors import CatalogError, InputError, LayoutError
 from migplan.names import is_ascii_digits
 
@@ -85,7 +89,7 @@ class Layout:
 class Conflict:
     """One broken rule, with the instances involved."""
 
-    rule: str  # unknown-profile | bad-start | overlap | compute | max-count | media-extensions
+    rule: str  # unknown-profile | bad-start | overlap | compute | max-count | media-extensions | engines
     message: str
     instances: tuple[Instance, ...]
 
@@ -137,6 +141,14 @@ def check_layout(model: GpuModel, layout: Layout) -> list[Conflict]:
     if len(me) > 1:
         conflicts.append(Conflict("media-extensions", "more than one instance with media extensions (+me)",
                                   tuple(me)))
+    total = sum((p.engines for _, p in known), Engines())
+    for kind, most in model.engine_limits.items():
+        need = total.get(kind)
+        if need > most:
+            users = tuple(i for i, p in known if p.engines.get(kind))
+            detail = ", ".join(f"{i} uses {p.engines.get(kind)}" for i, p in known if p.engines.get(kind))
+            conflicts.append(Conflict("engines", f"instances need {need} {ENGINE_NAMES[kind]} ({detail}) but "
+                                      f"{model.id} has {most}", users))
     return conflicts
 
 
@@ -174,14 +186,28 @@ def _select(model: GpuModel, include: Iterable[str] | None) -> list[GiProfile]:
 _Chain = tuple[int, "_Chain"] | None  # chosen candidates, newest first (enumerate_layouts)
 
 
+def _budget(model: GpuModel, profiles: Sequence[GiProfile]) -> list[tuple[int, list[int]]]:
+    """(limit, use of each candidate) for every shared resource the candidates could exhaust: the engine
+    budget by kind, and the one `+me` instance. Resources no combination can exhaust are left out."""
+    distinct = {p.name: p for p in profiles}.values()
+    out = []
+    for kind, limit in model.engine_limits.items():
+        if sum(p.engines.get(kind) * p.max_count for p in distinct) > limit:
+            out.append((limit, [p.engines.get(kind) for p in profiles]))
+    if sum(p.max_count for p in distinct if p.media_extensions) > 1:
+        out.append((1, [int(p.media_extensions) for p in profiles]))
+    return out
+
+
 def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
                       maximal: bool = False, limit: int = MAX_LAYOUTS,
                       max_steps: int = MAX_ENUMERATION_STEPS) -> list[Layout]:
     """All valid layouts (or only the maximal ones) built from `profiles`.
 
-    By default the plain profiles are used: a `+me` variant is interchangeable with one plain
-    instance of the same size, so it adds no new geometry. A layout is maximal when no further
-    instance of the chosen profiles fits (memory slices, compute slices and max counts).
+    By default the plain profiles are used: a variant (`+me`, `+me.all`, `-me`, `+gfx`) occupies the
+    slices of one plain instance of the same size, so it adds no new geometry. A layout is maximal
+    when no further instance of the chosen profiles fits (memory slices, compute slices, max counts,
+    the engine budget and the one `+me` instance).
     Sorted deterministically (by instance list).
 
     Iterative (an explicit stack, so no recursion limit) and bounded: more than `limit` valid
@@ -191,18 +217,24 @@ def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
     cands = _candidates(model, _select(model, profiles))
     names = sorted({p.name for _, p, _ in cands})
     slot = {name: i for i, name in enumerate(names)}
-    # (instance, profile slot, memory mask, compute slices, max count) per candidate
-    table = [(inst, slot[prof.name], mask, prof.compute_slices, prof.max_count) for inst, prof, mask in cands]
+    most = {p.name: p.max_count for _, p, _ in cands}
+    budget = _budget(model, [p for _, p, _ in cands])
+    # `counts` of a state: instances per profile, then the use of each binding budget; `caps` their limits
+    caps = tuple([most[n] for n in names] + [lim for lim, _ in budget])
+    # (instance, memory mask, compute slices, ((count index, amount), ...)) per candidate
+    table = [(inst, mask, prof.compute_slices,
+              ((slot[prof.name], 1), *((len(names) + j, use[k]) for j, (_, use) in enumerate(budget) if use[k])))
+             for k, (inst, prof, mask) in enumerate(cands)]
     total_g = model.compute_slices
 
     def fits(c: int, used_mask: int, used_g: int, counts: tuple[int, ...]) -> bool:
-        _, p, mask, g, most = table[c]
-        return not mask & used_mask and used_g + g <= total_g and counts[p] < most
+        _, mask, g, adds = table[c]
+        return not mask & used_mask and used_g + g <= total_g and all(counts[i] + n <= caps[i] for i, n in adds)
 
     out: list[Layout] = []
-    # A state: (first candidate to try, memory mask, compute slices used, depth, chosen, counts per
-    # profile); `chosen` is a chain (candidate, parent chain), so a push copies nothing that grows.
-    stack: list[tuple[int, int, int, int, _Chain, tuple[int, ...]]] = [(0, 0, 0, 0, None, (0,) * len(names))]
+    # A state: (first candidate to try, memory mask, compute slices used, depth, chosen, counts);
+    # `chosen` is a chain (candidate, parent chain), so a push copies nothing that grows.
+    stack: list[tuple[int, int, int, int, _Chain, tuple[int, ...]]] = [(0, 0, 0, 0, None, (0,) * len(caps))]
     visited = steps = 0
     while stack:
         first, used_mask, used_g, depth, chosen, counts = stack.pop()
@@ -221,10 +253,12 @@ def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
             out.append(Layout.of(instances))
         for c in range(len(table) - 1, first - 1, -1):  # pushed in reverse: popped in candidate order
             if fits(c, used_mask, used_g, counts):
-                _, p, mask, g, _ = table[c]
+                _, mask, g, adds = table[c]
                 steps += len(counts)
-                stack.append((c + 1, used_mask | mask, used_g + g, depth + 1, (c, chosen),
-                              counts[:p] + (counts[p] + 1,) + counts[p + 1:]))
+                grown = list(counts)
+                for i, n in adds:
+                    grown[i] += n
+                stack.append((c + 1, used_mask | mask, used_g + g, depth + 1, (c, chosen), tuple(grown)))
     return sorted(out, key=lambda lay: [(i.start, i.profile) for i in lay.instances])
 
 

@@ -3,6 +3,7 @@ and every GPU ends as planned or exactly as before (the fleet tests do the same 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from migplan.layout import Layout  # noqa: E402
 from migplan.planner import Plan, plan  # noqa: E402
 
 CAT = builtin_catalog()
-HOST = Host(name="h1", address="h1")
+HOST = Host(name="h1", address="h1", lock_file=f"/tmp/migplan-test-apply-{os.getpid()}.lock")
 
 
 def _runner(state: Path) -> LocalRunner:
@@ -116,3 +117,17 @@ def test_a_failing_create_rolls_back_to_the_checkpoint(host: Path) -> None:
     first = next(r for r in res.values() if r.commands)
     assert first.outcome is GpuOutcome.ROLLED_BACK and "Insufficient Resources" in first.reason
     assert _layouts(host)[first.gpu] == before[first.gpu]
+
+
+def test_one_apply_per_host_and_the_lock_goes_with_its_holder(host: Path) -> None:
+    from migplan.adapters.host_lock import HostLocked, acquire
+
+    p = _plan(host, wl("b", 9000))
+    held = acquire(_runner(host), HOST.lock_file)
+    try:
+        with pytest.raises(HostLocked, match="another migplan apply is running"):
+            apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
+    finally:
+        held.release()
+    res = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
+    assert {r.outcome for r in res.gpus} <= {GpuOutcome.APPLIED, GpuOutcome.UNCHANGED}

@@ -18,6 +18,12 @@ EXPECTED = {
                                         "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0}),
     "A100-SXM4-80GB": ("ampere", 7, 8, {"1g.10gb": 19, "3g.40gb": 9, "7g.80gb": 0}),
     "H100-SXM5-80GB": ("hopper", 7, 8, {"1g.10gb": 19, "1g.20gb": 15, "2g.20gb": 14, "7g.80gb": 0}),
+    "H100-PCIE-80GB": ("hopper", 7, 8, {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "7g.80gb": 0}),
+    "A800-80GB": ("ampere", 7, 8, {"1g.10gb": 19, "7g.80gb": 0}),
+    "RTX-PRO-6000-SE": ("blackwell", 4, 12, {"1g.24gb": 14, "1g.24gb+me": 21, "1g.24gb+gfx": 47,
+                                             "1g.24gb+me.all": 65, "1g.24gb-me": 67, "2g.48gb": 5, "2g.48gb+gfx": 35,
+                                             "2g.48gb+me.all": 64, "2g.48gb-me": 66, "4g.96gb": 0, "4g.96gb+gfx": 32}),
+    "RTX-PRO-6000-WS": ("blackwell", 4, 12, {"1g.24gb": 14, "1g.24gb+me.all": 65, "4g.96gb": 0}),
     "H100-NVL": ("hopper", 7, 8, {"1g.12gb": 19, "3g.47gb": 9, "7g.94gb": 0}),
     "H200-141GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.141gb": 0}),
     "GH200-96GB": ("hopper", 7, 8, {"1g.12gb": 19, "7g.96gb": 0}),
@@ -38,7 +44,7 @@ def test_model_profiles(model_id: str) -> None:
 
 
 def test_unverified_models_are_marked() -> None:
-    assert {m.id for m in CAT if not m.verified} == {"GH200-144GB", "B200"}
+    assert {m.id for m in CAT if not m.verified} == {"GH200-144GB", "B200", "A800-80GB", "RTX-PRO-6000-WS"}
 
 
 def test_real_values_from_lgip() -> None:
@@ -49,6 +55,8 @@ def test_real_values_from_lgip() -> None:
     assert a100.profile("7g.40gb").sm_count == 98
     h100 = CAT.get("H100-SXM5-80GB")
     assert h100.profile("1g.20gb").sm_count == 26  # not 16*g: real output (docs/mig-geometry.md §4)
+    assert CAT.get("H100-PCIE-80GB").profile("1g.20gb").sm_count == 14  # the PCIe board: real H100_PCIE_570
+    assert CAT.get("H100-PCIE-80GB").sm_total == 114
     assert h100.profile("1g.20gb").ci_default_id == 7  # GH200/Hopper: 1_SLICE_REV1
     assert CAT.get("A30").profile("2g.12gb").starts == (0, 2)
 
@@ -60,6 +68,14 @@ def test_real_values_from_lgip() -> None:
     ("NVIDIA A100 80GB PCIe", 81920, None, "A100-SXM4-80GB"),
     ("NVIDIA A100-SXM4-80GB", 81251, None, "A100-SXM4-80GB"),
     ("NVIDIA H100 80GB HBM3", 81559, None, "H100-SXM5-80GB"),
+    ("NVIDIA H100 PCIe", 81559, "0x233110DE", "H100-PCIE-80GB"),
+    ("H100 renamed", None, "0x233110DE", "H100-PCIE-80GB"),
+    ("NVIDIA GH200 480GB", 97871, "0x233D10DE", "GH200-96GB"),
+    ("NVIDIA A800 80GB PCIe", 81920, None, "A800-80GB"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, "0x2BB510DE", "RTX-PRO-6000-SE"),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887, None, "RTX-PRO-6000-WS"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None, None, "RTX-PRO-6000-WS"),
+    ("NVIDIA B200", None, None, "B200"),
     ("NVIDIA H100 NVL", 95830, None, "H100-NVL"),
     ("NVIDIA H200", 143771, None, "H200-141GB"),
     ("NVIDIA A30", 24576, None, "A30"),

@@ -51,7 +51,7 @@ def test_every_enumerated_layout_is_valid_and_maximal_means_nothing_fits(model) 
     assert maximal
     for lay in maximal:
         assert check_layout(model, lay) == []
-        plain = [i for i in free_placements(model, lay) if not model.profile(i.profile).media_extensions]
+        plain = [i for i in free_placements(model, lay) if model.profile(i.profile) in model.plain_profiles]
         assert plain == [], f"{lay} is not maximal on {model.id}: {plain}"
     assert len(enumerate_layouts(model)) > len(maximal)
 

@@ -290,3 +290,15 @@ def test_default_plan_has_no_warning_and_exact_policy_rule() -> None:
     p = run(st, ps, EXACT)
     assert p.summary.headroom_rule == "none" and p.summary.memory_warning is None
     assert build_problem(st, ps, CAT, EXACT).items[0].demand.peak_mib == 4000
+
+
+def test_profiles_document_keeps_compute_p99(tmp_path: Path) -> None:
+    from migplan.documents import write_profiles
+
+    (w,) = load_profiles(_profile(tmp_path, "{p50: 10.5, p95: 11, p99: 12, max: 13.01}",
+                                  "{p50: 0.1, p95: 0.2, p99: 0.25, max: 0.9}"))
+    out = tmp_path / "again.yaml"
+    write_profiles(out, [w])
+    (again,) = load_profiles(out)
+    assert again.compute.p99 == 0.25 and again.memory == MemoryStats(11, 11, 12, 14)
+    assert dataclasses.replace(again, source="") == dataclasses.replace(w, source="")

@@ -51,11 +51,12 @@ def test_builtin_catalog_round_trips_through_yaml(tmp_path: Path) -> None:
 
 
 def test_hostile_names_are_quoted(tmp_path: Path) -> None:
-    m = dataclasses.replace(CAT.get("A30"), id='X: "1"\n- evil', aliases=("a#b", "{c}"), source="x'y")
+    m = dataclasses.replace(CAT.get("A30"), id='X: "1" - evil', aliases=("a#b", "{c}"), source="x'y",
+                            drivers='R470: "quoted" #not-a-comment')
     path = tmp_path / "o.yaml"
     path.write_text(smi.render_catalog_yaml([m]))
     (back,) = load_catalog_file(path)
-    assert (back.id, back.aliases, back.source) == (m.id, m.aliases, m.source)
+    assert (back.id, back.aliases, back.source, back.drivers) == (m.id, m.aliases, m.source, m.drivers)
 
 
 def test_specific_junk_raises_parse_error() -> None:

@@ -83,6 +83,12 @@ class CommandRunner(Protocol):
                  timeout: float = DEFAULT_TIMEOUT) -> bytes: ...
 
 
+class Held(Protocol):
+    """A command kept running to hold something (a lock) until `release()`, or until the connection dies."""
+
+    def release(self) -> None: ...
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 class HostError(MigplanError):
@@ -147,6 +153,17 @@ class TransferError(HostError):
 
 class RemoteFileMissing(TransferError):
     code = "remote-file-missing"
+
+
+class HoldFailed(HostError):
+    """A command meant to keep running (see `hold`) exited at once; `exit_code` and `stderr` say why."""
+
+    code = "hold-failed"
+
+    def __init__(self, host: str, message: str, *, exit_code: int, stderr: str) -> None:
+        super().__init__(host, message)
+        self.exit_code = exit_code
+        self.stderr = stderr
 
 
 class BadCommand(MigplanError):
@@ -267,6 +284,20 @@ def check_become(host: str, become: Sequence[str], done: Completed) -> Completed
 
 # --- local runner --------------------------------------------------------------------------------
 
+class _LocalHeld:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    def release(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()  # the holder (`cat`) reads end-of-file and exits
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
 class LocalRunner:
     """Runs argv on this machine with subprocess (no shell), optionally behind a become prefix."""
 
@@ -288,6 +319,30 @@ class LocalRunner:
         done = Completed(tuple(full), code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          time.monotonic() - start)
         return check_become(self._host, self._become, done)
+
+    def hold(self, argv: Sequence[str], *, ready: str, timeout: float = DEFAULT_TIMEOUT) -> Held:
+        """Start `argv` (without the become prefix) and keep it running, its stdin open, until `release()`;
+        it counts as started once its output contains `ready`. If it exits first: HoldFailed."""
+        command_line(argv)
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=self._env)
+        except OSError as err:
+            raise HostError(self._host, f"cannot run '{argv[0]}': {err.strerror}") from None
+        assert proc.stdout is not None
+        seen, deadline = b"", time.monotonic() + timeout
+        while ready.encode() not in seen:
+            line = proc.stdout.readline()  # the holder prints `ready` on a line of its own, then blocks
+            if not line:
+                code = proc.wait()
+                raise HoldFailed(self._host, f"'{argv[0]}' exited ({code}) before it was ready", exit_code=code,
+                                 stderr=seen.decode("utf-8", "replace"))
+            seen += line
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise CommandTimeout(self._host, f"'{argv[0]}' was not ready within {timeout:g} s")
+        return _LocalHeld(proc)
 
     def _spawn(self, full: tuple[str, ...], stdin: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
         command_line(full)  # same token rules as over SSH

@@ -60,6 +60,8 @@ from migplan.adapters.runner import (
     CommandTimeout,
     Completed,
     ConnectionLost,
+    Held,
+    HoldFailed,
     HostError,
     HostKeyChangedError,
     HostKeyRevokedError,
@@ -479,6 +481,16 @@ def _host_key_algorithms(known_types: Sequence[str], available: Sequence[str]) -
 
 # --- the runner ----------------------------------------------------------------------------
 
+class _SshHeld:
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self._chan = chan
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.shutdown_write()  # end-of-file on the holder's stdin
+        self._chan.close()
+
+
 class SshRunner:
     """Runs argv on one host over a single SSH connection, opened on first use and kept open.
 
@@ -517,6 +529,44 @@ class SshRunner:
         done = Completed(full, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          time.monotonic() - start)
         return check_become(self.host, self.target.become, done)
+
+    def hold(self, argv: Sequence[str], *, ready: str, timeout: float = DEFAULT_TIMEOUT) -> Held:
+        """Start `argv` (without the become prefix) on its own channel and keep it running until `release()`.
+
+        The channel is what keeps it alive: when we close it, or the connection dies (migplan killed, the
+        network gone), sshd closes the command's stdin and it ends. That is how the host lock never
+        outlives a dead session. Ready once its output (stdout or stderr) contains `ready`; if it exits
+        first: HoldFailed."""
+        line = command_line(argv)
+        with self._lock:
+            transport = self._transport()
+            log.debug("%s: holding %s", self.host, line)
+            try:
+                chan = transport.open_session(timeout=self._options.connect_timeout)
+                chan.exec_command(line)
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                self.close()
+                raise ConnectionLost(self.host, f"cannot start '{argv[0]}': {_reason(err)}") from None
+        seen, deadline = b"", time.monotonic() + timeout
+        while ready.encode() not in seen:
+            if chan.recv_ready():
+                seen += chan.recv(4096)
+                continue
+            if chan.recv_stderr_ready():
+                seen += chan.recv_stderr(4096)
+                continue
+            if chan.exit_status_ready():
+                code = chan.recv_exit_status()
+                while chan.recv_ready() or chan.recv_stderr_ready():
+                    seen += chan.recv(4096) if chan.recv_ready() else chan.recv_stderr(4096)
+                chan.close()
+                raise HoldFailed(self.host, f"'{argv[0]}' exited ({code}) before it was ready", exit_code=code,
+                                 stderr=seen.decode("utf-8", "replace"))
+            if time.monotonic() > deadline:
+                chan.close()
+                raise CommandTimeout(self.host, f"'{argv[0]}' was not ready within {timeout:g} s")
+            time.sleep(0.005)
+        return _SshHeld(chan)
 
     def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
              keep_stdout: bool) -> tuple[int, bytes, bytes]:

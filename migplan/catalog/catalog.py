@@ -9,8 +9,9 @@ from migplan.catalog.geometry import GpuModel
 from migplan.errors import CatalogError
 
 _ADD_HINT = (
-    "add the model in a catalog file (see README, 'Catalog overrides') and pass it with --catalog, "
-    "or list the known models with 'migplan catalog list'"
+    "learn it from the host with 'migplan catalog learn --host H --gpu N --out FILE' and pass that file "
+    "with --catalog (or write a catalog file, see README, 'Catalog overrides'); "
+    "list the known models with 'migplan catalog list'"
 )
 
 
@@ -25,6 +26,8 @@ def normalise_name(name: str) -> str:
 @dataclass(frozen=True)
 class Catalog:
     models: tuple[GpuModel, ...]
+    # ids of models that came from override files: `match` prefers them when a name fits several models
+    overridden: frozenset[str] = frozenset()
 
     def __iter__(self) -> Iterator[GpuModel]:
         return iter(self.models)
@@ -63,7 +66,9 @@ class Catalog:
 
         The product name decides; the PCI device ID is used when the name is unknown; the total
         memory separates models that share a name (a MIG GPU's total is at least its full
-        profile's memory and within 10% of it).
+        profile's memory and within 10% of it); a model from an override file wins over a shipped
+        one. A PCI device ID the catalog does not list is not guessed at (e.g. 0x20B6, PG506, and
+        0x2329, H20, which have no real MIG output in migplan's sources): the error names the GPU.
         """
         candidates = [m for m in self.models if normalise_name(name) in self._names(m)]
         if not candidates and pci_device_id:
@@ -75,14 +80,17 @@ class Catalog:
         if not candidates:
             extra = f" (PCI device {pci_device_id})" if pci_device_id else ""
             raise CatalogError(f"GPU {name!r}{extra} is not in the MIG catalog", hint=_ADD_HINT)
-        return candidates[0]
+        preferred = [m for m in candidates if m.id in self.overridden]
+        return (preferred or candidates)[0]
 
     def merged(self, overrides: Iterable[GpuModel]) -> Catalog:
         """This catalog with models replaced (same id) or added by an override file."""
         models = {m.id: m for m in self.models}
+        added = set(self.overridden)
         for m in overrides:
             models[m.id] = m
-        return Catalog(tuple(models.values()))
+            added.add(m.id)
+        return Catalog(tuple(models.values()), frozenset(added))
 
 
 def pci_device(raw: str) -> str:

@@ -2,17 +2,67 @@
 
 Facts come from real `nvidia-smi mig -lgip` / `-lgipp` output (see data/models.yaml and the
 MIG User Guide, "Supported MIG Profiles"). Placements are in memory-slice units: NVML's
-nvmlGpuInstancePlacement_t.start is the "Index of first occupied memory slice".
+nvmlGpuInstancePlacement_t.start is the "Index of first occupied memory slice" (RTX PRO 6000
+Blackwell's `-lgipp` counts in twelfths: a quarter of the GPU is size 3).
+
+Profile variants (docs/mig-geometry.md §2): the part of a profile name after `<g>g.<gb>gb` -- ``""``
+(plain), ``+me``, ``+me.all``, ``-me``, ``+gfx``, or any other ``+attr[,attr]`` / ``-attr``.
+Engine budgets (docs/mig-geometry.md §1): the instances of one GPU together use at most the copy
+engines, decoders, encoders, JPEG decoders and optical-flow accelerators of the whole-GPU profile.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from migplan.errors import CatalogError
 
 ARCHITECTURES = ("ampere", "hopper", "blackwell")
+ENGINE_KINDS = ("ce", "dec", "enc", "jpeg", "ofa")
+ENGINE_NAMES = {"ce": "copy engines (CE)", "dec": "decoders (DEC)", "enc": "encoders (ENC)",
+                "jpeg": "JPEG decoders (JPEG)", "ofa": "optical flow accelerators (OFA)"}
+
+_SIZE = re.compile(r"(?a)(?:[0-9]{1,2}c\.)?[0-9]{1,2}g\.[0-9]{1,4}gb")
+_DRIVER = re.compile(r"(?a)[0-9]{2,4}(?:\.[0-9]{1,4}){0,2}")
+
+
+def profile_variant(name: str) -> str:
+    """`1g.24gb+me.all` -> '+me.all', `1g.24gb-me` -> '-me', `3g.20gb` -> '' (go-nvlib grammar
+    `[<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr]`); a name outside the grammar: from its first `+` or `-`."""
+    m = _SIZE.match(name)
+    if m is not None:
+        return name[m.end():]
+    cut = [i for i in (name.find("+"), name.find("-")) if i > 0]
+    return name[min(cut):] if cut else ""
+
+
+def driver_version(text: str) -> tuple[int, ...]:
+    """`470` (a driver branch, R470) or `525.85.12` -> (525, 85, 12); CatalogError for anything else."""
+    t = text.strip()
+    if t[:1] in ("R", "r"):
+        t = t[1:]
+    if not _DRIVER.fullmatch(t):
+        raise CatalogError(f"{text!r} is not a driver version", hint="write a branch or version, e.g. 470 or 525.85.12")
+    return tuple(int(x) for x in t.split("."))
+
+
+def default_ci_profile(architecture: str, compute_slices: int, memory_slices: int, one_slice_memory: int) -> int:
+    """The default compute-instance profile id (`-cgi ... -C`, `-lcip` `*`) of a GPU instance profile.
+
+    NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE by compute slices (real `-lcip` on A100/A30, `-C` on RTX PRO
+    6000); the double-memory 1g profile (1 compute slice, more memory slices than the model's smallest 1g)
+    on Hopper and later uses 1_SLICE_REV1 = 7 (real on GH200, `(ID  7)`; inferred for the other models).
+    On Ampere that profile's default was never seen: 0 (unverified). docs/mig-geometry.md §3.
+    """
+    if compute_slices == 1 and memory_slices > one_slice_memory and architecture != "ampere":
+        return 7
+    return _CI_ENUM.get(compute_slices, 0)
+
+
+# NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enum values (nvml.h), by compute slices.
+_CI_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 
 @dataclass(frozen=True)
@@ -22,6 +72,12 @@ class Engines:
     enc: int = 0
     jpeg: int = 0
     ofa: int = 0
+
+    def get(self, kind: str) -> int:
+        return int(getattr(self, kind))
+
+    def __add__(self, other: Engines) -> Engines:
+        return Engines(*(self.get(k) + other.get(k) for k in ENGINE_KINDS))
 
 
 @dataclass(frozen=True)
@@ -41,11 +97,26 @@ class GiProfile:
     ci_default_id: int = 0
     ci_default_verified: bool = True
     confidence: str = "real"
+    min_driver: str | None = None  # the oldest driver branch/version that offers this profile (None: all)
+
+    @property
+    def variant(self) -> str:
+        """The name's attribute suffix: '' (plain), '+me', '+me.all', '-me', '+gfx', ..."""
+        return profile_variant(self.name)
 
     @property
     def base_name(self) -> str:
-        """The plain profile a `+me` variant stands in for when enumerating layouts."""
-        return self.name[: -len("+me")] if self.media_extensions and self.name.endswith("+me") else self.name
+        """The plain profile of the same size (`1g.24gb` for `1g.24gb+me.all`)."""
+        v = self.variant
+        return self.name[: -len(v)] if v else self.name
+
+    def offered_by(self, driver: str) -> bool:
+        """Whether a driver (`535.183.01`, or a branch `535`) offers this profile (min_driver)."""
+        if self.min_driver is None:
+            return True
+        want, have = driver_version(self.min_driver), driver_version(driver)
+        have = have + (0,) * (len(want) - len(have))  # a bare branch `525` is taken as 525.0.0
+        return have[: len(want)] >= want
 
     @property
     def lgip_gib(self) -> str:
@@ -71,6 +142,10 @@ class GpuModel:
     verified: bool = True
     confidence: str = "real"
     source: str = ""
+    # Engine budget (kind, count); None: the whole-GPU profile's engines. A catalog lists only the kinds
+    # some source gives (B200: CE only), and only those are enforced.
+    engine_budget: tuple[tuple[str, int], ...] | None = None
+    drivers: str = ""  # the driver range this model's numbers hold for (docs/mig-geometry.md §10)
 
     @functools.cached_property
     def _by_name(self) -> dict[str, GiProfile]:
@@ -82,9 +157,18 @@ class GpuModel:
 
     @property
     def full_profile(self) -> GiProfile:
-        """The profile that takes the whole GPU (7g on A100/H100, 4g on A30)."""
+        """The plain profile that takes the whole GPU (7g on A100/H100, 4g on A30 and RTX PRO 6000)."""
         full = [p for p in self.profiles if p.memory_slices == self.memory_slices and not p.media_extensions]
-        return max(full, key=lambda p: p.compute_slices)
+        plain = [p for p in full if not p.variant]
+        return max(plain or full, key=lambda p: p.compute_slices)
+
+    @functools.cached_property
+    def engine_limits(self) -> dict[str, int]:
+        """Engines the instances of one GPU may use together, by kind (only these kinds are checked)."""
+        if self.engine_budget is not None:
+            return dict(self.engine_budget)
+        e = self.full_profile.engines
+        return {k: e.get(k) for k in ENGINE_KINDS}
 
     @property
     def sm_total(self) -> int:
@@ -126,5 +210,15 @@ class GpuModel:
 
     @property
     def plain_profiles(self) -> tuple[GiProfile, ...]:
-        """Profiles without media extensions, as used for enumeration and planning."""
-        return tuple(p for p in self.profiles if not p.media_extensions)
+        """Profiles without a variant suffix (`+me`, `+me.all`, `-me`, `+gfx`), as used for enumeration and
+        planning; a variant whose plain profile the model lacks counts as plain."""
+        names = {p.name for p in self.profiles}
+        return tuple(p for p in self.profiles
+                     if not p.media_extensions and (not p.variant or p.base_name not in names))
+
+    def for_driver(self, driver: str) -> GpuModel:
+        """This model as a host with `driver` (`535.183.01` or `535`) has it: profiles whose min_driver is
+        newer are left out. CatalogError for a malformed version."""
+        driver_version(driver)
+        kept = tuple(p for p in self.profiles if p.offered_by(driver))
+        return self if len(kept) == len(self.profiles) else replace(self, profiles=kept)

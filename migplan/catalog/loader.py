@@ -12,7 +12,11 @@ and enumeration, planning and `nvidia-smi` commands are built from it):
 * starts: distinct, inside the GPU (so at most 16);
 * names and ids: at most `MAX_NAME` (128) characters, no whitespace in profile names;
 * an override model must have at most `layout.MAX_LAYOUTS` valid layouts (checked at load time,
-  so that a runaway model is refused here with its line, not when it is enumerated later).
+  so that a runaway model is refused here with its line, not when it is enumerated later);
+* `min_driver` of a profile: a driver branch or version, `470` or `525.85.12` (an optional `R` prefix);
+* `engine_budget` of a model: a mapping of some of ce/dec/enc/jpeg/ofa to 0..`MAX_ENGINES`; without it
+  the whole-GPU profile's engines are the budget (docs/mig-geometry.md §1);
+* `drivers` of a model: free text, the driver range its numbers hold for.
 """
 
 from __future__ import annotations
@@ -24,7 +28,15 @@ from importlib import resources
 
 from migplan import yamldoc
 from migplan.catalog.catalog import Catalog
-from migplan.catalog.geometry import ARCHITECTURES, Engines, GiProfile, GpuModel
+from migplan.catalog.geometry import (
+    ARCHITECTURES,
+    ENGINE_KINDS,
+    Engines,
+    GiProfile,
+    GpuModel,
+    driver_version,
+    profile_variant,
+)
 from migplan.errors import CatalogError
 from migplan.names import MAX_MEMORY_MIB, MAX_MIG_SLICES
 from migplan.yamldoc import Node
@@ -35,15 +47,16 @@ MAX_PROFILE_ID = 255
 MAX_SM_COUNT = 1024
 MAX_ENGINES = 64
 MAX_NAME = 128
+MAX_NOTE = 2000
 
 _MODEL_KEYS = {
     "id", "aliases", "smi_names", "pci_device_ids", "architecture", "memory_slices", "compute_slices",
-    "verified", "confidence", "source", "profiles",
+    "verified", "confidence", "source", "profiles", "engine_budget", "drivers",
 }
 _MODEL_REQUIRED = {"id", "architecture", "memory_slices", "compute_slices", "profiles"}
 _PROFILE_KEYS = {
     "name", "id", "compute_slices", "memory_slices", "memory_mib", "max_count", "sm_count", "starts",
-    "media_extensions", "engines", "ci_default_id", "ci_default_verified", "confidence",
+    "media_extensions", "engines", "ci_default_id", "ci_default_verified", "confidence", "min_driver",
 }
 _PROFILE_REQUIRED = {"name", "id", "compute_slices", "memory_slices", "memory_mib", "max_count", "starts"}
 
@@ -56,6 +69,16 @@ def _name(node: Node) -> str:
         node.fail(f"is longer than {MAX_NAME} characters")
     if not v.isprintable():  # a "\e[2J" escape in a quoted string would reach the terminal via `catalog list`
         node.fail("contains control characters", hint="names are printed as they are: use plain text")
+    return v
+
+
+def _note(node: Node) -> str:
+    """Free text (a `drivers` note): printable, at most MAX_NOTE characters."""
+    v = node.str()
+    if len(v) > MAX_NOTE:
+        node.fail(f"is longer than {MAX_NOTE} characters")
+    if not v.isprintable():
+        node.fail("contains control characters", hint="notes are printed as they are: use plain text")
     return v
 
 
@@ -83,11 +106,15 @@ def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
             f["starts"].fail(f"start {s} with size {size} runs past memory slice {memory_slices - 1}")
     if len(set(starts)) != len(starts):
         f["starts"].fail("a start is listed twice")
-    engines = Engines()
-    if "engines" in f:
-        ef = f["engines"].fields({"ce", "dec", "enc", "jpeg", "ofa"})
-        engines = Engines(**{k: v.int(minimum=0, maximum=MAX_ENGINES) for k, v in ef.items()})
-    me = f["media_extensions"].bool() if "media_extensions" in f else name.endswith("+me")
+    engines = Engines(**_engines(f["engines"])) if "engines" in f else Engines()
+    me = f["media_extensions"].bool() if "media_extensions" in f else profile_variant(name) == "+me"
+    min_driver = None
+    if "min_driver" in f:
+        min_driver = _name(f["min_driver"])
+        try:
+            driver_version(min_driver)
+        except CatalogError as err:
+            f["min_driver"].fail(err.message, hint=err.hint)
     return GiProfile(
         name=name,
         id=f["id"].int(minimum=0, maximum=MAX_PROFILE_ID),
@@ -102,7 +129,12 @@ def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
         ci_default_id=f["ci_default_id"].int(minimum=0, maximum=MAX_PROFILE_ID) if "ci_default_id" in f else 0,
         ci_default_verified=f["ci_default_verified"].bool() if "ci_default_verified" in f else False,
         confidence=_name(f["confidence"]) if "confidence" in f else "user",
+        min_driver=min_driver,
     )
+
+
+def _engines(node: Node) -> dict[str, int]:
+    return {k: v.int(minimum=0, maximum=MAX_ENGINES) for k, v in node.fields(set(ENGINE_KINDS)).items()}
 
 
 _SLICES_HINT = f"MIG GPUs have at most 8 memory and 7 compute slices; migplan accepts up to {MAX_MIG_SLICES}"
@@ -165,6 +197,10 @@ def _checked_model(f: dict[str, Node], model_id: str, arch: str, profiles: list[
         verified=f["verified"].bool() if "verified" in f else False,
         confidence=_name(f["confidence"]) if "confidence" in f else "user",
         source=f["source"].str() if "source" in f else "",
+        engine_budget=(tuple((k, v) for k, v in sorted(_engines(f["engine_budget"]).items(),
+                                                        key=lambda kv: ENGINE_KINDS.index(kv[0])))
+                       if "engine_budget" in f else None),
+        drivers=_note(f["drivers"]) if "drivers" in f else "",
     )
 
 

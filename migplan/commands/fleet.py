@@ -141,15 +141,23 @@ def status(ctx: Context, req: FleetRequest, *, snapshot_path: str | None = None,
 
 # --- catalog learn -------------------------------------------------------------------------------
 
-_ARCH_BY_NAME = (("B2", "blackwell"), ("B1", "blackwell"), ("GB", "blackwell"), ("H1", "hopper"),
-                 ("H2", "hopper"), ("GH", "hopper"), ("A1", "ampere"), ("A3", "ampere"), ("A8", "ampere"))
+# Product names nvidia-smi prints (without "NVIDIA ") -> architecture, first match wins. Names seen in real
+# output or NVIDIA's product lists (docs/mig-geometry.md §9, §11): B100/B200/B300, GB200/GB300 and the RTX PRO
+# Blackwell cards; H100/H200/H20/H800 and GH200; A100/A30/A800 and the PG506 boards (Ampere).
+_ARCH_BY_NAME = (
+    (re.compile(r"(?ai)\bblackwell\b"), "blackwell"),
+    (re.compile(r"(?ai)^(?:GB[123]\d\d|B[123]\d\d)(?:\b|[A-Z-])"), "blackwell"),
+    (re.compile(r"(?ai)^(?:GH[12]\d\d|H[12]\d{1,2}|H800)(?:\b|[A-Z-])"), "hopper"),
+    (re.compile(r"(?ai)^(?:A100|A30|A800|PG506)(?:\b|[A-Z-])"), "ampere"),
+)
 
 
 def guess_model(name: str) -> tuple[str, str | None]:
-    """`NVIDIA H100 80GB HBM3` -> ('H100-80GB-HBM3', 'hopper')."""
+    """`NVIDIA H100 80GB HBM3` -> ('H100-80GB-HBM3', 'hopper'); None when the name tells no architecture
+    (then `catalog learn` asks for --architecture)."""
     base = re.sub(r"^NVIDIA\s+", "", name.strip())
     model_id = re.sub(r"[^A-Za-z0-9.]+", "-", base).strip("-") or "learned-gpu"
-    arch = next((a for prefix, a in _ARCH_BY_NAME if base.upper().startswith(prefix)), None)
+    arch = next((a for pattern, a in _ARCH_BY_NAME if pattern.search(base)), None)
     return model_id, arch
 
 

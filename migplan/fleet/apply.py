@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migplan import smi
+from migplan.adapters.host_lock import acquire
 from migplan.adapters.runner import CommandRunner, HostError
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog, GpuModel
@@ -200,8 +201,24 @@ class HostApplyResult:
 
 def apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
                options: ApplyOptions, journal: Journal = _quiet) -> HostApplyResult:
-    """Every GPU of the plan on this host, after reading the host again (one GPU's failure never stops
-    the next GPU: each is checkpointed and rolled back on its own)."""
+    """Every GPU of the plan on this host, after taking the host's apply lock and reading the host again
+    (one GPU's failure never stops the next GPU: each is checkpointed and rolled back on its own). A dry
+    run takes no lock: it changes nothing."""
+    if options.dry_run or not hasattr(runner, "hold"):
+        if not options.dry_run:
+            raise HostError(runner.host, "this runner cannot hold the host's apply lock")
+        return _apply_host(runner, host, plans, catalog, options, journal)
+    lock = acquire(runner, host.lock_file, timeout=options.timeout)  # type: ignore[arg-type]
+    journal({"event": "locked", "path": host.lock_file})
+    try:
+        return _apply_host(runner, host, plans, catalog, options, journal)
+    finally:
+        lock.release()
+        journal({"event": "unlocked", "path": host.lock_file})
+
+
+def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
+                options: ApplyOptions, journal: Journal) -> HostApplyResult:
     record = discover_host(runner, host, catalog, timeout=options.timeout)
     live: dict[int, GpuState] = {}
     models: dict[int, GpuModel] = {}

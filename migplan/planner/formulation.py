@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from migplan.catalog.geometry import GpuModel
 from migplan.layout import Layout
@@ -39,7 +40,7 @@ from migplan.planner.problem import Problem
 
 Pattern = Layout | None
 
-HALL_MAX = 6  # Hall rows for every profile subset up to this many profiles; beyond: singletons and the whole set
+HALL_MAX = 6  # host scope: Hall rows for every subset of up to this many (model, profile) pairs, beyond: fewer
 MAX_VARIABLES = 2_000_000
 MAX_ROWS = 2_000_000
 MAX_NONZEROS = 4_000_000  # ~1 KB each through PuLP and CBC: a few GB at most
@@ -70,7 +71,7 @@ class Formulation:
     y_pool: dict[tuple[int, str, str], int] = field(default_factory=dict)
     y_group: dict[tuple[int, int, str], int] = field(default_factory=dict)
     u: dict[int, int] = field(default_factory=dict)
-    signatures: dict[object, list[tuple[frozenset[object], int]]] = field(default_factory=dict)  # v per scope
+    signatures: dict[object, list[tuple[frozenset[Any], int]]] = field(default_factory=dict)  # v per scope
     offers: dict[tuple[object, tuple[object, ...]], int] = field(default_factory=dict)  # z / o per (scope, S)
     sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # stage -> (variables, rows, nonzeros)
 
@@ -188,60 +189,73 @@ def _signature(info: PatternInfo) -> frozenset[str]:
     return frozenset(q for q, n in info.free.items() if n > 0)
 
 
-Members = Callable[[], Iterable[tuple[Group, int, frozenset[object]]]]
+T = TypeVar("T")
+Sig = frozenset[Any]  # free profiles of a GPU (model scope) or (model, profile) pairs (host scope)
+Want = list[tuple[str, int]]  # (profile, y variable) of the members of one set on one model or group
+Pair = tuple[str, str]  # (model, profile)
 
 
-def _signatures(f: Formulation, scope: object, members: Members, label: str) -> list[tuple[frozenset[object], int]]:
-    """v[scope,T] = GPUs of the scope whose pattern offers exactly the free profiles T (one row per T; every
-    x is in one such row per scope, which keeps the offer counters below short). `members` yields
+def _name(profiles: Iterable[Any]) -> str:
+    """'1g.5gb+2g.10gb', or for (model, profile) pairs 'A30:1g.6gb+...'."""
+    return "+".join(sorted(p if isinstance(p, str) else f"{p[0]}:{p[1]}" for p in profiles))
+
+
+def _signatures(f: Formulation, scope: object, members: Callable[[], Iterable[tuple[Group, int, Sig]]],
+                label: str) -> list[tuple[Sig, int]]:
+    """v[scope,T] = GPUs of the scope whose pattern offers exactly the free profiles T: one row per T, and
+    every x in one such row per scope, which keeps the rows that count GPUs short. `members` yields
     (group, pattern index, signature) for the scope's GPUs; it is called once per scope."""
     if scope not in f.signatures:
-        terms: dict[frozenset[object], list[tuple[int, float]]] = defaultdict(list)
+        terms: dict[Sig, list[tuple[int, float]]] = defaultdict(list)
         for g, pi, sig in members():
             if sig:
                 terms[sig].append((f.x[(g.idx, pi)], -1.0))
         out = []
-        for sig in sorted(terms, key=lambda t: sorted(map(str, t))):
-            name = "+".join(sorted(map(str, sig)))
-            v = f.milp.var(f"v[{label},{name}]", integer=False)
-            f.milp.add(f"signature[{label},{name}]", [(v, 1.0), *terms[sig]], "==", 0)
-            out.append((sig, v))
+        for t in sorted(terms, key=_name):
+            v = f.milp.var(f"v[{label},{_name(t)}]", integer=False)
+            f.milp.add(f"signature[{label},{_name(t)}]", [(v, 1.0), *terms[t]], "==", 0)
+            out.append((t, v))
         f.signatures[scope] = out
     return f.signatures[scope]
 
 
-def _model_offer(f: Formulation, model_id: str, subset: tuple[str, ...]) -> int:
-    """z[m,S] = GPUs of model m offering a free instance of some profile in S."""
-    k: tuple[object, tuple[object, ...]] = (("model", model_id), subset)
-    if k not in f.offers:
-        sigs = _signatures(f, ("model", model_id), lambda: (
-            (g, pi, _signature(info)) for g in f.split.groups if g.model == model_id
-            for pi, info in enumerate(f.patterns[g.idx])), model_id)
-        z = f.milp.var(f"z[{model_id},{'+'.join(subset)}]", integer=False)
-        f.milp.add(f"offer[{model_id},{'+'.join(subset)}]",
-                   [(z, 1.0)] + [(v, -1.0) for sig, v in sigs if sig & set(subset)], "==", 0)
-        f.offers[k] = z
-    return f.offers[k]
+def _model_signatures(f: Formulation, model_id: str) -> list[tuple[Sig, int]]:
+    return _signatures(f, ("model", model_id), lambda: (
+        (g, pi, _signature(info)) for g in f.split.groups if g.model == model_id
+        for pi, info in enumerate(f.patterns[g.idx])), model_id)
 
 
-def _group_offer(f: Formulation, gi: int, subset: tuple[str, ...]) -> int:
-    """z[g,S] = GPUs of group g offering a free instance of some profile in S."""
-    k: tuple[object, tuple[object, ...]] = (("group", gi), subset)
-    if k not in f.offers:
-        z = f.milp.var(f"z[g{gi},{'+'.join(subset)}]", integer=False)
-        f.milp.add(f"offer[g{gi},{'+'.join(subset)}]", [(z, 1.0)] + [
-            (f.x[(gi, pi)], -1.0) for pi, info in enumerate(f.patterns[gi]) if any(info.free[q] for q in subset)],
-            "==", 0)
-        f.offers[k] = z
-    return f.offers[k]
+def _transport(f: Formulation, label: str, want: Want, supply: dict[frozenset[str], list[tuple[int, float]]]) -> None:
+    """One anti-affinity set on one model (or group) as a transportation problem: Hall's condition for every
+    subset of its profiles at once, without listing the subsets.
+
+        f[q,t] >= 0 for each GPU type t (its free profiles among the set's) and q in t
+        sum_t f[q,t] = sum_{c in A} y[c,.,q]       every member wanting profile q goes to a type offering q
+        sum_q f[q,t] <= GPUs of type t             one member per GPU (`supply`: those counts, negated)
+
+    By max-flow min-cut it is feasible exactly when, for every profile subset S, the members wanting one of S
+    number at most the GPUs offering one of S: |profiles| + |types| rows per set, not 2^|profiles|."""
+    flows: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for t in sorted(supply, key=_name):
+        out = []
+        for q in sorted(t):
+            v = f.milp.var(f"f[{label},{q},{_name(t)}]", integer=False)
+            flows[q].append((v, 1.0))
+            out.append((v, 1.0))
+        f.milp.add(f"spread[{label},{_name(t)}]", out + supply[t], "<=", 0)
+    for q in sorted({q for q, _ in want}):
+        f.milp.add(f"spread[{label},{q}]", flows[q] + [(y, -1.0) for qq, y in want if qq == q], "==", 0)
 
 
-def _members(f: Formulation) -> tuple[dict[str, list[tuple[str, str, int]]], dict[tuple[str, int], list[tuple[str, int]]]]:
-    """Per anti-affinity set: (model, profile, y) of every member variable; per (set, group): pinned ones."""
+Members = dict[str, list[tuple[str, str, int]]]  # set -> (model, profile, y) of every member variable
+Pinned = dict[tuple[str, int], Want]  # (set, group) -> pinned member variables there
+
+
+def _members(f: Formulation) -> tuple[Members, Pinned]:
     classes = {c.idx: c for c in f.split.classes}
     groups = {g.idx: g for g in f.split.groups}
-    members: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
-    pinned: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
+    members: Members = defaultdict(list)
+    pinned: Pinned = defaultdict(list)
     for (c, model_id, q), v in f.y_pool.items():
         for a in classes[c].sample.groups:
             members[a].append((model_id, q, v))
@@ -253,36 +267,48 @@ def _members(f: Formulation) -> tuple[dict[str, list[tuple[str, str, int]]], dic
 
 
 def _spread(f: Formulation) -> None:
-    """Anti-affinity, GPU scope: per set A, model m and profile subset S (Hall's condition),
-    members of A on profiles in S <= GPUs of m offering one of S, less those where a member of A runs;
-    per set and group for pinned members. Host scope: _spread_hosts."""
+    """Anti-affinity: at most one member of a set per GPU (`_spread_gpus`) or per host (`_spread_hosts`)."""
     members, pinned = _members(f)
     if f.problem.policy.anti_affinity_scope == "host":
         _spread_hosts(f, members, pinned)
-        return
+    else:
+        _spread_gpus(f, members, pinned)
+
+
+def _spread_gpus(f: Formulation, members: Members, pinned: Pinned) -> None:
+    """Per set A and model m, the members of A on GPUs of m that hold no running member of A, at most one per
+    GPU (`_transport` over the model's GPU types); per set and group again for pinned members."""
     present: dict[str, list[Group]] = defaultdict(list)
     for g in f.split.groups:
         for a in sorted(g.present):
             present[a].append(g)
     for a, terms in sorted(members.items()):
-        by_model: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        by_model: dict[str, Want] = defaultdict(list)
         for model_id, q, v in terms:
             by_model[model_id].append((q, v))
-        for model_id, qv in sorted(by_model.items()):
-            for subset in _family(sorted({q for q, _ in qv})):
-                busy = [(_group_offer(f, g.idx, subset), 1.0) for g in present[a] if g.model == model_id]
-                f.milp.add(f"spread[{a},{model_id},{'+'.join(subset)}]",
-                           [(v, 1.0) for q, v in qv if q in subset] + busy
-                           + [(_model_offer(f, model_id, subset), -1.0)], "<=", 0)
-    for (a, gi), qv in sorted(pinned.items()):
-        for subset in _family(sorted({q for q, _ in qv})):
-            f.milp.add(f"spread[{a},g{gi},{'+'.join(subset)}]",
-                       [(v, 1.0) for q, v in qv if q in subset] + [(_group_offer(f, gi, subset), -1.0)], "<=", 0)
+        for model_id, want in sorted(by_model.items()):
+            mine = frozenset(q for q, _ in want)
+            supply: dict[frozenset[str], list[tuple[int, float]]] = defaultdict(list)
+            for sig, v in _model_signatures(f, model_id):
+                if sig & mine:
+                    supply[sig & mine].append((v, -1.0))
+            for g in (g for g in present[a] if g.model == model_id):  # where a member runs, no other goes
+                for pi, info in enumerate(f.patterns[g.idx]):
+                    if _signature(info) & mine:
+                        supply[_signature(info) & mine].append((f.x[(g.idx, pi)], 1.0))
+            _transport(f, f"{a},{model_id}", want, supply)
+    for (a, gi), want in sorted(pinned.items()):
+        mine = frozenset(q for q, _ in want)
+        supply = defaultdict(list)
+        for pi, info in enumerate(f.patterns[gi]):
+            if _signature(info) & mine:
+                supply[_signature(info) & mine].append((f.x[(gi, pi)], -1.0))
+        _transport(f, f"{a},g{gi}", want, supply)
 
 
-def _host_offers(f: Formulation, subset: tuple[tuple[str, str], ...]) -> tuple[int, dict[str, int]]:
-    """O[S] = sum_h o[h,S], o[h,S] <= min(1, GPUs of host h offering one of the (model, profile) pairs S)."""
-    name = "+".join(f"{m}:{q}" for m, q in subset)
+def _host_offers(f: Formulation, subset: tuple[Pair, ...]) -> tuple[int, dict[str, int]]:
+    """O[S] = sum_h o[h,S], 0 <= o[h,S] <= min(1, GPUs of host h offering one of the (model, profile) pairs S):
+    the hosts that can take a member wanting one of S. Shared by every set."""
     k: tuple[object, tuple[object, ...]] = (("fleet",), subset)
     hosts = sorted({g.host or "" for g in f.split.groups})
     if k not in f.offers:
@@ -291,24 +317,25 @@ def _host_offers(f: Formulation, subset: tuple[tuple[str, str], ...]) -> tuple[i
             on_host[g.host or ""].append(g)
         per_host = []
         for h in hosts:
-            sigs = _signatures(f, ("host", h), lambda h=h: (  # type: ignore[misc]
-                (g, pi, frozenset((g.model, q) for q in _signature(info))) for g in on_host[h]
-                for pi, info in enumerate(f.patterns[g.idx])), h)
-            o = f.milp.var(f"o[{h},{name}]", ub=1.0, integer=False)
-            f.milp.add(f"offer[{h},{name}]", [(o, 1.0)] + [(v, -1.0) for sig, v in sigs if sig & set(subset)],
-                       "<=", 0)
+            def pairs(gs: list[Group] = on_host[h]) -> Iterable[tuple[Group, int, frozenset[Pair]]]:
+                return ((g, pi, frozenset((g.model, q) for q in _signature(info))) for g in gs
+                        for pi, info in enumerate(f.patterns[g.idx]))
+            sigs = _signatures(f, ("host", h), pairs, h)
+            o = f.milp.var(f"o[{h},{_name(subset)}]", ub=1.0, integer=False)
+            f.milp.add(f"offer[{h},{_name(subset)}]",
+                       [(o, 1.0)] + [(v, -1.0) for sig, v in sigs if sig & set(subset)], "<=", 0)
             f.offers[(("host", h), subset)] = o
             per_host.append((o, -1.0))
-        total = f.milp.var(f"O[{name}]", integer=False)
-        f.milp.add(f"offer[hosts,{name}]", [(total, 1.0), *per_host], "==", 0)
+        total = f.milp.var(f"O[{_name(subset)}]", integer=False)
+        f.milp.add(f"offer[hosts,{_name(subset)}]", [(total, 1.0), *per_host], "==", 0)
         f.offers[k] = total
     return f.offers[k], {h: f.offers[(("host", h), subset)] for h in hosts}
 
 
-def _spread_hosts(f: Formulation, members: dict[str, list[tuple[str, str, int]]],
-                  pinned: dict[tuple[str, int], list[tuple[str, int]]]) -> None:
-    """Host scope: per set A and subset S of its (model, profile) pairs, members on S <= hosts (without a
-    running member of A) with a GPU offering one of S; per set and host, pinned members <= 1."""
+def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
+    """Host scope (Hall's condition over hosts): per set A and subset S of its (model, profile) pairs,
+    members wanting one of S <= hosts without a running member of A that offer one of S
+    (sum_{h not running A} o[h,S] = O[S] - those running A); per set and host, pinned members <= 1."""
     groups = {g.idx: g for g in f.split.groups}
     present: dict[str, set[str]] = defaultdict(set)
     for gk, items in f.split.running.items():
@@ -319,7 +346,7 @@ def _spread_hosts(f: Formulation, members: dict[str, list[tuple[str, str, int]]]
         for subset in _family(sorted({(m, q) for m, q, _ in terms})):
             total, per_host = _host_offers(f, subset)
             busy = [(per_host[h], 1.0) for h in sorted(present[a]) if h in per_host]
-            f.milp.add(f"spread[{a},{'+'.join(f'{m}:{q}' for m, q in subset)}]",
+            f.milp.add(f"spread[{a},{_name(subset)}]",
                        [(v, 1.0) for m, q, v in terms if (m, q) in subset] + busy + [(total, -1.0)], "<=", 0)
     hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for (a, gi), qv in pinned.items():
@@ -328,16 +355,16 @@ def _spread_hosts(f: Formulation, members: dict[str, list[tuple[str, str, int]]]
         f.milp.add(f"spread[{a},{h}]", row, "<=", 0 if h in present[a] else 1)
 
 
-def _subsets(items: list[str]) -> list[tuple[str, ...]]:
-    """Non-empty subsets (Hall's condition: members wanting profiles S need that many GPUs offering one of S)."""
+def _subsets(items: list[T]) -> list[tuple[T, ...]]:
+    """Non-empty subsets (Hall's condition: members wanting profiles S need that many hosts offering one of S)."""
     return [tuple(x for i, x in enumerate(items) if mask >> i & 1) for mask in range(1, 1 << len(items))]
 
 
-def _family(items: list[object]) -> list[tuple[object, ...]]:
-    """The profile subsets S that get a Hall row: all of them up to HALL_MAX profiles (exact for one set),
-    else each profile alone and all together (a relaxation; the mapping reports what it cannot spread)."""
+def _family(items: list[T]) -> list[tuple[T, ...]]:
+    """The subsets S that get a host-scope Hall row: all of them up to HALL_MAX pairs (exact for one set),
+    else each pair alone and all together (a relaxation; the mapping reports what it cannot spread)."""
     if len(items) <= HALL_MAX:
-        return _subsets(items)  # type: ignore[arg-type]
+        return _subsets(items)
     return [(x,) for x in items] + [tuple(items)]
 
 
@@ -391,13 +418,17 @@ def _cause(f: Formulation, stage: str) -> tuple[str, str]:
                 "plan the fleet in parts (one inventory per part), or let idle GPUs with differing layouts be "
                 "reset so that they group")
     if stage == "anti-affinity":
-        scope = f.problem.policy.anti_affinity_scope
-        hosts = len({g.host for g in sp.groups})
-        extra = f" x {hosts:,} hosts" if scope == "host" else ""
-        return (f"anti-affinity sets x profile subsets{extra}: {len(sets):,} sets over {len(sp.classes):,} "
-                f"workload classes, up to {2 ** HALL_MAX - 1} Hall rows per set and model",
-                "use fewer, larger anti-affinity sets (one per service, not one per pair of workloads), the "
-                "gpu scope instead of host, or plan the fleet in parts")
+        if f.problem.policy.anti_affinity_scope == "host":
+            hosts = len({g.host for g in sp.groups})
+            what = (f"anti-affinity sets x profile subsets x hosts: {len(sets):,} sets, up to {2 ** HALL_MAX - 1} "
+                    f"Hall rows each, over {hosts:,} hosts")
+        else:
+            types = sum(len(v) for v in f.signatures.values())
+            what = (f"anti-affinity sets x GPU types: {len(sets):,} sets, one row per profile and per GPU type "
+                    f"each ({types:,} GPU types so far)")
+        return (what + f", {len(sp.classes):,} workload classes",
+                "use fewer, larger anti-affinity sets (one per service, not one per pair of workloads), "
+                "anti_affinity_scope gpu instead of host, or plan the fleet in parts")
     pinned = sum(1 for c in sp.classes if c.special)
     return (f"workload classes x profiles x GPU groups: {len(sp.classes):,} classes ({pinned:,} pinned, "
             f"planned per GPU group) and {len(sp.groups):,} GPU groups",

@@ -80,9 +80,18 @@ def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running:
     return _Slots(gpu, keep, dict(free), same=not info.change and len(info.pattern) > 0)
 
 
-def _conflict(it: Item, gpu: GpuState, where: dict[str, set[object]], scope: str) -> bool:
-    spot: object = gpu.host if scope == "host" else gpu.key
-    return any(spot in where[a] for a in it.groups)
+Spots = dict[str, Counter[object]]  # anti-affinity set -> members per GPU (or host)
+
+
+def _spot(gpu: GpuState, scope: str) -> object:
+    return gpu.host if scope == "host" else gpu.key
+
+
+def _conflict(it: Item, gpu: GpuState, where: Spots, scope: str, own: object = None) -> bool:
+    """A member of one of its sets is on this GPU (host) already; `own`: it is itself there, not counted."""
+    spot = _spot(gpu, scope)
+    mine = 1 if own is not None and own == spot else 0
+    return any(where[a][spot] > mine for a in it.groups)
 
 
 def _pin_ok(it: Item, gpu: GpuState) -> bool:
@@ -95,10 +104,21 @@ def _set_name(a: str) -> str:
     return f"the replicas of '{name}'" if kind == "replicas" else f"anti-affinity set '{name}'"
 
 
-def _take(slots: _Slots, q: str) -> Instance:
-    inst = slots.free[q].pop(0)
+def _take(slots: _Slots, q: str, inst: Instance | None = None) -> Instance:
+    """The lowest free q-instance (or `inst`) of the GPU, now used."""
+    inst = slots.free[q].pop(0) if inst is None else slots.free[q].pop(slots.free[q].index(inst))
     slots.used.append(inst)
     return inst
+
+
+def _give_back(slots: _Slots, q: str, inst: Instance) -> None:
+    slots.used.remove(inst)
+    slots.free.setdefault(q, []).append(inst)
+    slots.free[q].sort(key=lambda i: i.start)
+
+
+Free = dict[tuple[str, str], list[_Slots]]  # (model, profile) -> GPUs that had a free instance of it
+REPAIR_BUDGET = 200_000  # candidate places the repair step looks at, at most (it is rarely needed)
 
 
 class _Mapper:
@@ -108,8 +128,10 @@ class _Mapper:
         self.queue: dict[int, list[Item]] = defaultdict(list)
         self.klass = {c.key: c for c in f.split.classes}
         self.slots: dict[int, list[_Slots]] = {}
-        self.spots: dict[str, set[object]] = defaultdict(set)
+        self.spots: Spots = defaultdict(Counter)
         self.scope = f.problem.policy.anti_affinity_scope
+        self.on: dict[GpuKey, list[tuple[Item, Instance, str]]] = defaultdict(list)  # placed here, may move
+        self.budget = REPAIR_BUDGET
 
     def count(self, var: int) -> int:
         return int(round(self.values[var]))
@@ -131,13 +153,24 @@ class _Mapper:
                        self.klass, set(s.forced)) for gpu, pi in zip(gpus, order, strict=True)]
         for name, (gk, _) in self.m.placed.items():
             for a in next((it.groups for it in s.running.get(gk, []) if it.name == name), ()):
-                self.spots[a].add(gk[0] if self.scope == "host" else gk)
+                self.spots[a][gk[0] if self.scope == "host" else gk] += 1
 
-    def place(self, it: Item, sl: _Slots, q: str) -> None:
-        inst = _take(sl, q)
+    def place(self, it: Item, sl: _Slots, q: str, inst: Instance | None = None) -> None:
+        inst = _take(sl, q, inst)
         self.m.placed[it.name] = (sl.gpu.key, inst)
+        self.on[sl.gpu.key].append((it, inst, q))
         for a in it.groups:
-            self.spots[a].add(sl.gpu.host if self.scope == "host" else sl.gpu.key)
+            self.spots[a][_spot(sl.gpu, self.scope)] += 1
+
+    def unplace(self, it: Item, sl: _Slots) -> Instance:
+        """Take back an item this mapping placed on the GPU; its instance is free again."""
+        k = next(i for i, (x, _, _) in enumerate(self.on[sl.gpu.key]) if x.name == it.name)
+        _, inst, q = self.on[sl.gpu.key].pop(k)
+        _give_back(sl, q, inst)
+        del self.m.placed[it.name]
+        for a in it.groups:
+            self.spots[a][_spot(sl.gpu, self.scope)] -= 1
+        return inst
 
     def _scarcity(self, req: tuple[int, int, str]) -> tuple[int, int, int, str]:
         c, gi, q = req
@@ -168,7 +201,7 @@ class _Mapper:
         by_model = self._by_model()
         size = Counter(a for it in self.f.problem.items for a in it.groups)
         heaps: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        for (c, model_id, q), var in self.f.y_pool.items():
+        for c, model_id, q in self.f.y_pool:
             if classes[c].anti and (model_id, q) not in heaps:
                 heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(by_model[model_id])
                                         if sl.free.get(q)]
@@ -212,22 +245,67 @@ class _Mapper:
                     todo -= 1
 
     def repair(self) -> None:
-        """Pinned or anti-affine items the steps above could not place: any free instance they fit on a GPU
-        (of their pin) that breaks no spread rule, smallest profile first. A class whose item finds none
-        is done: its other items would find none either."""
+        """Pinned or anti-affine items the steps above could not place (the model counts GPUs and instances,
+        not which instance of which GPU each set may use): a free instance they fit on a GPU (of their pin)
+        that breaks no spread rule, smallest profile first; else an instance of such a GPU whose item can move
+        to a free instance elsewhere. A class whose item finds neither is done: the rest would not either."""
         by_model = self._by_model()
+        if not any(self.queue[c.idx] for c in self.f.split.classes if c.anti or c.special):
+            return
+        free: Free = defaultdict(list)  # only shrinks while repairing
+        for model_id, sls in by_model.items():
+            for sl in sls:
+                for q, insts in sl.free.items():
+                    if insts:
+                        free[(model_id, q)].append(sl)
         for c in self.f.split.classes:
             if not (c.anti or c.special):
                 continue
             while self.queue[c.idx]:
                 it = self.queue[c.idx][0]
-                spot = next(((sl, q) for model_id, profs in it.fits for q in profs for sl in by_model[model_id]
-                             if sl.free.get(q) and _pin_ok(it, sl.gpu)
-                             and not _conflict(it, sl.gpu, self.spots, self.scope)), None)
-                if spot is None:
+                spot = self._free_spot(it, free)
+                if spot is not None:
+                    self.place(it, *spot)
+                elif not self._make_room(it, by_model, free):
                     break
                 self.queue[c.idx].pop(0)
-                self.place(it, *spot)
+
+    def _free_spot(self, it: Item, free: Free, away: _Slots | None = None,
+                   own: object = None) -> tuple[_Slots, str] | None:
+        """The first free instance `it` fits (smallest profile first) on a GPU other than `away` where it breaks
+        no pin or spread rule."""
+        for model_id, profs in it.fits:
+            for q in profs:
+                for sl in free.get((model_id, q), ()):
+                    self.budget -= 1
+                    if self.budget < 0:
+                        return None
+                    if sl is not away and sl.free.get(q) and _pin_ok(it, sl.gpu) and not _conflict(
+                            it, sl.gpu, self.spots, self.scope, own):
+                        return sl, q
+        return None
+
+    def _make_room(self, it: Item, by_model: dict[str, list[_Slots]], free: Free) -> bool:
+        """Move one item this mapping placed from an instance `it` fits, on a GPU where `it` breaks no rule, to
+        a free instance elsewhere, and give `it` that instance."""
+        for model_id, profs in it.fits:
+            for sl in by_model[model_id]:
+                self.budget -= 1
+                if self.budget < 0:
+                    return False
+                if not _pin_ok(it, sl.gpu) or _conflict(it, sl.gpu, self.spots, self.scope):
+                    continue
+                for other, _, q in sorted(self.on[sl.gpu.key], key=lambda e: (profs.index(e[2])
+                                                                              if e[2] in profs else len(profs))):
+                    if q not in profs:
+                        continue
+                    dest = self._free_spot(other, free, away=sl, own=_spot(sl.gpu, self.scope))
+                    if dest is not None:
+                        inst = self.unplace(other, sl)
+                        self.place(other, *dest)
+                        self.place(it, sl, q, inst)
+                        return True
+        return False
 
     def finish(self) -> Mapped:
         where = "host" if self.scope == "host" else "GPU"

@@ -1,9 +1,12 @@
 """Learn a catalog model from a host's own `mig -lgip` / `mig -lgipp` output, and write catalog YAML (pure).
 
 `-lgip` gives names, ids, counts, SMs and engines; `-lgipp` gives starts and sizes (docs/nvidia-smi.md
-§3, §4). Two facts are not printed and are therefore approximate (marked confidence: learned):
-memory is printed in GiB with two decimals (the smallest matching MiB is used), and the default CI
-profile id is taken from the NVML enum by compute slices (docs/mig-geometry.md §3; unverified per model).
+§3, §4). A profile's variant (`+me`, `+me.all`, `-me`, `+gfx`) is its name's suffix, and the model's engine
+budget is its whole-GPU profile's engine columns (migplan.catalog.geometry). Two facts are not printed and
+are therefore approximate (marked confidence: learned): memory is printed in GiB with two decimals (the
+smallest matching MiB is used), and the default CI profile id, which follows the rule
+`geometry.default_ci_profile` (NVML enum by compute slices; 1_SLICE_REV1 = 7 for Hopper's and Blackwell's
+double-memory 1g profile, as a real GH200 run printed; docs/mig-geometry.md §3), unverified per model.
 """
 
 from __future__ import annotations
@@ -13,28 +16,31 @@ import re
 from collections.abc import Iterable, Sequence
 
 from migplan import yamldoc
-from migplan.catalog.geometry import GiProfile, GpuModel
+from migplan.catalog.geometry import ENGINE_KINDS, GiProfile, GpuModel, default_ci_profile, profile_variant
 from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
 from migplan.smi.errors import SmiParseError
 from migplan.smi.lines import parse_gi_placements
 from migplan.smi.rows import PlacementRow, ProfileRow
 from migplan.smi.tables import parse_gi_profiles
 
-# NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE enum values (nvml.h; docs/mig-geometry.md §3), by compute slices.
-_CI_ENUM = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _G = re.compile(r"(?a)(\d+)g\.")
 
 
-def _profile(row: ProfileRow, place: PlacementRow) -> GiProfile:
+def _slices(row: ProfileRow) -> int:
     g = _G.match(row.profile_name)
     if g is None:
         raise SmiParseError(f"profile {row.profile_name!r} has no '<n>g.' compute size")
-    slices = int(g.group(1))
+    return int(g.group(1))
+
+
+def _profile(row: ProfileRow, place: PlacementRow, architecture: str, one_slice_memory: int) -> GiProfile:
+    slices = _slices(row)
     return GiProfile(
         name=row.profile_name, id=row.profile_id, compute_slices=slices, memory_slices=place.size,
         memory_mib=row.memory_mib, max_count=row.total, sm_count=row.sm_count, starts=tuple(sorted(place.starts)),
-        media_extensions=row.profile_name.endswith("+me"), engines=row.engines,
-        ci_default_id=_CI_ENUM.get(slices, 0), ci_default_verified=False, confidence="learned")
+        media_extensions=profile_variant(row.profile_name) == "+me", engines=row.engines,
+        ci_default_id=default_ci_profile(architecture, slices, place.size, one_slice_memory),
+        ci_default_verified=False, confidence="learned")
 
 
 def learn_model(
@@ -48,8 +54,10 @@ def learn_model(
     smi_names: Sequence[str] = (),
     pci_device_ids: Sequence[str] = (),
     source: str = "learned from nvidia-smi mig -lgip/-lgipp",
+    driver: str | None = None,
 ) -> GpuModel:
-    """A GpuModel for GPU `gpu` of a host, validated exactly like a catalog override file."""
+    """A GpuModel for GPU `gpu` of a host, validated exactly like a catalog override file. `driver`
+    (the host's driver version) goes into the model's `drivers` note: the numbers hold for it."""
     rows = [r for r in parse_gi_profiles(lgip_text) if r.gpu == gpu]
     places = {p.profile_id: p for p in parse_gi_placements(lgipp_text) if p.gpu == gpu}
     if not rows:
@@ -57,13 +65,16 @@ def learn_model(
     missing = sorted({r.profile_id for r in rows} - places.keys())
     if missing:
         raise SmiParseError(f"-lgipp lists no placements for profile id(s) {missing}", gpu=gpu)
-    profiles = tuple(_profile(r, places[r.profile_id]) for r in rows)
+    ones = [places[r.profile_id].size for r in rows if _slices(r) == 1]
+    one_slice = min(ones) if ones else 0
+    profiles = tuple(_profile(r, places[r.profile_id], architecture, one_slice) for r in rows)
     model = GpuModel(
         id=model_id, architecture=architecture,
         memory_slices=max(s + p.memory_slices for p in profiles for s in p.starts),
         compute_slices=max(p.compute_slices for p in profiles), profiles=profiles,
         aliases=tuple(aliases), smi_names=tuple(smi_names), pci_device_ids=tuple(pci_device_ids),
-        verified=False, confidence="learned", source=source)
+        verified=False, confidence="learned", source=source,
+        drivers=f"learned on driver {driver}; other drivers may print other memory" if driver else "")
     # Round-trip through the catalog reader: the same checks as a user's override file.
     text = render_catalog_yaml([model])
     node = yamldoc.parse(text, f"learned model {model_id}")
@@ -90,7 +101,7 @@ def _profile_yaml(p: GiProfile) -> list[str]:
         f"    engines: {{ce: {e.ce}, dec: {e.dec}, enc: {e.enc}, jpeg: {e.jpeg}, ofa: {e.ofa}}}",
         f"    ci_default_id: {p.ci_default_id}", f"    ci_default_verified: {str(p.ci_default_verified).lower()}",
         f"    confidence: {_q(p.confidence)}",
-    ]
+    ] + ([f"    min_driver: {_q(p.min_driver)}"] if p.min_driver is not None else [])
 
 
 def _model_yaml(m: GpuModel) -> list[str]:
@@ -100,8 +111,14 @@ def _model_yaml(m: GpuModel) -> list[str]:
         f"  pci_device_ids: {_flow(_q(d) for d in m.pci_device_ids)}",
         f"  architecture: {_q(m.architecture)}", f"  memory_slices: {m.memory_slices}",
         f"  compute_slices: {m.compute_slices}", f"  verified: {str(m.verified).lower()}",
-        f"  confidence: {_q(m.confidence)}", f"  source: {_q(m.source)}", "  profiles:",
+        f"  confidence: {_q(m.confidence)}", f"  source: {_q(m.source)}",
     ]
+    if m.engine_budget is not None:
+        out.append("  engine_budget: {" + ", ".join(f"{k}: {v}" for k, v in m.engine_budget
+                                                      if k in ENGINE_KINDS) + "}")
+    if m.drivers:
+        out.append(f"  drivers: {_q(m.drivers)}")
+    out.append("  profiles:")
     for p in m.profiles:
         out += _profile_yaml(p)
     return out

@@ -68,7 +68,9 @@ class Fleet:
 
     def host_entry(self, h: SimHost, **extra: object) -> dict[str, object]:
         entry: dict[str, object] = {"address": h.address, "port": self.server.port, "user": _user(),
-                                    "key_file": str(self.server.client_key), "discover": True}
+                                    "key_file": str(self.server.client_key), "discover": True,
+                                    # every simulated host is this one machine: one apply lock each
+                                    "lock_file": str(h.dir / "apply.lock")}
         entry.update(extra)
         return entry
 

@@ -70,3 +70,34 @@ def test_plan_then_apply_then_status_matches_the_plan(run: Run, fleet: Fleet) ->
     again = run("apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json")
     assert again.exit_code == 0
     assert {g["outcome"] for h in json.loads(again.stdout)["hosts"] for g in h["gpus"]} == {"unchanged"}
+
+
+def test_the_host_lock_never_outlives_a_dead_connection(fleet: Fleet) -> None:
+    import time
+
+    import pytest
+
+    from migplan.adapters.host_lock import HostLocked, acquire
+    from migplan.adapters.ssh import SshFleet
+    from migplan.inventory import load_inventory
+
+    write(fleet.host(0).state, state("A30", 1, hostname="a"))
+    inv = load_inventory(fleet.inventory({"a": fleet.host_entry(fleet.host(0))}), builtin_catalog())
+    host = inv.hosts[0]
+    with SshFleet(fleet.options()) as one, SshFleet(fleet.options()) as two:
+        first = one.runner(host)
+        held = acquire(first, host.lock_file)
+        with pytest.raises(HostLocked):
+            acquire(two.runner(host), host.lock_file)
+        transport = first._clients[-1].get_transport()  # noqa: SLF001 - drop the TCP connection under the lock
+        assert transport is not None
+        transport.sock.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                acquire(two.runner(host), host.lock_file).release()
+                break
+            except HostLocked:
+                assert time.monotonic() < deadline, "the lock outlived its dead connection"
+                time.sleep(0.2)
+        del held

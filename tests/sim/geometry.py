@@ -10,7 +10,8 @@ Rules of the hardware the simulator enforces itself (mig-geometry.md §1, nvml.h
 nvmlGpuInstancePlacement_t): a profile starts only where -lgipp lists it; no two GPU instances share a
 memory slice; the compute slices of all instances fit the GPU; a profile never exceeds its "Instances
 Total"; at most one instance with media extensions (`+me`) per GPU (UG: "A single 1g profile can include
-media extensions").
+media extensions"); the instances together use no more CE/DEC/ENC/JPEG/OFA engines than the whole-GPU profile
+lists in -lgip (or the model's `engine_budget`, where only some are known).
 
 Custom models (a host state's `catalog_files`) are read from migplan's documented catalog YAML format
 with PyYAML, again without migplan's code.
@@ -39,7 +40,8 @@ CI_DEFAULT_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 # = 7 (real GH200 output, mig-catalog.yaml ci_profile_notes; other models inferred). A100: not seen, 0 used.
 CI_DEFAULT_1G_DOUBLE_MEMORY = 7
 
-RULES = ("unknown-profile", "bad-start", "overlap", "compute", "max-count", "media-extensions")
+RULES = ("unknown-profile", "bad-start", "overlap", "compute", "max-count", "media-extensions", "engines")
+ENGINES = ("ce", "dec", "enc", "jpeg", "ofa")
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,13 @@ class Model:
     lgip_sample: str | None = None  # verbatim -lgip text printed for this model (Free column updated)
     lgipp_sample: str | None = None  # verbatim -lgipp text printed for this model
     unknown_identity: tuple[str, ...] = field(default=())
+    engine_budget: tuple[tuple[str, int], ...] | None = None  # None: the whole-GPU profile's engines
+
+    def engine_limits(self) -> dict[str, int]:
+        if self.engine_budget is not None:
+            return dict(self.engine_budget)
+        full = self.full_profile
+        return {k: getattr(full, k) for k in ENGINES}
 
     def profile(self, ref: str | int) -> Profile | None:
         """By id, short name (`3g.20gb`), full name (`MIG 3g.20gb`) or id as text (§5 of nvidia-smi-mig.md)."""
@@ -107,7 +116,8 @@ class Model:
     @property
     def full_profile(self) -> Profile:
         whole = [p for p in self.profiles if p.memory_slices == self.memory_slices and not p.media_extensions]
-        return max(whole, key=lambda p: p.compute_slices)
+        plain = [p for p in whole if "+" not in p.name and "-" not in p.name]  # not 4g.96gb+gfx
+        return max(plain or whole, key=lambda p: p.compute_slices)
 
     @property
     def reset_required_for_mode(self) -> bool:
@@ -187,8 +197,10 @@ def compute_slices_of(name: str) -> int:
     return int(m.group(1))
 
 
-def ci_default(architecture: str, compute: int, memory: int) -> int:
-    if compute == 1 and memory == 2 and architecture != "ampere":
+def ci_default(architecture: str, compute: int, memory: int, one_slice_memory: int = 1) -> int:
+    """The double-memory 1g GI: one compute slice and more memory slices than the model's smallest 1g (RTX PRO
+    6000's 1g GIs all have size 3 and default to CI profile 0, real RTXPRO_SE `-C` output)."""
+    if compute == 1 and memory > one_slice_memory and architecture != "ampere":
         return CI_DEFAULT_1G_DOUBLE_MEMORY
     return CI_DEFAULT_BY_SLICES.get(compute, 0)
 
@@ -215,10 +227,18 @@ def _from_samples(ident: dict[str, Any], rows: Sequence[LgipRow] | None,
     return out
 
 
+def _rows(ident: dict[str, Any]) -> list[Any]:
+    rows = ident["profiles"]
+    if isinstance(rows, str):  # a copy of another model's rows (an inferred geometry)
+        rows = next(m["profiles"] for m in table.MODELS if m["id"] == rows)
+    return list(rows)
+
+
 def _from_table(ident: dict[str, Any], places: dict[int, tuple[tuple[int, ...], int]] | None) -> list[Profile]:
     arch = ident["architecture"]
+    one_slice = min(row[3] for row in _rows(ident) if row[2] == 1)
     out = []
-    for row in ident["profiles"]:
+    for row in _rows(ident):
         name, pid, g, mem, mib, mx, sm, (ce, dec, enc, jpeg, ofa), source = row[:9]
         unknown = tuple(row[9]) if len(row) > 9 else ()
         if places is not None:  # a verbatim -lgipp sample decides starts and size
@@ -229,8 +249,8 @@ def _from_table(ident: dict[str, Any], places: dict[int, tuple[tuple[int, ...], 
         else:
             starts = tuple(ident["placements"][pid])
             where = f"placements {ident['placements_source']}"
-        out.append(Profile(name, pid, g, mem, mib, mx, sm, ce, dec, enc, jpeg, ofa, starts, ci_default(arch, g, mem),
-                           source=f"{source}; {where}", unknown=unknown))
+        out.append(Profile(name, pid, g, mem, mib, mx, sm, ce, dec, enc, jpeg, ofa, starts,
+                           ci_default(arch, g, mem, one_slice), source=f"{source}; {where}", unknown=unknown))
     return sorted(out, key=lambda p: (p.compute_slices, p.memory_slices, p.id))  # -lgip row order (§3)
 
 
@@ -253,8 +273,10 @@ def _build(ident: dict[str, Any]) -> Model:
     if (memory, compute) != (ident["memory_slices"], ident["compute_slices"]):
         raise ValueError(f"{ident['id']}: samples give {memory} memory / {compute} compute slices, the table "
                          f"{ident['memory_slices']} / {ident['compute_slices']}")
+    budget = ident.get("engine_budget")
     return Model(ident["id"], ident["architecture"], memory, compute, tuple(profiles), ident["smi_name"],
-                 ident["pci_device_id"], source, lgip, lgipp, tuple(ident.get("unknown_identity", ())))
+                 ident["pci_device_id"], source, lgip, lgipp, tuple(ident.get("unknown_identity", ())),
+                 tuple(sorted(budget.items())) if budget is not None else None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -286,7 +308,9 @@ def read_catalog_file(path: str) -> list[Model]:
         pci = [str(n) for n in m.get("pci_device_ids", [])]
         models.append(Model(str(m["id"]), arch, int(m["memory_slices"]), int(m["compute_slices"]),
                             tuple(profiles), names[0] if names else f"NVIDIA {m['id']}",
-                            "0x" + (pci[0][2:].upper() if pci else "1EB8"), f"catalog file {path}"))
+                            "0x" + (pci[0][2:].upper() if pci else "1EB8"), f"catalog file {path}",
+                            engine_budget=(tuple(sorted((str(k), int(v)) for k, v in m["engine_budget"].items()))
+                                           if isinstance(m.get("engine_budget"), dict) else None)))
     return models
 
 
@@ -340,6 +364,12 @@ def conflicts(model: Model, placed: Sequence[tuple[str | int, int]]) -> list[tup
             out.append(("max-count", f"{n} x {prof.name}; Instances Total is {prof.max_count}"))
     if sum(1 for p, _ in known if p.media_extensions) > 1:
         out.append(("media-extensions", "more than one instance with media extensions (+me)"))
+    if any(rule == "media-extensions" for rule, _ in out):
+        return out  # a second +me already explains the media engines it would share (one cause, one rule)
+    for kind, most in model.engine_limits().items():
+        need = sum(getattr(p, kind) for p, _ in known)
+        if need > most:
+            out.append(("engines", f"{need} {kind.upper()} engines needed; the GPU has {most}"))
     return out
 
 
