@@ -3,9 +3,10 @@ connection to it does.
 
 `flock --verbose --nonblock --conflict-exit-code 75 PATH cat` takes the lock at once or exits 75; with
 the lock taken it prints `flock: executing cat` (on stdout, unbuffered through `stdbuf -o0`) and `cat`
-waits on its stdin. Releasing closes that stdin. If migplan dies or the connection drops, sshd closes the channel, `cat` ends and the kernel
-drops the lock: it never outlives a dead session (util-linux flock(1); /run/lock is the FHS place for
-lock files and is writable by every user, so no privilege is needed).
+waits on its stdin. Releasing closes that stdin. If migplan dies or the connection drops, sshd closes
+the channel, `cat` ends and the kernel drops the lock: it never outlives a dead session (util-linux
+flock(1); /run/lock is the FHS place for lock files and is writable by every user, so no privilege is
+needed).
 
 A connection that dies without a word (a cable pulled, no FIN or RST) is noticed by sshd only through
 its keepalives: with OpenSSH's defaults (no ClientAliveInterval) such a lock lasts until TCP gives up.
