@@ -74,6 +74,7 @@ class Host:
     reserved_gpus: tuple[int, ...] = ()
     excluded_gpus: tuple[int, ...] = ()
     lock_file: str = DEFAULT_LOCK_FILE  # the apply lock on the host (flock)
+    connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
 
     def gpu(self, index: int) -> DeclaredGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -109,7 +110,8 @@ class Inventory:
 
 # --- shared settings (host, group and top-level vars use the same keys) ----------------------
 
-_SETTING_KEYS = {"lock_file", "address", "port", "user", "key_file", "become", "labels", "reserved_gpus",
+CONNECTIONS = ("ssh", "local")
+_SETTING_KEYS = {"connection", "lock_file", "address", "port", "user", "key_file", "become", "labels", "reserved_gpus",
                  "excluded_gpus", "hooks", "discover", "gpus"}
 
 
@@ -238,6 +240,7 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "user": _user,
         "key_file": _key_file,
         "lock_file": _lock_file,
+        "connection": _connection,
         "become": _become,
         "labels": _labels,
         "reserved_gpus": _index_list,
@@ -253,6 +256,14 @@ def _address(node: Node) -> str:
     v = node.str()
     if not names.ADDRESS.fullmatch(v):
         node.fail(f"{v!r} is not a host name or IP address")
+    return v
+
+
+def _connection(node: Node) -> str:
+    v = node.str()
+    v = {"paramiko": "ssh", "smart": "ssh"}.get(v, v)  # Ansible's names for an SSH connection
+    if v not in CONNECTIONS:
+        node.fail(f"unknown connection {v!r}", hint="use ssh (the default) or local (this machine, no SSH)")
     return v
 
 
@@ -323,6 +334,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
         user=v.get("user"),
         key_file=v.get("key_file"),
         lock_file=v.get("lock_file", DEFAULT_LOCK_FILE),
+        connection=v.get("connection", "ssh"),
         become=v.get("become", ()),
         groups=groups,
         labels=tuple(sorted(v.get("labels", {}).items())),
@@ -377,6 +389,7 @@ _ANSIBLE_MAP = {
     "ansible_port": "port", "ansible_ssh_port": "port",
     "ansible_user": "user", "ansible_ssh_user": "user",
     "ansible_ssh_private_key_file": "key_file",
+    "ansible_connection": "connection",
 }
 _MIGPLAN_VARS = {f"migplan_{k}" for k in _SETTING_KEYS - {"address", "port", "user", "key_file"}}
 _RANGE = re.compile(r"\[([0-9A-Za-z]*):([0-9A-Za-z]*)(?::([0-9]*))?\]")

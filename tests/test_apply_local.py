@@ -131,3 +131,37 @@ def test_one_apply_per_host_and_the_lock_goes_with_its_holder(host: Path) -> Non
         held.release()
     res = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
     assert {r.outcome for r in res.gpus} <= {GpuOutcome.APPLIED, GpuOutcome.UNCHANGED}
+
+
+def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`connection: local` (and Ansible's `ansible_connection: local`): the same commands, locks and checks,
+    without SSH."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    for k, v in sim_env(host).items():
+        monkeypatch.setenv(k, v)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"h1": {
+        "ansible_connection": "local", "migplan_discover": True,
+        "migplan_lock_file": str(tmp_path / "apply.lock")}}}}))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({"version": 1, "workloads": [
+        {"name": "b", "memory_mib": {"p50": 9000, "p95": 9000, "p99": 9000, "max": 9000},
+         "compute": {"p50": 0.05, "p95": 0.1, "max": 0.1}}]}))
+    cli = CliRunner()
+    snap, plan_file = tmp_path / "snap.json", tmp_path / "plan.json"
+    r = cli.invoke(app, ["discover", "-i", str(inv), "--out", str(snap), "--known-hosts", str(tmp_path / "kh")])
+    assert r.exit_code == 0, r.output
+    assert cli.invoke(app, ["propose", "--snapshot", str(snap), "-p", str(prof), "--out", str(plan_file)]).exit_code == 0
+    r = cli.invoke(app, ["apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json",
+                         "--known-hosts", str(tmp_path / "kh")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(plan_file.read_text())
+    assert _layouts(host) == {g["index"]: (Layout.parse(g["target"]) if g["target"] is not None else None)
+                              for g in doc["gpus"]}

@@ -21,7 +21,7 @@ from migplan.adapters.runner import CommandRunner
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
-from migplan.commands.fleet import FleetRequest, select_hosts
+from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError
 from migplan.files import append_durable
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, GpuResult, HostApplyResult, apply_host
@@ -157,7 +157,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
         from migplan.adapters.ssh import SshFleet
 
         with SshFleet(req.fleet.ssh) as ssh:
-            results = for_each_host(hosts, lambda h: one(h, ssh.runner(h)), parallel=req.fleet.parallel,
+            results = for_each_host(hosts, lambda h: one(h, runner_for(ssh, h)), parallel=req.fleet.parallel,
                                     on_done=on_done)
     else:
         results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel, on_done=on_done)

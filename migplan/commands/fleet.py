@@ -13,7 +13,7 @@ from typing import Any
 
 from migplan import smi
 from migplan.adapters.pool import HostResult
-from migplan.adapters.runner import DEFAULT_TIMEOUT
+from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, LocalRunner
 from migplan.adapters.smi_session import SmiSession
 from migplan.adapters.ssh_options import SshOptions
 from migplan.catalog import Catalog, GpuModel
@@ -66,13 +66,22 @@ def _progress(report: Report):  # type: ignore[no-untyped-def]
     return on_done
 
 
+def runner_for(ssh: Any, host: Host) -> CommandRunner:
+    """The host's runner: this machine's processes for `connection: local`, else its SSH connection."""
+    if host.connection == "local":
+        return LocalRunner(become=host.become, host=host.name)
+    runner: CommandRunner = ssh.runner(host)
+    return runner
+
+
 def discover_hosts(ctx: Context, inventory: Inventory, req: FleetRequest, report: Report = quiet) -> Snapshot:
     """Discover the given hosts (already selected) over SSH."""
     from migplan.adapters.ssh import SshFleet  # paramiko only for commands that connect
 
     report(f"discovering {len(inventory.hosts)} host(s), {req.parallel} at a time")
     with SshFleet(req.ssh) as ssh:
-        return discover_fleet(inventory, ctx.catalog, ssh.runner, parallel=req.parallel, timeout=req.timeout,
+        return discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.parallel,
+                              timeout=req.timeout,
                               on_done=_progress(report))
 
 
@@ -179,7 +188,7 @@ def learn(ctx: Context, req: FleetRequest, what: LearnRequest) -> GpuModel:
     from migplan.adapters.ssh import SshFleet
 
     with SshFleet(req.ssh) as ssh:
-        session = SmiSession(ssh.runner(target), timeout=req.timeout)
+        session = SmiSession(runner_for(ssh, target), timeout=req.timeout)
         infos = {i.index: i for i in session.gpus()}
         if what.gpu not in infos:
             raise InputError(f"{what.host} has no GPU {what.gpu} (GPUs: {sorted(infos)})")

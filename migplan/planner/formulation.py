@@ -343,7 +343,7 @@ def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
             for a in it.groups:
                 present[a].add(gk[0])
     for a, terms in sorted(members.items()):
-        for subset in _family(sorted({(m, q) for m, q, _ in terms})):
+        for subset in _host_family(sorted({(m, q) for m, q, _ in terms})):
             total, per_host = _host_offers(f, subset)
             busy = [(per_host[h], 1.0) for h in sorted(present[a]) if h in per_host]
             f.milp.add(f"spread[{a},{_name(subset)}]",
@@ -358,6 +358,17 @@ def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
 def _subsets(items: list[T]) -> list[tuple[T, ...]]:
     """Non-empty subsets (Hall's condition: members wanting profiles S need that many hosts offering one of S)."""
     return [tuple(x for i, x in enumerate(items) if mask >> i & 1) for mask in range(1, 1 << len(items))]
+
+
+def _host_family(pairs: list[Pair]) -> list[tuple[Pair, ...]]:
+    """Host-scope Hall subsets: those of each model's pairs (`_family`), and all pairs together. A host with one
+    model offers only its pairs, so a subset mixing models needs no row of its own where every host has
+    one model (the usual case); on hosts mixing models the rows are a relaxation."""
+    by_model: dict[str, list[Pair]] = defaultdict(list)
+    for pair in pairs:
+        by_model[pair[0]].append(pair)
+    out = [s for m in sorted(by_model) for s in _family(by_model[m])]
+    return out + [tuple(pairs)] if len(by_model) > 1 else out
 
 
 def _family(items: list[T]) -> list[tuple[T, ...]]:
