@@ -158,7 +158,8 @@ def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_
     snap, plan_file = tmp_path / "snap.json", tmp_path / "plan.json"
     r = cli.invoke(app, ["discover", "-i", str(inv), "--out", str(snap), "--known-hosts", str(tmp_path / "kh")])
     assert r.exit_code == 0, r.output
-    assert cli.invoke(app, ["propose", "--snapshot", str(snap), "-p", str(prof), "--out", str(plan_file)]).exit_code == 0
+    r = cli.invoke(app, ["propose", "--snapshot", str(snap), "-p", str(prof), "--out", str(plan_file)])
+    assert r.exit_code == 0, r.output
     r = cli.invoke(app, ["apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json",
                          "--known-hosts", str(tmp_path / "kh")])
     assert r.exit_code == 0, r.output
