@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -161,8 +162,26 @@ def _hooks(node: Node) -> Hooks:
     stages: dict[str, tuple[str, ...]] = {}
     for stage, n in f.items():
         items = [n] if not n.is_list else n.list()
+        for i in items:
+            _hook_argv(i)
         stages[stage] = tuple(i.str() for i in items)
     return Hooks(**stages)
+
+
+def hook_argv(line: str) -> list[str]:
+    """A hook's command line split as a shell would, but run without one (no pipes, redirections or
+    variables; write `sh -c '...'` for those)."""
+    return shlex.split(line)
+
+
+def _hook_argv(node: Node) -> list[str]:
+    try:
+        argv = hook_argv(node.str())
+    except ValueError as err:
+        node.fail(f"cannot split the hook command: {err}", hint="check the quotes")
+    if not argv or any(not t.isprintable() for t in argv):
+        node.fail("a hook is a non-empty command line of printable characters")
+    return argv
 
 
 def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:

@@ -166,3 +166,55 @@ def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_
     doc = json.loads(plan_file.read_text())
     assert _layouts(host) == {g["index"]: (Layout.parse(g["target"]) if g["target"] is not None else None)
                               for g in doc["gpus"]}
+
+
+def _local_inventory(tmp_path: Path, hooks: dict[str, list[str]]) -> Path:
+    import yaml
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
+        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"), "hooks": hooks}}}))
+    return inv
+
+
+def _plan_file(host: Path, tmp_path: Path) -> Path:
+    from migplan.documents import write_plan
+
+    p = _plan(host, wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 9000), wl("c", 4000))
+    out = tmp_path / "plan.json"
+    write_plan(out, p)
+    return out
+
+
+def test_hooks_run_around_the_apply_with_what_changes(host: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.commands.apply import ApplyRequest, apply
+    from migplan.commands.context import build_context
+    from migplan.commands.fleet import FleetRequest
+
+    for k, v in sim_env(host).items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "hooks.out"
+    inv = _local_inventory(tmp_path, {"pre_apply": [f"sh -c 'echo pre $MIGPLAN_GPUS > {out}'"],
+                                      "post_apply": [f"sh -c 'echo post $MIGPLAN_RESULT >> {out}'"]})
+    req = ApplyRequest(plan=str(_plan_file(host, tmp_path)), fleet=FleetRequest(inventory=str(inv)))
+    res = apply(build_context(None, None, None), req, connect=lambda h: LocalRunner(host=h.name))
+    assert res.exit_code == 0, res.to_dict()
+    changed = ",".join(str(g.index) for g in res.plan.gpus if g.actions)
+    assert out.read_text().split("\n")[:2] == [f"pre {changed}", "post ok"]
+
+
+def test_a_failing_pre_apply_hook_skips_the_host(host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.commands.apply import EXIT_NOTHING_APPLIED, ApplyRequest, apply
+    from migplan.commands.context import build_context
+    from migplan.commands.fleet import FleetRequest
+
+    for k, v in sim_env(host).items():
+        monkeypatch.setenv(k, v)
+    inv = _local_inventory(tmp_path, {"pre_apply": ["sh -c 'echo drain refused >&2; exit 3'"]})
+    before = _layouts(host)
+    req = ApplyRequest(plan=str(_plan_file(host, tmp_path)), fleet=FleetRequest(inventory=str(inv)))
+    res = apply(build_context(None, None, None), req, connect=lambda h: LocalRunner(host=h.name))
+    assert res.exit_code == EXIT_NOTHING_APPLIED
+    assert "pre_apply hook" in (res.hosts[0].error or "") and "drain refused" in (res.hosts[0].error or "")
+    assert _layouts(host) == before

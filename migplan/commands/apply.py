@@ -26,8 +26,9 @@ from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError
 from migplan.files import append_durable
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, GpuResult, HostApplyResult, apply_host
 from migplan.fleet.steps import is_read_only
-from migplan.inventory import Host
+from migplan.inventory import Host, hook_argv
 from migplan.planner.plan import GpuPlan, Plan
+from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
 DEFAULT_MAX_AGE_H = 24.0
@@ -115,6 +116,21 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
     return out
 
 
+def _hooks(runner: CommandRunner, host: Host, stage: str, lines: Sequence[str], env: dict[str, str],
+           journal: _Journal, options: ApplyOptions) -> str | None:
+    """Run the host's hooks for `stage` in order (through `env`, so they see MIGPLAN_* variables); the
+    first failure stops them and is returned."""
+    for line in lines:
+        argv = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *hook_argv(line)]
+        done = runner.run(argv, timeout=options.timeout)
+        journal(host.name, {"event": "hook", "stage": stage, "argv": argv, "exit_code": done.exit_code,
+                            "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]})
+        if not done.ok:
+            why = printable(done.stderr or done.stdout, 200)
+            return f"{stage} hook {line!r} failed (exit {done.exit_code}){': ' + why if why else ''}"
+    return None
+
+
 def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.datetime | None = None,
           connect: Any = None) -> ApplyResult:
     """`connect(host) -> CommandRunner` overrides SSH (tests, `connection: local`)."""
@@ -137,10 +153,22 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
             return HostReport(host.name, error="not started: an earlier host failed (--fail-fast)")
         target: CommandRunner = RecordingRunner(runner, read_only=is_read_only) if req.dry_run else runner
         journal(host.name, {"event": "start", "plan": plan.fingerprint, "dry_run": req.dry_run})
+        changed = [g.index for g in work[host.name] if g.actions]
+        env = {"MIGPLAN_HOST": host.name, "MIGPLAN_PLAN": plan.fingerprint,
+               "MIGPLAN_GPUS": ",".join(map(str, changed))}
+
+        def recorded() -> tuple[str, ...]:
+            return tuple(str(c) for c in target.commands) if isinstance(target, RecordingRunner) else ()
+
+        failed = _hooks(target, host, "pre_apply", host.hooks.pre_apply if changed else (), env, journal, options)
+        if failed:
+            return HostReport(host.name, error=f"nothing changed: {failed}", commands=recorded())
         res: HostApplyResult = apply_host(target, host, work[host.name], catalog, options,
                                           lambda e: journal(host.name, e))
-        recorded = tuple(str(c) for c in target.commands) if isinstance(target, RecordingRunner) else ()
-        rep = HostReport(host.name, res.gpus, commands=recorded)
+        outcome = "ok" if all(g.outcome in GOOD for g in res.gpus) else "partial"
+        failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
+                        {**env, "MIGPLAN_RESULT": outcome}, journal, options)
+        rep = HostReport(host.name, res.gpus, error=failed, commands=recorded())
         if req.fail_fast and not rep.ok:
             stop.set()
         journal(host.name, {"event": "end", "ok": rep.ok})

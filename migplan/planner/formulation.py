@@ -341,7 +341,7 @@ def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
     for gk, items in f.split.running.items():
         for it in items:
             for a in it.groups:
-                present[a].add(gk[0])
+                present[a].add(gk[0]) if it.name not in f.split.unplaced else None
     for a, terms in sorted(members.items()):
         for subset in _host_family(sorted({(m, q) for m, q, _ in terms})):
             total, per_host = _host_offers(f, subset)
