@@ -31,6 +31,7 @@ from migplan.yamldoc import Node
 
 INVENTORY_VERSION = 1
 DEFAULT_LOCK_FILE = "/run/lock/migplan-apply.lock"  # FHS lock directory, writable by every user
+DEFAULT_STATE_DIR = "/etc/migplan"  # where apply tells the host's tasks which MIG device is theirs
 HOOK_STAGES = ("pre_apply", "post_apply")
 MAX_HOSTS_PER_PATTERN = 10_000  # `gpu[0:99999999]` is a typo, not a fleet
 MAX_HOSTS = 100_000
@@ -75,6 +76,7 @@ class Host:
     reserved_gpus: tuple[int, ...] = ()
     excluded_gpus: tuple[int, ...] = ()
     lock_file: str = DEFAULT_LOCK_FILE  # the apply lock on the host (flock)
+    state_dir: str = DEFAULT_STATE_DIR  # on the host: assignments.json and env/<workload>.env after an apply
     connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
 
     def gpu(self, index: int) -> DeclaredGpu | None:
@@ -112,7 +114,8 @@ class Inventory:
 # --- shared settings (host, group and top-level vars use the same keys) ----------------------
 
 CONNECTIONS = ("ssh", "local")
-_SETTING_KEYS = {"connection", "lock_file", "address", "port", "user", "key_file", "become", "labels", "reserved_gpus",
+_SETTING_KEYS = {"state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become", "labels",
+                 "reserved_gpus",
                  "excluded_gpus", "hooks", "discover", "gpus"}
 
 
@@ -259,6 +262,7 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "user": _user,
         "key_file": _key_file,
         "lock_file": _lock_file,
+        "state_dir": _lock_file,  # the same rule: an absolute path of plain characters
         "connection": _connection,
         "become": _become,
         "labels": _labels,
@@ -353,6 +357,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
         user=v.get("user"),
         key_file=v.get("key_file"),
         lock_file=v.get("lock_file", DEFAULT_LOCK_FILE),
+        state_dir=v.get("state_dir", DEFAULT_STATE_DIR),
         connection=v.get("connection", "ssh"),
         become=v.get("become", ()),
         groups=groups,

@@ -3,6 +3,7 @@ and every GPU ends as planned or exactly as before (the fleet tests do the same 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -149,7 +150,7 @@ def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h1": {
         "ansible_connection": "local", "migplan_discover": True,
-        "migplan_lock_file": str(tmp_path / "apply.lock")}}}}))
+        "migplan_lock_file": str(tmp_path / "apply.lock"), "migplan_state_dir": str(tmp_path / "etc")}}}}))
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump({"version": 1, "workloads": [
         {"name": "b", "memory_mib": {"p50": 9000, "p95": 9000, "p99": 9000, "max": 9000},
@@ -173,7 +174,8 @@ def _local_inventory(tmp_path: Path, hooks: dict[str, list[str]]) -> Path:
 
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"), "hooks": hooks}}}))
+        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"), "hooks": hooks,
+        "state_dir": str(tmp_path / "etc")}}}))
     return inv
 
 
@@ -202,6 +204,13 @@ def test_hooks_run_around_the_apply_with_what_changes(host: Path, tmp_path: Path
     assert res.exit_code == 0, res.to_dict()
     changed = ",".join(str(g.index) for g in res.plan.gpus if g.actions)
     assert out.read_text().split("\n")[:2] == [f"pre {changed}", "post ok"]
+    # tasks find their partition: the map on the host, and one env file per workload
+    doc = json.loads((tmp_path / "etc" / "assignments.json").read_text())
+    assert {w["name"] for w in doc["workloads"]} == {"a", "b", "c"} and doc["kind"] == "migplan/assignments"
+    assert all(w["device"] and w["device"].startswith("MIG-") for w in doc["workloads"])
+    env = (tmp_path / "etc" / "env" / "b.env").read_text()
+    mine = next(w for w in doc["workloads"] if w["name"] == "b")
+    assert f"CUDA_VISIBLE_DEVICES={mine['device']}" in env and f"MIGPLAN_INSTANCE={mine['instance']}" in env
 
 
 def test_a_failing_pre_apply_hook_skips_the_host(host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,6 +73,13 @@ def test_h100_pcie_is_its_own_model() -> None:
     assert CAT.match("NVIDIA H100 PCIe", memory_total_mib=81559).id == "H100-PCIE-80GB"
 
 
+def test_every_source_key_is_explained() -> None:
+    sources = (Path(__file__).parents[1] / "docs" / "sources.md").read_text().split("## §5", 1)[1]
+    for m in CAT:
+        for key in m.source.split(", "):
+            assert f"| `{key}` |" in sources, (m.id, key)
+
+
 def test_every_model_documents_its_driver_range() -> None:
     for m in CAT:
         assert m.drivers and ("R4" in m.drivers or "R5" in m.drivers), m.id

@@ -52,6 +52,7 @@ MODELS: list[dict[str, Any]] = [
     {"src": "H100-80GB", "id": "H100-SXM5-80GB",
      "aliases": ["H100-80GB", "H100 80GB HBM3", "H800-80GB"], "arch": "hopper",
      "pci_drop": ["0x2331"],  # H100 PCIe: its own model below
+     "source_add": ["H100_GCP_525"],
      "drivers": "R525 and later (MIG from 525.85.12, UG_DEPLOY). Numbers: the smallest seen per profile: 1g.10gb, "
                 "1g.10gb+me, 2g.20gb, 3g.40gb from driver 525.125.06 (H100_GCP_525: 9.62/9.62/19.50/39.25 GiB), "
                 "4g.40gb from AWS p5 (H100_P5: 39.38 GiB); 1g.20gb and 7g.80gb keep the H100_SXM values (19.62, "

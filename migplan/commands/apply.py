@@ -17,14 +17,16 @@ from typing import Any
 from migplan import documents
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.recording import RecordingRunner
-from migplan.adapters.runner import CommandRunner
+from migplan.adapters.runner import CommandRunner, HostError
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
-from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError
+from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
 from migplan.files import append_durable
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, GpuResult, HostApplyResult, apply_host
+from migplan.fleet.assignments import Assignment, assignments, assignments_document, env_file, env_file_name
+from migplan.fleet.discover import discover_host
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host, hook_argv
 from migplan.planner.plan import GpuPlan, Plan
@@ -53,6 +55,7 @@ class HostReport:
     gpus: tuple[GpuResult, ...] = ()
     error: str | None = None  # the host could not be applied at all (unreachable, pre-flight)
     commands: tuple[str, ...] = ()  # a dry run's recorded commands, in order
+    assignments: tuple[Assignment, ...] = ()  # workload -> MIG device, as written on the host
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,8 @@ class ApplyResult:
     def to_dict(self) -> dict[str, Any]:
         return {"plan_fingerprint": self.plan.fingerprint, "dry_run": self.dry_run, "exit_code": self.exit_code,
                 "hosts": [{"host": h.host, "ok": h.ok, "error": h.error, "commands": list(h.commands),
+                           "assignments": [{"workload": a.workload, "gpu": a.gpu, "instance": a.instance,
+                                            "device": a.device} for a in h.assignments],
                            "gpus": [{"gpu": g.gpu, "outcome": g.outcome.value, "reason": g.reason,
                                      "commands": list(g.commands), "layout": g.layout} for g in h.gpus]}
                           for h in self.hosts]}
@@ -116,6 +121,25 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
     return out
 
 
+def _write_assignments(runner: CommandRunner, host: Host, plan: Plan, catalog: Catalog, options: ApplyOptions,
+                       stamp: str) -> tuple[Assignment, ...]:
+    """Read the host once more (the MIG device UUIDs are new) and write where each workload's device is."""
+    record = discover_host(runner, host, catalog, timeout=options.timeout)
+    items = assignments(plan, record)
+    env_dir = f"{host.state_dir}/env"
+    mkdir = runner.run(["mkdir", "-p", "--", env_dir], timeout=options.timeout)
+    if not mkdir.ok:
+        raise HostError(host.name, f"cannot create {env_dir}: {printable(mkdir.stderr, 200)}")
+    runner.put_file(f"{host.state_dir}/assignments.json",
+                    assignments_document(host.name, plan, items, stamp).encode(), mode=0o644,
+                    timeout=options.timeout)
+    taken: set[str] = set()
+    for a in items:
+        runner.put_file(f"{env_dir}/{env_file_name(a.workload, taken)}", env_file(a).encode(), mode=0o644,
+                        timeout=options.timeout)
+    return tuple(items)
+
+
 def _hooks(runner: CommandRunner, host: Host, stage: str, lines: Sequence[str], env: dict[str, str],
            journal: _Journal, options: ApplyOptions) -> str | None:
     """Run the host's hooks for `stage` in order (through `env`, so they see MIGPLAN_* variables); the
@@ -147,6 +171,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     options = ApplyOptions(allow_disrupt=req.allow_disrupt, dry_run=req.dry_run, timeout=req.fleet.timeout)
     journal = _Journal(None if req.dry_run else req.journal, now)
     stop = threading.Event()
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def one(host: Host, runner: CommandRunner) -> HostReport:
         if stop.is_set():
@@ -166,9 +191,15 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
         res: HostApplyResult = apply_host(target, host, work[host.name], catalog, options,
                                           lambda e: journal(host.name, e))
         outcome = "ok" if all(g.outcome in GOOD for g in res.gpus) else "partial"
+        written: tuple[Assignment, ...] = ()
+        if not req.dry_run:
+            try:
+                written = _write_assignments(target, host, plan, catalog, options, stamp)
+            except (HostError, MigplanError) as err:
+                return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: {err}")
         failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
                         {**env, "MIGPLAN_RESULT": outcome}, journal, options)
-        rep = HostReport(host.name, res.gpus, error=failed, commands=recorded())
+        rep = HostReport(host.name, res.gpus, error=failed, commands=recorded(), assignments=written)
         if req.fail_fast and not rep.ok:
             stop.set()
         journal(host.name, {"event": "end", "ok": rep.ok})

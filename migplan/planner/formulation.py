@@ -74,6 +74,11 @@ class Formulation:
     signatures: dict[object, list[tuple[frozenset[Any], int]]] = field(default_factory=dict)  # v per scope
     offers: dict[tuple[object, tuple[object, ...]], int] = field(default_factory=dict)  # z / o per (scope, S)
     sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # stage -> (variables, rows, nonzeros)
+    refine: frozenset[str] = frozenset()  # anti-affinity sets planned per GPU group (see `formulate`)
+
+    def per_group(self, c: Klass) -> bool:
+        """PerGroup classes, and members of a refined set, get y per GPU group; the rest y per model."""
+        return c.special or bool(self.refine & set(c.sample.groups))
 
 
 def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
@@ -129,13 +134,13 @@ def _variables(f: Formulation) -> None:
         on_host[g.host].append(g)
     for c in f.split.classes:
         f.u[c.idx] = m.var(f"u[{c.idx}]")
-        if not c.special:
+        if not f.per_group(c):
             for model_id, profs in c.sample.fits:
                 for q in profs:
                     if q in free_by_model.get(model_id, set()):
                         f.y_pool[(c.idx, model_id, q)] = m.var(f"y[{c.idx},{model_id},{q}]")
             continue
-        for g in on_host[c.sample.pin_host]:
+        for g in on_host[c.sample.pin_host] if c.special else f.split.groups:
             if _allowed(c, g):
                 for q in c.sample.profiles(g.model):
                     if any(info.free[q] for info in f.patterns[g.idx]):
@@ -248,14 +253,14 @@ def _transport(f: Formulation, label: str, want: Want, supply: dict[frozenset[st
 
 
 Members = dict[str, list[tuple[str, str, int]]]  # set -> (model, profile, y) of every member variable
-Pinned = dict[tuple[str, int], Want]  # (set, group) -> pinned member variables there
+PerGroup = dict[tuple[str, int], Want]  # (set, group) -> member variables there (pinned or refined classes)
 
 
-def _members(f: Formulation) -> tuple[Members, Pinned]:
+def _members(f: Formulation) -> tuple[Members, PerGroup]:
     classes = {c.idx: c for c in f.split.classes}
     groups = {g.idx: g for g in f.split.groups}
     members: Members = defaultdict(list)
-    pinned: Pinned = defaultdict(list)
+    pinned: PerGroup = defaultdict(list)  # pinned or refined members
     for (c, model_id, q), v in f.y_pool.items():
         for a in classes[c].sample.groups:
             members[a].append((model_id, q, v))
@@ -275,7 +280,7 @@ def _spread(f: Formulation) -> None:
         _spread_gpus(f, members, pinned)
 
 
-def _spread_gpus(f: Formulation, members: Members, pinned: Pinned) -> None:
+def _spread_gpus(f: Formulation, members: Members, pinned: PerGroup) -> None:
     """Per set A and model m, the members of A on GPUs of m that hold no running member of A, at most one per
     GPU (`_transport` over the model's GPU types); per set and group again for pinned members."""
     present: dict[str, list[Group]] = defaultdict(list)
@@ -332,7 +337,7 @@ def _host_offers(f: Formulation, subset: tuple[Pair, ...]) -> tuple[int, dict[st
     return f.offers[k], {h: f.offers[(("host", h), subset)] for h in hosts}
 
 
-def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
+def _spread_hosts(f: Formulation, members: Members, pinned: PerGroup) -> None:
     """Host scope (Hall's condition over hosts): per set A and subset S of its (model, profile) pairs,
     members wanting one of S <= hosts without a running member of A that offer one of S
     (sum_{h not running A} o[h,S] = O[S] - those running A); per set and host, pinned members <= 1."""
@@ -341,7 +346,7 @@ def _spread_hosts(f: Formulation, members: Members, pinned: Pinned) -> None:
     for gk, items in f.split.running.items():
         for it in items:
             for a in it.groups:
-                present[a].add(gk[0]) if it.name not in f.split.unplaced else None
+                present[a].add(gk[0])  # outgrown members too: they keep running there
     for a, terms in sorted(members.items()):
         for subset in _host_family(sorted({(m, q) for m, q, _ in terms})):
             total, per_host = _host_offers(f, subset)
@@ -447,11 +452,15 @@ def _cause(f: Formulation, stage: str) -> tuple[str, str]:
 
 
 def formulate(problem: Problem, split: Split, weights: Weights | None = None, *,
-              place_all: bool = False, limit: SizeLimit | None = None) -> Formulation:
+              place_all: bool = False, limit: SizeLimit | None = None,
+              refine: frozenset[str] = frozenset()) -> Formulation:
     """The program for `problem`; `place_all` forces u = 0 (used for the GPU lower bound).
 
+    `refine`: anti-affinity sets whose members get y per GPU group (with the group's capacity rows and a
+    spread row per set and group, or per set and host), as pinned classes do: tighter where the sets compete
+    for the instances of a few GPUs, larger by sets x groups, so only for sets the mapping could not spread.
     Raises PlanError the moment the model passes `limit` (default `LIMIT`), naming its size and cause."""
-    f = Formulation(problem, split, Milp(limit=LIMIT if limit is None else limit))
+    f = Formulation(problem, split, Milp(limit=LIMIT if limit is None else limit), refine=refine)
     steps = {"patterns": _patterns, "placements": _variables, "gpus": _one_pattern_per_gpu, "balance": _balance,
              "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free}
     stage = _STAGES[0]

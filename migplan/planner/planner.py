@@ -8,6 +8,7 @@ returned (PlanError).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 
 from migplan.catalog import Catalog
@@ -15,7 +16,7 @@ from migplan.fleet.diff import Op, diff
 from migplan.fleet.state import FleetState
 from migplan.layout import used_compute
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
-from migplan.planner.formulation import formulate
+from migplan.planner.formulation import Formulation, formulate
 from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
 from migplan.planner.milp import SizeLimit, Solver, SolveResult
@@ -135,23 +136,63 @@ def _left_out(problem: Problem, sp: Split, mapped: Mapped) -> dict[int, int]:
     return out
 
 
+REFINE_ROUNDS = 2  # re-solves with the sets the mapping could not spread planned per GPU group
+
+
+def _unspread(f: Formulation, values: tuple[float, ...], mapped: Mapped) -> frozenset[str]:
+    """Anti-affinity sets of classes with more items left out by the mapping than the solver left out."""
+    klass = {c.key: c for c in f.split.classes}
+    lost: Counter[int] = Counter(klass[class_key(it)].idx for it in f.problem.items
+                                 if it.name in mapped.unplaced and it.name not in f.split.unplaced
+                                 and class_key(it) in klass)
+    return frozenset(a for c in f.split.classes if lost[c.idx] > round(values[f.u[c.idx]]) for a in c.sample.groups)
+
+
 def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
            limit: SizeLimit | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
-    f = formulate(problem, sp, limit=limit)
+    """Formulate, solve, re-check and map. When the mapping cannot spread members the solver placed (the model
+    counts instances per model, not which GPU's instances each set may share), the sets involved are planned
+    per GPU group and the model solved again (at most REFINE_ROUNDS times, while the solver's time limit is
+    not spent); the best mapping by placed value, then objective, is kept."""
+    refine: frozenset[str] = frozenset()
+    best: tuple[float, float, Mapped, SolveResult] | None = None
+    spent, budget = 0.0, getattr(solver, "time_limit", None)
     sets = len({a for c in sp.classes for a in c.sample.groups})
-    progress(f"model: {len(f.milp.names)} variables, {len(f.milp.rows)} rows, {f.milp.nonzeros} nonzeros "
-             f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes"
-             + (f", {sets} anti-affinity sets" if sets else "") + ")")
-    res = solver.solve(f.milp)
-    progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
-    if not res.status.has_solution:
-        hint = "lower --keep-free" if problem.policy.keep_free else None
-        raise PlanError(f"the solver found no plan ({res.status.value}: {res.message})", hint=hint)
-    bad = f.milp.violations(list(res.values))
-    if bad:
-        raise PlanError(f"the solver's answer breaks {len(bad)} row(s), e.g. {', '.join(bad[:5])}",
-                        hint="try the other solver (--solver) or a longer --time-limit")
-    mapped = map_solution(f, res.values)
+    for attempt in range(1 + REFINE_ROUNDS):
+        try:
+            f = formulate(problem, sp, limit=limit, refine=refine)
+        except PlanError:
+            if best is None:
+                raise
+            break  # the refined model is too large: keep what the smaller one gave
+        progress(f"model: {len(f.milp.names)} variables, {len(f.milp.rows)} rows, {f.milp.nonzeros} nonzeros "
+                 f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes"
+                 + (f", {sets} anti-affinity sets" if sets else "")
+                 + (f", {len(refine)} of them per GPU group" if refine else "") + ")")
+        res = solver.solve(f.milp)
+        spent += res.time_s
+        progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
+        if not res.status.has_solution or f.milp.violations(list(res.values)):
+            if best is not None:
+                break
+            if not res.status.has_solution:
+                hint = "lower --keep-free" if problem.policy.keep_free else None
+                raise PlanError(f"the solver found no plan ({res.status.value}: {res.message})", hint=hint)
+            bad = f.milp.violations(list(res.values))
+            raise PlanError(f"the solver's answer breaks {len(bad)} row(s), e.g. {', '.join(bad[:5])}",
+                            hint="try the other solver (--solver) or a longer --time-limit")
+        mapped = map_solution(f, res.values)
+        value = sum(it.value for it in problem.items if it.name in mapped.placed)
+        if best is None or (value, -(res.objective or 0.0)) > (best[0], best[1]):
+            best = (value, -(res.objective or 0.0), mapped, res)
+        more = _unspread(f, res.values, mapped) - refine
+        if not more or attempt == REFINE_ROUNDS or (budget is not None and spent >= budget):
+            break
+        refine |= more
+        progress(f"{len(more)} anti-affinity set(s) could not be spread as the model counted; "
+                 "planning them per GPU group")
+    assert best is not None
+    _, _, mapped, res = best
     return mapped, res, _left_out(problem, sp, mapped)
 
 

@@ -70,7 +70,7 @@ class Fleet:
         entry: dict[str, object] = {"address": h.address, "port": self.server.port, "user": _user(),
                                     "key_file": str(self.server.client_key), "discover": True,
                                     # every simulated host is this one machine: one apply lock each
-                                    "lock_file": str(h.dir / "apply.lock")}
+                                    "lock_file": str(h.dir / "apply.lock"), "state_dir": str(h.dir / "etc")}
         entry.update(extra)
         return entry
 

@@ -235,7 +235,7 @@ class SshServer:
             "StrictModes no", "UsePAM no", "PermitRootLogin prohibit-password",
             "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "AllowTcpForwarding yes", "MaxStartups 100:30:200", "MaxSessions 50",
-            "LogLevel VERBOSE",
+            "LogLevel VERBOSE", "Subsystem sftp internal-sftp",  # apply writes the assignments over SFTP
         ]
         for h in self.hosts:
             sim = f"MIGPLAN_SIM_STATE={h.state} MIGPLAN_SIM_PYTHON={sys.executable}"

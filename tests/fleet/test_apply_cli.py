@@ -62,6 +62,12 @@ def test_plan_then_apply_then_status_matches_the_plan(run: Run, fleet: Fleet) ->
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert [e["argv"] for e in events if e["event"] == "command"] and any(e["event"] == "verify" for e in events)
 
+    placed = {w["name"]: w for w in doc["workloads"] if w["status"] == "placed"}
+    for i, name in ((0, "a"), (1, "b")):  # each host got the map of its workloads to MIG devices
+        written = json.loads((fleet.host(i).dir / "etc" / "assignments.json").read_text())
+        assert {w["name"] for w in written["workloads"]} == {n for n, w in placed.items() if w["host"] == name}
+        assert all(w["device"] and w["device"].startswith(("MIG-", "GPU-")) for w in written["workloads"])
+
     status = run("status", "-i", str(inv), "-o", "json")
     live = {(h["name"], g["index"]): g["layout"] for h in json.loads(status.stdout)["hosts"] for g in h["gpus"]}
     assert live == {(g["host"], g["index"]): g["target"] for g in doc["gpus"]}

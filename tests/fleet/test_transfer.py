@@ -1,6 +1,6 @@
 """put_file / get_file and stdin over a real sshd, and Ctrl-C during a fleet run over SSH.
 
-SFTP needs the sftp subsystem, which the session sshd does not configure: these tests use the extra
+SFTP needs the sftp subsystem; these tests use their own extra
 sshd on 127.0.0.1 from test_known_hosts_ssh.py (same keys, `Subsystem sftp internal-sftp`, PATH with
 the pass-through `sudo`).
 """
