@@ -1,0 +1,66 @@
+"""Every maximal layout of A30, A100-40GB, A100-80GB and H100 applied to an empty GPU and read back
+exactly, through the simulator (which checks NVIDIA's rules itself), run in-process for speed."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim.fleet import call_sim, host_state, write_state  # noqa: E402
+
+from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
+from migplan.fleet.diff import diff  # noqa: E402
+from migplan.fleet.discover import discover_host  # noqa: E402
+from migplan.fleet.state import GpuState  # noqa: E402
+from migplan.inventory import Host  # noqa: E402
+from migplan.layout import Layout, enumerate_layouts  # noqa: E402
+from migplan.planner.plan import GpuPlan  # noqa: E402
+
+CAT = builtin_catalog()
+
+
+class InProcess:
+    """A CommandRunner over the simulator's `main` (nvidia-smi only), and flock/cat for the lock."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    @property
+    def host(self) -> str:
+        return "h"
+
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
+        assert argv[0] == "nvidia-smi", argv
+        code, out, err = call_sim(list(argv), self.state)
+        return Completed(tuple(argv), code, out, err)
+
+    def hold(self, argv: Sequence[str], *, ready: str, timeout: float = DEFAULT_TIMEOUT) -> object:
+        class Held:
+            def release(self) -> None:
+                pass
+        return Held()
+
+
+@pytest.mark.parametrize("model_id", ["A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"])
+def test_every_maximal_layout_applies_to_an_empty_gpu_and_reads_back_exactly(model_id: str, tmp_path: Path) -> None:
+    model = CAT.get(model_id)
+    layouts = enumerate_layouts(model, maximal=True)
+    assert layouts
+    host = Host(name="h", address="h")
+    for n, target in enumerate(layouts):
+        state = write_state(tmp_path / f"{n}.json", host_state(model_id, 1, hostname="h"))
+        rec = discover_host(InProcess(state), host, CAT)
+        observed = GpuState(host="h", index=0, model=model.id, uuid=rec.gpus[0].uuid, mig_enabled=True,
+                            layout=Layout())
+        gp = GpuPlan(observed, target, tuple(diff(Layout(), target, gpu=("h", 0), architecture=model.architecture)))
+        res = apply_host(InProcess(state), host, [gp], CAT, ApplyOptions())
+        assert res.gpus[0].outcome is GpuOutcome.APPLIED, (str(target), res.gpus[0])
+        assert discover_host(InProcess(state), host, CAT).gpus[0].layout == target
+        assert len(res.gpus[0].commands) == 1  # one -cgi with every placement, -C for the compute instances
