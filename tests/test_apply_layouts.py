@@ -4,16 +4,15 @@ exactly, through the simulator (which checks NVIDIA's rules itself), run in-proc
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import call_sim, host_state, write_state  # noqa: E402
+from sim.fleet import host_state, write_state  # noqa: E402
+from sim_runner import InProcess  # noqa: E402
 
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
 from migplan.fleet.diff import diff  # noqa: E402
@@ -24,28 +23,6 @@ from migplan.layout import Layout, enumerate_layouts  # noqa: E402
 from migplan.planner.plan import GpuPlan  # noqa: E402
 
 CAT = builtin_catalog()
-
-
-class InProcess:
-    """A CommandRunner over the simulator's `main` (nvidia-smi only), and flock/cat for the lock."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-
-    @property
-    def host(self) -> str:
-        return "h"
-
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
-        assert argv[0] == "nvidia-smi", argv
-        code, out, err = call_sim(list(argv), self.state)
-        return Completed(tuple(argv), code, out, err)
-
-    def hold(self, argv: Sequence[str], *, ready: str, timeout: float = DEFAULT_TIMEOUT) -> object:
-        class Held:
-            def release(self) -> None:
-                pass
-        return Held()
 
 
 @pytest.mark.parametrize("model_id", ["A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"])

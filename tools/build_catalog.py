@@ -88,7 +88,7 @@ MODELS: list[dict[str, Any]] = [
                 "inferred memory and SMs. Engine budget: copy engines only (UG Table 9: 16); DEC/JPEG/OFA of "
                 "7g.180gb are printed by no source."},
     {"table": "RTX-PRO-6000-SE", "id": "RTX-PRO-6000-SE",
-     "aliases": ["RTX-PRO-6000", "RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-96GB"], "arch": "blackwell",
+     "aliases": ["RTX-PRO-6000-Server", "RTX PRO 6000 Blackwell Server Edition"], "arch": "blackwell",
      "smi_name": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "pci": ["0x2bb5"],
      "source": ["RTXPRO_SE", "RTXPRO_SE_CUBE", "RTXPRO_SE_BR", "UG_DEPLOY"],
      "confidence": "real (RTXPRO_SE -lgip and -lgipp; 1g memory from RTXPRO_SE_CUBE)",

@@ -42,11 +42,12 @@ class Catalog:
         return {normalise_name(n) for n in (model.id, *model.aliases, *model.smi_names)}
 
     def find(self, name: str) -> GpuModel | None:
+        """By id first, then by alias or nvidia-smi name (a model from an override file first)."""
         key = normalise_name(name)
-        for model in self.models:
-            if key in self._names(model):
-                return model
-        return None
+        by_id = [m for m in self.models if normalise_name(m.id) == key]
+        named = [m for m in self.models if key in self._names(m)]
+        found = by_id or [m for m in named if m.id in self.overridden] or named
+        return found[0] if found else None
 
     def get(self, name: str) -> GpuModel:
         """A model by id or alias (case-insensitive, `NVIDIA ` prefix optional)."""

@@ -249,7 +249,7 @@ def _transport(f: Formulation, label: str, want: Want, supply: dict[frozenset[st
             out.append((v, 1.0))
         f.milp.add(f"spread[{label},{_name(t)}]", out + supply[t], "<=", 0)
     for q in sorted({q for q, _ in want}):
-        f.milp.add(f"spread[{label},{q}]", flows[q] + [(y, -1.0) for qq, y in want if qq == q], "==", 0)
+        f.milp.add(f"spread[{label},{q}]", flows[q] + [(y, -1.0) for qq, y in want if qq == q], ">=", 0)
 
 
 Members = dict[str, list[tuple[str, str, int]]]  # set -> (model, profile, y) of every member variable
@@ -257,6 +257,8 @@ PerGroup = dict[tuple[str, int], Want]  # (set, group) -> member variables there
 
 
 def _members(f: Formulation) -> tuple[Members, PerGroup]:
+    """Member variables per set (only for sets with a member planned per model: when all are planned per
+    group, the rows per set and group, or host, are exact and these would repeat them) and per set and group."""
     classes = {c.idx: c for c in f.split.classes}
     groups = {g.idx: g for g in f.split.groups}
     members: Members = defaultdict(list)
@@ -264,10 +266,12 @@ def _members(f: Formulation) -> tuple[Members, PerGroup]:
     for (c, model_id, q), v in f.y_pool.items():
         for a in classes[c].sample.groups:
             members[a].append((model_id, q, v))
+    pooled = set(members)
     for (c, gi, q), v in f.y_group.items():
         for a in classes[c].sample.groups:
-            members[a].append((groups[gi].model, q, v))
             pinned[(a, gi)].append((q, v))
+            if a in pooled:
+                members[a].append((groups[gi].model, q, v))
     return members, pinned
 
 

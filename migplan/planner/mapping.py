@@ -151,11 +151,10 @@ class _Mapper:
             self.slots[g.idx] = [
                 _slots(p.models[g.model], g, gpu, pats[pi], s.running.get(gpu.key, []), self.m, self.queue,
                        self.klass, set(s.forced)) for gpu, pi in zip(gpus, order, strict=True)]
-        for gk, items in s.running.items():  # kept members, and outgrown ones (they keep running there)
-            for it in items:
-                if it.name in self.m.placed or it.name in s.unplaced:
-                    for a in it.groups:
-                        self.spots[a][gk[0] if self.scope == "host" else gk] += 1
+        for gk, items in s.running.items():  # where a member runs now (kept, outgrown or moving), no other goes:
+            for it in items:  # the rule the model counts with (groups.Group.present)
+                for a in it.groups:
+                    self.spots[a][gk[0] if self.scope == "host" else gk] += 1
 
     def place(self, it: Item, sl: _Slots, q: str, inst: Instance | None = None) -> None:
         inst = _take(sl, q, inst)

@@ -137,6 +137,12 @@ def _left_out(problem: Problem, sp: Split, mapped: Mapped) -> dict[int, int]:
 
 
 REFINE_ROUNDS = 2  # re-solves with the sets the mapping could not spread planned per GPU group
+REFINE_ALL = 20_000  # ... all sets at once when that many (class, group) pairs or fewer
+
+
+def _per_group_size(f: Formulation) -> int:
+    """(class, group) pairs if every anti-affine class were planned per GPU group."""
+    return sum(1 for c in f.split.classes if c.anti and not c.special) * len(f.split.groups)
 
 
 def _unspread(f: Formulation, values: tuple[float, ...], mapped: Mapped) -> frozenset[str]:
@@ -188,6 +194,8 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
         more = _unspread(f, res.values, mapped) - refine
         if not more or attempt == REFINE_ROUNDS or (budget is not None and spent >= budget):
             break
+        if _per_group_size(f) <= REFINE_ALL:
+            more = frozenset(a for c in sp.classes for a in c.sample.groups) - refine
         refine |= more
         progress(f"{len(more)} anti-affinity set(s) could not be spread as the model counted; "
                  "planning them per GPU group")

@@ -1,0 +1,64 @@
+"""Faults at every step of an apply, one run per (step, fault): each run ends with the GPU exactly as
+planned or exactly as before, and the result says which (the simulator injects NVIDIA's real errors,
+hangs and dropped connections)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
+from sim_runner import InProcess  # noqa: E402
+
+from migplan.adapters.runner import LocalRunner  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
+from migplan.fleet.diff import diff  # noqa: E402
+from migplan.fleet.discover import discover_host  # noqa: E402
+from migplan.fleet.state import GpuState  # noqa: E402
+from migplan.inventory import Host  # noqa: E402
+from migplan.layout import Layout  # noqa: E402
+from migplan.planner.plan import GpuPlan  # noqa: E402
+
+CAT = builtin_catalog()
+MODEL = CAT.get("A100-SXM4-40GB")
+BEFORE = Layout.parse(["3g.20gb@0", "3g.20gb@4"])
+TARGET = Layout.parse(["3g.20gb@0", "2g.10gb@4", "1g.5gb@6"])
+HOST = Host(name="h", address="h", lock_file=f"/tmp/migplan-test-faults-{os.getpid()}.lock")
+STEPS = ("-dci", "-dgi", "-cgi")
+ERRORS = ("In use by another client", "Insufficient Resources", "Invalid Argument", "Not Supported",
+          "Insufficient Permissions", "Unknown Error")
+FAULTS = [{"error": e} for e in ERRORS] + [{"drop": "before"}, {"drop": "after"}, {"hang": 8}]
+CASES = [(step, fault) for step in STEPS for fault in FAULTS]
+
+
+def _run(tmp_path: Path, step: str, fault: dict[str, object]) -> tuple[GpuOutcome, Layout | None, str]:
+    state = write_state(tmp_path / "h.json", host_state("A100-SXM4-40GB", 1, hostname="h", layouts=[BEFORE]))
+    # a hang needs a real process for the timeout; everything else runs in-process (fast)
+    runner = LocalRunner(host="h", env=sim_env(state)) if "hang" in fault else InProcess(state)
+    uuid = discover_host(runner, HOST, CAT).gpus[0].uuid
+    observed = GpuState(host="h", index=0, model=MODEL.id, uuid=uuid, mig_enabled=True, layout=BEFORE)
+    plan = GpuPlan(observed, TARGET, tuple(diff(BEFORE, TARGET, gpu=("h", 0), architecture=MODEL.architecture)))
+    st = read_state(state)
+    st["faults"] = [{"match": step, "times": 1, **fault}]
+    write_state(state, st)
+    res = apply_host(runner, HOST, [plan], CAT, ApplyOptions(timeout=3.0)).gpus[0]  # type: ignore[arg-type]
+    st = read_state(state)
+    assert st["faults"][0].get("fired") == 1, "the fault never fired: this run tested nothing"
+    return res.outcome, discover_host(InProcess(state), HOST, CAT).gpus[0].layout, res.reason
+
+
+@pytest.mark.parametrize(("step", "fault"), CASES, ids=[f"{s}-{next(iter(f.values()))}" for s, f in CASES])
+def test_every_fault_leaves_the_gpu_as_planned_or_as_before(tmp_path: Path, step: str,
+                                                            fault: dict[str, object]) -> None:
+    outcome, final, reason = _run(tmp_path, step, fault)
+    assert final in (BEFORE, TARGET), (final, reason)
+    if outcome is GpuOutcome.APPLIED:
+        assert final == TARGET
+    else:
+        assert outcome is GpuOutcome.ROLLED_BACK and final == BEFORE, (outcome, final, reason)
