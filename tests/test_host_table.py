@@ -107,3 +107,33 @@ def test_planning_uses_the_hosts_smaller_table(lowmem_host: tuple[LocalRunner, H
     assert placed.status == "placed" and placed.instance is not None and placed.instance.startswith("2g.10gb@")
     catalog_only = plan(snap.fleet_state(), work, CAT, EXACT, PulpSolver(time_limit=30))
     assert next(w for w in catalog_only.workloads if w.name == "w").instance.startswith("1g.5gb@")  # type: ignore[union-attr]
+
+
+def test_a_plan_carries_its_host_models_and_applies_with_them(lowmem_host: tuple[LocalRunner, Host],
+                                                              tmp_path: Path) -> None:
+    import copy
+    import json
+
+    from migplan.documents import load_plan, write_plan
+    from migplan.errors import InputError
+    from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
+    from migplan.planner import plan_from_dict
+
+    runner, host = lowmem_host
+    host = Host(name="h1", address="h1", lock_file=str(tmp_path / "apply.lock"))
+    snap = Snapshot((discover_host(runner, host, CAT),))
+    state = snap.fleet_state(catalog=CAT)
+    p = plan(state, profiles(wl("w", 4800)), Catalog(CAT.models + state.models), EXACT, PulpSolver(time_limit=30))
+    assert [m.id for m in p.models] == [m.id for m in state.models]
+    out = tmp_path / "plan.json"
+    write_plan(out, p)
+    again = load_plan(out, CAT)  # the shipped catalog alone: the plan brings its host model
+    assert again == p
+    res = apply_host(runner, host, list(again.gpus), Catalog((*again.models, *CAT.models)), ApplyOptions())
+    assert res.gpus[0].outcome is GpuOutcome.APPLIED and any(i.startswith("2g.10gb@") for i in res.gpus[0].layout or [])
+
+    doc = json.loads(out.read_text())
+    forged = copy.deepcopy(doc)
+    forged["host_models"][0]["id"] = "A100-SXM4-40GB"  # a plan must never replace a catalog model
+    with pytest.raises(InputError, match="host model"):
+        plan_from_dict(forged, CAT, source="plan.json")

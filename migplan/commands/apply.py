@@ -167,7 +167,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
         req.fleet.inventory).hosts})
     if unknown:
         report(f"warning: the plan changes host(s) not in the inventory, left alone: {', '.join(unknown[:10])}")
-    catalog = Catalog(ctx.catalog.models)
+    catalog = Catalog((*plan.models, *ctx.catalog.models))  # models built from hosts' own tables first
     options = ApplyOptions(allow_disrupt=req.allow_disrupt, dry_run=req.dry_run, timeout=req.fleet.timeout)
     journal = _Journal(None if req.dry_run else req.journal, now)
     stop = threading.Event()

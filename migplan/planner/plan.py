@@ -40,6 +40,8 @@ from typing import Any
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
+from migplan.catalog.writer import models_to_list
 from migplan.errors import CatalogError, InputError, MigplanError
 from migplan.fleet.diff import Action, diff
 from migplan.fleet.state import GpuKey, GpuState, Hold
@@ -172,6 +174,7 @@ class Plan:
     gpus: tuple[GpuPlan, ...]
     workloads: tuple[WorkloadPlan, ...]
     created_at: str | None = None  # ISO 8601 UTC, set by whoever ran the planner (the core has no clock)
+    models: tuple[GpuModel, ...] = ()  # models built from hosts' own profile tables that GPUs here use
     version: int = PLAN_VERSION
 
     @functools.cached_property
@@ -202,6 +205,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "kind": PLAN_KIND,
         "fingerprint": plan.fingerprint,
         "created_at": plan.created_at,
+        "host_models": models_to_list(plan.models),
         "source": plan.source,
         "policy": dict(plan.policy),
         "solve": asdict(plan.solve),
@@ -416,13 +420,34 @@ def _check_margin(f: dict[str, Node], w: WorkloadPlan, gpus: Mapping[GpuKey, Gpu
                              hint=_HINT)
 
 
+_HOST_MODEL = re.compile(r"(?P<base>.+)@host-[0-9a-f]{8}")
+
+
+def _read_host_models(node: Node, catalog: Catalog) -> tuple[GpuModel, ...]:
+    """Models built from hosts' own tables. Each must be named `<catalog id>@host-<digest>` after a model
+    of `catalog` with the same architecture: a plan file can never replace a catalog model."""
+    if node.is_null or not node.value("list"):
+        return ()
+    doc = yamldoc.parse(json.dumps({"version": CATALOG_VERSION, "models": node.value("list")}),
+                        f"{node.source}: host_models")
+    assert doc is not None
+    models = tuple(parse_catalog(doc))
+    for m in models:
+        found = _HOST_MODEL.fullmatch(m.id)
+        base = catalog.find(found.group("base")) if found else None
+        if base is None or base.id != found.group("base") or base.architecture != m.architecture:  # type: ignore[union-attr]
+            node.fail(f"host model {m.id!r} is not '<catalog model>@host-<digest>' of a catalog model with its "
+                      "architecture", hint=_HINT)
+    return models
+
+
 def parse_plan(root: Node, catalog: Catalog) -> Plan:
     """A plan document read back strictly (see the module docstring); every error names the key and line."""
     if not root.is_map:
         root.fail("a plan is a mapping with 'version' and 'kind: migplan/plan' (written by 'migplan propose --out')")
     top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
            "workloads"}
-    f = root.fields(top, top)
+    f = root.fields(top | {"host_models"}, top)
     version = f["version"].int()
     if version != PLAN_VERSION:
         f["version"].fail(f"plan version {version} is not supported (this migplan reads version {PLAN_VERSION})",
@@ -437,6 +462,9 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         policy_obj = policy_from_mapping(policy_doc, source=root.source)
     except InputError as err:
         f["policy"].fail(err.message.removeprefix(f"{root.source}: "), hint=_HINT)
+    host_models = _read_host_models(f["host_models"], catalog) if "host_models" in f else ()
+    if host_models:
+        catalog = Catalog((*host_models, *catalog.models))
     gpus: dict[GpuKey, GpuPlan] = {}
     for n in f["gpus"].list():
         g = _read_gpu(n, catalog)
@@ -463,7 +491,8 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     _check_summary(sf, summary, policy_obj, workloads)
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
-                workloads=tuple(workloads), created_at=_opt_str(f["created_at"]), version=version)
+                workloads=tuple(workloads), created_at=_opt_str(f["created_at"]), models=host_models,
+                version=version)
 
 
 def plan_from_dict(doc: Any, catalog: Catalog, source: str = "plan") -> Plan:

@@ -219,8 +219,10 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
     value = sum(it.value for it in problem.items if it.name in mapped.placed)
     solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
+    used = {g.model for g in problem.gpus}
+    host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
     plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve,
-                _summary(problem, gpus, wls, value, lb), gpus, wls)
+                _summary(problem, gpus, wls, value, lb), gpus, wls, models=host_models)
     bad = validate(plan, problem)
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))

@@ -7,6 +7,7 @@ May import: catalog, layout, errors, names, yamldoc (parsing text only). Never a
 planner, commands or cli.
 """
 
+from migplan.catalog.writer import render_catalog_yaml
 from migplan.smi.commands import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -40,7 +41,7 @@ from migplan.smi.errors import (
     SmiParseError,
     classify_failure,
 )
-from migplan.smi.learn import learn_model, render_catalog_yaml
+from migplan.smi.learn import learn_model
 from migplan.smi.lines import (
     parse_actions,
     parse_compute_apps,
