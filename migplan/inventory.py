@@ -25,6 +25,7 @@ from typing import Any
 
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
+from migplan.catalog.geometry import driver_version
 from migplan.errors import CatalogError, InputError
 from migplan.layout import Instance, Layout, check_layout
 from migplan.yamldoc import Node
@@ -76,6 +77,7 @@ class Host:
     reserved_gpus: tuple[int, ...] = ()
     excluded_gpus: tuple[int, ...] = ()
     lock_file: str = DEFAULT_LOCK_FILE  # the apply lock on the host (flock)
+    driver: str | None = None  # the host's NVIDIA driver version, for the profiles the catalog marks min_driver
     state_dir: str = DEFAULT_STATE_DIR  # on the host: assignments.json and env/<workload>.env after an apply
     connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
 
@@ -114,9 +116,8 @@ class Inventory:
 # --- shared settings (host, group and top-level vars use the same keys) ----------------------
 
 CONNECTIONS = ("ssh", "local")
-_SETTING_KEYS = {"state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become", "labels",
-                 "reserved_gpus",
-                 "excluded_gpus", "hooks", "discover", "gpus"}
+_SETTING_KEYS = {"driver", "state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become",
+                 "labels", "reserved_gpus", "excluded_gpus", "hooks", "discover", "gpus"}
 
 
 def _become(node: Node) -> tuple[str, ...]:
@@ -262,7 +263,8 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "user": _user,
         "key_file": _key_file,
         "lock_file": _lock_file,
-        "state_dir": _lock_file,  # the same rule: an absolute path of plain characters
+        "state_dir": _lock_file,
+        "driver": _driver,  # the same rule: an absolute path of plain characters
         "connection": _connection,
         "become": _become,
         "labels": _labels,
@@ -279,6 +281,15 @@ def _address(node: Node) -> str:
     v = node.str()
     if not names.ADDRESS.fullmatch(v):
         node.fail(f"{v!r} is not a host name or IP address")
+    return v
+
+
+def _driver(node: Node) -> str:
+    v = node.str()
+    try:
+        driver_version(v)
+    except CatalogError as err:
+        node.fail(err.message, hint="write the version nvidia-smi prints, e.g. 535.129.03 (or the branch, 535)")
     return v
 
 
@@ -358,6 +369,7 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
         key_file=v.get("key_file"),
         lock_file=v.get("lock_file", DEFAULT_LOCK_FILE),
         state_dir=v.get("state_dir", DEFAULT_STATE_DIR),
+        driver=v.get("driver"),
         connection=v.get("connection", "ssh"),
         become=v.get("become", ()),
         groups=groups,

@@ -22,6 +22,7 @@ from migplan.fleet.discover import discover_host  # noqa: E402
 from migplan.fleet.host_table import differences, host_model, lowest_mib, table_from_smi  # noqa: E402
 from migplan.fleet.snapshot import Snapshot, snapshot_to_dict  # noqa: E402
 from migplan.inventory import Host  # noqa: E402
+from migplan.layout import Layout  # noqa: E402
 from migplan.planner import plan  # noqa: E402
 
 CAT = builtin_catalog()
@@ -137,3 +138,32 @@ def test_a_plan_carries_its_host_models_and_applies_with_them(lowmem_host: tuple
     forged["host_models"][0]["id"] = "A100-SXM4-40GB"  # a plan must never replace a catalog model
     with pytest.raises(InputError, match="host model"):
         plan_from_dict(forged, CAT, source="plan.json")
+
+
+def test_offline_plans_offer_min_driver_profiles_only_when_the_inventory_driver_has_them(tmp_path: Path) -> None:
+    from migplan.fleet.state import state_from_inventory
+    from migplan.inventory import load_inventory
+
+    inv = tmp_path / "inv.yaml"
+    for driver, has_1g10 in ((None, False), ("460.32", False), ("535.129.03", True)):
+        extra = f"    driver: {driver!r}\n" if driver else ""
+        inv.write_text(f"version: 1\nhosts:\n  h:\n{extra}    gpus: {{model: A100-SXM4-40GB, count: 1, mig: true}}\n")
+        st = state_from_inventory(load_inventory(str(inv), CAT), CAT)
+        model = next((m for m in st.models if m.id == st.gpus[0].model), None) or CAT.get(st.gpus[0].model)
+        assert model.has_profile("1g.10gb") is has_1g10, (driver, model.id)
+
+
+def test_apply_refuses_where_the_host_gives_less_than_the_plan_assumed() -> None:
+    import dataclasses
+
+    from migplan.fleet.apply import shortfalls
+
+    a100 = CAT.get("A100-SXM4-40GB")
+    smaller = dataclasses.replace(a100, id="A100-SXM4-40GB@host-00000000", profiles=tuple(
+        dataclasses.replace(p, memory_mib=p.memory_mib - 128) if p.name == "3g.20gb" else p for p in a100.profiles))
+    target = Layout.parse(["3g.20gb@0", "2g.10gb@4"])
+    assert shortfalls(a100, a100, target) == []
+    assert shortfalls(a100, smaller, target) == [f"3g.20gb has {a100.profile('3g.20gb').memory_mib - 128} MiB here, "
+                                                 f"the plan assumed {a100.profile('3g.20gb').memory_mib}"]
+    assert shortfalls(smaller, a100, target) == []  # more memory than assumed is fine
+    assert "the plan was made for a A30" in shortfalls(CAT.get("A30"), a100, target)[0]

@@ -216,6 +216,11 @@ class GpuModel:
         return tuple(p for p in self.profiles
                      if not p.media_extensions and (not p.variant or p.base_name not in names))
 
+    @property
+    def base_id(self) -> str:
+        """The catalog model this one stands for (`A100-SXM4-40GB` for `A100-SXM4-40GB@host-1a2b3c4d`)."""
+        return self.id.split("@host-", 1)[0]
+
     def for_driver(self, driver: str) -> GpuModel:
         """This model as a host with `driver` (`535.183.01` or `535`) has it: profiles whose min_driver is
         newer are left out. CatalogError for a malformed version."""

@@ -75,7 +75,7 @@ def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, rep
         report(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
                f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out "
                "SNAPSHOT' and plan with '--snapshot SNAPSHOT'")
-    return state_from_inventory(inv)
+    return state_from_inventory(inv, ctx.catalog)
 
 
 def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:

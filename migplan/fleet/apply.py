@@ -16,6 +16,7 @@ runner is passed in (`SshRunner`, `LocalRunner`, or the `RecordingRunner` of a d
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Callable, Sequence
@@ -189,6 +190,29 @@ def _roll_back(g: _Gpu, checkpoint: _Live, cause: BaseException) -> GpuResult:
                      tuple(g.ran), _listed(back.layout))
 
 
+def shortfalls(planned: GpuModel, host: GpuModel, target: Layout | None) -> list[str]:
+    """Where the host's own table gives less than the plan assumed for the instances it creates: a profile
+    missing, another profile id, a placement not offered, or less memory (the OOM a plan must not cause)."""
+    if planned.base_id != host.base_id:
+        return [f"the GPU is a {host.base_id}, the plan was made for a {planned.base_id}"]
+    out = []
+    for inst in target.instances if target is not None else ():
+        if not planned.has_profile(inst.profile):
+            continue
+        want = planned.profile(inst.profile)
+        if not host.has_profile(inst.profile):
+            out.append(f"{inst.profile} is not offered by this host's driver")
+            continue
+        have = host.profile(inst.profile)
+        if have.id != want.id:
+            out.append(f"{inst.profile} is profile id {have.id} here, {want.id} in the plan")
+        if inst.start not in have.starts:
+            out.append(f"{inst} is not a placement this host offers")
+        if have.memory_mib < want.memory_mib:
+            out.append(f"{inst.profile} has {have.memory_mib} MiB here, the plan assumed {want.memory_mib}")
+    return sorted(set(out))
+
+
 def _listed(layout: Layout | None) -> list[str] | None:
     return None if layout is None else layout.as_list()
 
@@ -231,9 +255,13 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
     results = []
     for gp in sorted(plans, key=lambda p: p.index):
         model = models.get(gp.index) or catalog.get(gp.model)
-        if model.id != gp.model:
-            results.append(GpuResult(gp.index, GpuOutcome.REFUSED, f"the host's GPU {gp.index} is {model.id} now, "
-                                     f"the plan was made for {gp.model} (re-plan)"))
+        short = shortfalls(catalog.get(gp.model), model, gp.target)
+        if short:
+            results.append(GpuResult(gp.index, GpuOutcome.REFUSED, "the host's own profile table does not give what "
+                                     "the plan assumed: " + "; ".join(short) + " (re-plan from a fresh discovery)"))
             continue
-        results.append(apply_gpu(session, gp, live.get(gp.index), model, options, journal))
+        st = live.get(gp.index)
+        if st is not None and st.model != gp.model:  # the same GPU, described by another (equivalent) model
+            st = dataclasses.replace(st, model=gp.model)
+        results.append(apply_gpu(session, gp, st, model, options, journal))
     return HostApplyResult(host.name, tuple(results))

@@ -12,12 +12,14 @@ acting on a state that has since changed:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.inventory import Inventory
 from migplan.layout import Instance, Layout
@@ -145,13 +147,36 @@ def _layout(layout: Layout | None) -> str:
     return "MIG disabled" if layout is None else str(layout)
 
 
-def state_from_inventory(inventory: Inventory) -> FleetState:
+def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -> FleetState:
     """The state the inventory declares. A GPU with neither `mig` nor `layout` is taken as MIG
-    disabled (one whole-GPU device), which is how a GPU boots unless MIG was turned on."""
-    gpus = []
+    disabled (one whole-GPU device), which is how a GPU boots unless MIG was turned on.
+
+    With `catalog`, offline planning is conservative about drivers: a profile the catalog marks
+    `min_driver` is offered only on a host whose inventory `driver:` meets it (no `driver:`, none of
+    them); such a GPU is planned with the catalog model less those profiles (`FleetState.models`)."""
+    gpus, models = [], {}
     for host, spec in inventory.gpus():
         enabled = bool(spec.mig_enabled) if spec.mig_enabled is not None else spec.layout is not None
         layout = (spec.layout or Layout()) if enabled else None
-        gpus.append(GpuState(host=host.name, index=spec.index, model=spec.model, uuid=spec.uuid,
+        model = spec.model
+        if catalog is not None:
+            own = driver_model(catalog.get(spec.model), host.driver)
+            if own.id != spec.model:
+                models[own.id] = own
+                model = own.id
+        gpus.append(GpuState(host=host.name, index=spec.index, model=model, uuid=spec.uuid,
                              mig_enabled=enabled, layout=layout, reserved=spec.reserved, excluded=spec.excluded))
-    return FleetState(tuple(gpus), source="inventory")
+    return FleetState(tuple(gpus), source="inventory", models=tuple(models.values()))
+
+
+def driver_model(model: GpuModel, driver: str | None) -> GpuModel:
+    """`model` as a host with `driver` (None: unknown, so the oldest) offers it; the same object when no
+    profile is missing, else a model `<id>@host-<digest>` of the profiles that driver has."""
+    kept = tuple(p for p in model.profiles if p.min_driver is None or (driver is not None and p.offered_by(driver)))
+    if len(kept) == len(model.profiles):
+        return model
+    digest = hashlib.sha256(f"driver:{driver}".encode()).hexdigest()[:8]
+    why = f"driver {driver}" if driver else "an unknown driver (set driver: in the inventory)"
+    return dataclasses.replace(model, id=f"{model.id}@host-{digest}", profiles=kept, aliases=(), smi_names=(),
+                               pci_device_ids=(), confidence="host",
+                               source=f"catalog model {model.id} without the profiles {why} lacks")
