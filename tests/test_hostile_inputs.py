@@ -3,16 +3,13 @@ and key, bounded numbers, and no hangs (classes 3, 4, 6, 7, 8 and 9 of the harde
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import signal
 import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from timebox import within
 
 from migplan import names
 from migplan.catalog import GiProfile, GpuModel, builtin_catalog, load_catalog
@@ -25,25 +22,6 @@ from migplan.profiles import MAX_PRIORITY, MAX_REPLICAS, load_profiles
 CAT = builtin_catalog()
 
 
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail (instead of hanging the suite) when the block runs longer than `seconds`."""
-    if not hasattr(signal, "setitimer"):
-        start = time.monotonic()
-        yield
-        assert time.monotonic() - start < seconds * 5
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"took longer than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def write(tmp_path: Path, text: str, name: str = "doc.yaml") -> Path:

@@ -7,19 +7,15 @@ and the libyaml and pure-Python parsers agreeing on every document.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from timebox import within
 
 from migplan import yamldoc
 from migplan.errors import InputError
@@ -27,25 +23,6 @@ from migplan.errors import InputError
 SRC = "doc.yaml"
 
 
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail (instead of hanging the suite) when the block runs longer than `seconds`."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        start = time.monotonic()
-        yield
-        assert time.monotonic() - start < seconds * 5
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"took longer than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def refused(text: str, *, line: int | None = 1, match: str = "") -> InputError:

@@ -200,15 +200,6 @@ def test_interrupt_from_on_done_stops_at_once() -> None:
     assert len(slow.started) <= 3  # the hosts not started were cancelled
 
 
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread, even when the run inherited SIGINT ignored
-    (a background job of a non-interactive shell)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def test_sigint_during_a_fleet_run_stops_at_once(sigint_raises: None) -> None:

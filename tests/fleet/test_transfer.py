@@ -109,15 +109,6 @@ def test_stdin_is_streamed_while_output_is_read(ssh: SshFleet, fleet: Fleet, sft
     assert time.monotonic() - start < 5
 
 
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread, even when the run inherited SIGINT ignored
-    (a background job of a non-interactive shell)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def test_ctrl_c_during_a_fleet_run_over_ssh_stops_at_once(fleet: Fleet, sigint_raises: None) -> None:
