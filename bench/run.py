@@ -1,17 +1,27 @@
-"""Run the benchmark suite and write bench/RESULTS.md:  python -m bench.run [--quick] [--out PATH].
+"""Run the benchmark suite and write bench/RESULTS.md:  python -m bench.run [--quick] [--anti] [--out PATH].
 
 Per instance: GPUs used, placed (priority-weighted) demand, churn (GPUs whose layout changes) and time
 for migplan and each re-implemented baseline, the lower bound, and the ratios. Nothing here is asserted.
+
+Anti-affinity at scale (`ANTI_SUITE`, its own section; `--anti` runs only that section and replaces it in
+the existing file): each instance planned in a child process of its own (`--anti-one`), which reports
+model build and solve time, variables, rows, nonzeros, the peak RSS of the planner and of CBC, GPUs used
+against the lower bound, and the anti-affinity members left out; then the same instance without the sets.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import resource
+import subprocess
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,6 +32,7 @@ from migplan.adapters.solver import PulpSolver  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.fleet.state import FleetState  # noqa: E402
 from migplan.planner import Plan, Policy, Weights, build_problem, plan_problem  # noqa: E402
+from migplan.planner.formulation import formulate  # noqa: E402
 from migplan.planner.groups import split  # noqa: E402
 from migplan.planner.planner import gpu_lower_bound  # noqa: E402
 from migplan.planner.replay import applied  # noqa: E402
@@ -135,7 +146,150 @@ def _worse_by_objective(row: Row) -> list[str]:
     return [n for n, b in row.base.items() if key(b["value"], int(b["disrupted"]), int(b["gpus"])) < mine]
 
 
-def render(rows: list[Row], wall: float) -> str:
+# --- anti-affinity at scale ---------------------------------------------------------------------
+
+ANTI_SUITE: tuple[tuple[Spec, str], ...] = (
+    (Spec(1024, 4000, "single", "small", "empty", anti=1000), "gpu"),  # target: <= 10 s, <= 1 GB
+    (Spec(480, 3000, "single", "small", "random", anti=1000), "gpu"),  # the review's case
+    (Spec(40, 300, "single", "small", "random", anti=100), "gpu"),  # the review's small case
+    (Spec(1024, 4000, "mixed", "small", "empty", anti=1000), "gpu"),
+    (Spec(480, 3000, "single", "small", "random", anti=1000), "host"),
+)
+ANTI_QUICK: tuple[tuple[Spec, str], ...] = ((Spec(16, 60, "single", "small", "random", anti=20), "gpu"),)
+ANTI_TARGET = (1024, 10.0, 1024.0)  # GPUs, seconds, MB
+ANTI_MEMORY_CAP = 8 << 30  # address space of each child run: an exploding model stops there
+ANTI_HEADING = "## Anti-affinity at scale"
+# The previous formulation (one y per anti-affine class, GPU group and profile; one Hall row per set, group
+# and profile subset with every pattern's x in it), measured on the same instances before the change (its
+# model size, then the whole plan_problem under the same solver settings: time, peak RSS, GPUs used).
+ANTI_BEFORE = {
+    "1024g-4000w-single-small-empty-aa1000-s1/gpu": "6,092 / 13,307 / 957,489; 15.9 s, 714 MB, 674 GPUs",
+    "480g-3000w-single-small-random-aa1000-s1/gpu": "1,310,310 / 3,491,821 / 269,885,551; not run: building "
+                                                    "it runs out of a 10 GB address space (review: killed at "
+                                                    "24 GB after 7.5 min)",
+    "40g-300w-single-small-random-aa100-s1/gpu": "19,180 / 43,127 / 3,319,153; 31 s, 1.5 GB, 40 GPUs",
+    "1024g-4000w-mixed-small-empty-aa1000-s1/gpu": "20,020 / 41,779 / 3,054,080; no plan (not solved in 20 s), "
+                                                   "2.1 GB",
+    "480g-3000w-single-small-random-aa1000-s1/host": "1,925,162 / 16,145 / 7,753,163; not run",
+}
+
+
+def _mb(usage: Any) -> float:
+    return round(usage.ru_maxrss / 1024, 1)  # KiB on Linux
+
+
+def anti_one(spec: Spec, scope: str) -> dict[str, Any]:
+    """One planner run, in this process: what the anti-affinity section reports."""
+    state, ps = generate(spec)
+    policy = Policy(anti_affinity_scope=scope)
+    t0 = time.perf_counter()
+    prob = build_problem(state, ps, builtin_catalog(), policy)
+    t1 = time.perf_counter()
+    sp = split(prob)
+    f = formulate(prob, sp)
+    t2 = time.perf_counter()
+    models = []
+    plan = plan_problem(prob, _solver(spec), progress=lambda m: models.append(m) if m.startswith("model:") else None)
+    t3 = time.perf_counter()
+    members = {w.name: w.anti_affinity for w in ps.workloads if w.anti_affinity}
+    where: dict[str, list[object]] = defaultdict(list)
+    for w in plan.workloads:
+        if w.name in members and w.status == "placed":
+            where[members[w.name]].append(w.host if scope == "host" else (w.host, w.gpu))
+    s = plan.summary
+    return {"name": spec.name, "scope": scope, "sets": len(set(members.values())), "members": len(members),
+            "build_s": round(t2 - t1, 2), "solve_s": round(plan.solve.time_s, 2),
+            "total_s": round((t1 - t0) + (t3 - t2), 2),  # right-sizing + plan_problem (not the extra formulate)
+            "variables": len(f.milp.names), "rows": len(f.milp.rows), "nonzeros": f.milp.nonzeros,
+            "rounds": len(models), "rss_mb": _mb(resource.getrusage(resource.RUSAGE_SELF)),
+            "cbc_mb": _mb(resource.getrusage(resource.RUSAGE_CHILDREN)), "gpus": s.gpus_used,
+            "lb": s.gpus_lower_bound, "status": plan.solve.status, "unplaced": s.workloads_unplaced,
+            "members_left": sum(1 for w in plan.workloads if w.name in members and w.status != "placed"),
+            "spread": all(len(v) == len(set(v)) for v in where.values())}
+
+
+def run_anti(spec: Spec, scope: str, timeout: float = 600) -> dict[str, Any]:
+    """`anti_one` in a child process (a clean peak RSS, and a bound on time and memory)."""
+    cmd = [sys.executable, "-m", "bench.run", "--anti-one", json.dumps(dataclasses.asdict(spec)), "--scope", scope]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"name": spec.name, "scope": scope, "error": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"name": spec.name, "scope": scope, "error": f"exit {out.returncode}: {tail[:200]}"}
+    return dict(json.loads(lines[-1]))
+
+
+def anti_rows(quick: bool = False) -> list[dict[str, Any]]:
+    rows = []
+    for spec, scope in ANTI_QUICK if quick else ANTI_SUITE:
+        row = run_anti(spec, scope)
+        row["plain"] = run_anti(dataclasses.replace(spec, anti=0), scope)
+        print(f"{spec.name} ({scope}): " + (row.get("error") or f"{row['total_s']} s, {row['variables']} variables, "
+              f"{row['rss_mb']} / {row['cbc_mb']} MB, GPUs {row['gpus']} (LB {row['lb']}), "
+              f"members left out {row['members_left']}"), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def render_anti(rows: list[dict[str, Any]]) -> str:
+    lines = [ANTI_HEADING, "",
+             "`python -m bench.run --anti` (this section only). Each run is a child process of its own (address "
+             f"space capped at {ANTI_MEMORY_CAP >> 30} GB): model build (aggregation and formulation) and solve "
+             "time, total = right-sizing + the whole `plan_problem` (aggregation, model, solve, mapping, lower "
+             "bound, validation), the model's size, the peak RSS of the planner process and of CBC (its child; "
+             "the figure includes the planner pages it was forked with), GPUs used and the lower bound, and how "
+             "many anti-affinity "
+             "members (and workloads in all) are left out. Sets of 2-8 members drawn from the workloads of the "
+             "same instance without anti-affinity, which the last column plans for comparison. `rounds` > 1: "
+             "the mapping could not spread a set as counted and the sets were planned per GPU group again. "
+             "Every plan passed the validator (members of a set on distinct GPUs, or hosts).", "",
+             "| instance | scope | sets / members | variables / rows / nonzeros | before: variables / rows / "
+             "nonzeros; run | build s | solve s | total s | RSS planner / CBC MB | GPUs (LB) | members left out | "
+             "all left out | rounds | without the sets: total s / GPUs / left out |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        before = ANTI_BEFORE.get(f"{r['name']}/{r['scope']}", "-")
+        p = r.get("plain", {})
+        plain = "-" if "error" in p or not p else f"{p['total_s']} / {p['gpus']} / {p['unplaced']}"
+        if "error" in r:
+            lines.append(f"| {r['name']} | {r['scope']} | error: {r['error']} | | {before} |" + " |" * 8
+                         + f" {plain} |")
+            continue
+        lines.append(f"| {r['name']} | {r['scope']} | {r['sets']} / {r['members']} | {r['variables']:,} / "
+                     f"{r['rows']:,} / {r['nonzeros']:,} | {before} | {r['build_s']} | {r['solve_s']} | "
+                     f"{r['total_s']} | {r['rss_mb']:.0f} / {r['cbc_mb']:.0f} | {r['gpus']} ({r['lb']}) | "
+                     f"{r['members_left']} | {r['unplaced']} | {r['rounds']} | {plain} |")
+    done = [r for r in rows if "error" not in r and "error" not in r.get("plain", {"error": 1})]
+    same = sum(1 for r in done if r["unplaced"] == r["plain"]["unplaced"] and r["gpus"] == r["plain"]["gpus"])
+    lines += ["", f"With the sets, GPUs used and workloads left out equal those of the same instance without them on "
+              f"{same}/{len(done)} instances (the 480- and 40-GPU fleets cannot hold all their workloads; members "
+              "left out are reported with the reason naming their set)."]
+    gpus, secs, mb = ANTI_TARGET
+    for r in rows:
+        if "error" not in r and r["name"].startswith(f"{gpus}g-") and r["scope"] == "gpu":
+            ok = r["total_s"] <= secs and max(r["rss_mb"], r["cbc_mb"]) <= mb
+            lines += ["", f"Target {gpus} GPUs / 4000 workloads, 25% in sets: at most {secs:g} s and {mb / 1024:g} GB; "
+                      f"{r['name']}: {r['total_s']} s, {max(r['rss_mb'], r['cbc_mb']):.0f} MB peak: "
+                      + ("met." if ok else "NOT met.")]
+            break
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, section: str) -> str:
+    """`text` with its anti-affinity section replaced by `section` (inserted before "## Per instance")."""
+    start = text.find(ANTI_HEADING)
+    if start >= 0:
+        end = text.find("\n## ", start + len(ANTI_HEADING))
+        return text[:start] + section + ("\n" + text[end + 1:] if end >= 0 else "")
+    at = text.find("## Per instance")
+    return text[:at] + section + "\n" + text[at:] if at >= 0 else text.rstrip("\n") + "\n\n" + section
+
+
+def render(rows: list[Row], wall: float, anti: list[dict[str, Any]] | None = None) -> str:
     with_lb = [r for r in rows if r.lb is not None and r.spec.state != "previous"]
     at_lb = sum(1 for r in with_lb if r.mig["gpus"] == r.lb)
     near = sum(1 for r in with_lb if int(r.mig["gpus"] or 0) <= r.lb + 1)  # type: ignore[operator]
@@ -170,6 +324,8 @@ def render(rows: list[Row], wall: float) -> str:
     for r in big:
         lines.append(f"- {r.spec.name}: migplan {r.mig['time']} s, gap {_pct(r.mig['gap'])}, "
                      f"GPUs {r.mig['gpus']} (LB {r.lb})")
+    if anti:
+        lines += ["", render_anti(anti).rstrip("\n")]
     lines += ["", "## Per instance", "",
               "GPUs used / placed value / churn (GPUs changed) / seconds (re-plans add: running workloads moved "
               "or dropped). `LB` = ceil(LP relaxation of the pattern "
@@ -201,7 +357,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="three tiny instances (smoke test)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
     ap.add_argument("--max-gpus", type=int, default=None, help="skip instances larger than this")
+    ap.add_argument("--anti", action="store_true", help="only the anti-affinity section, replaced in --out")
+    ap.add_argument("--anti-one", metavar="SPEC_JSON", help=argparse.SUPPRESS)  # one child run, JSON on stdout
+    ap.add_argument("--scope", default="gpu", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.anti_one:
+        resource.setrlimit(resource.RLIMIT_AS, (ANTI_MEMORY_CAP, ANTI_MEMORY_CAP))
+        print(json.dumps(anti_one(Spec(**json.loads(args.anti_one)), args.scope)))
+        return 0
+    if args.anti:
+        old = ""
+        if os.path.exists(args.out):
+            with open(args.out, encoding="utf-8") as fh:
+                old = fh.read()
+        _write(args.out, splice(old, render_anti(anti_rows(args.quick))))
+        return 0
     t0 = time.perf_counter()
     rows = []
     for spec in suite(args.quick):
@@ -211,13 +381,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spec.name}: migplan {row.mig['gpus']} GPUs (LB {row.lb}) in {row.mig['time']}s; "
               + ", ".join(f"{k} {v['gpus']}" for k, v in row.base.items()), file=sys.stderr, flush=True)
         rows.append(row)
-    text = render(rows, time.perf_counter() - t0)
-    tmp = args.out + ".tmp"
+    anti = anti_rows(args.quick)
+    _write(args.out, render(rows, time.perf_counter() - t0, anti))
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    os.replace(tmp, path)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

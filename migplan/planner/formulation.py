@@ -3,23 +3,24 @@
 Variables
   x[g,p] in Z+   GPUs of group g laid out as pattern p            sum_p x[g,p] = N_g
   y[c,m,q] in Z+ items of an unpinned class c (ordinary or anti-affine) on free profile-q instances of model m
-  y[c,g,q] in Z+ items of a pinned class c on free profile-q instances of group g (on its host)
+  y[c,g,q] in Z+ items of a pinned class c (or of a refined anti-affinity set) on free q-instances of group g
   u[c] in Z+     items of class c left out
-  v, z, o >= 0   counters for anti-affinity only: GPUs per free-profile signature, GPUs (hosts) offering
-                 one of a profile subset S (continuous; each is a sum of x)
+  v,f,z,o >= 0  anti-affinity only: GPUs per free-profile signature, flows of a set's members to GPU
+                 types, GPUs (hosts) offering one of a profile subset (continuous)
 Rows (one function per family below)
   balance   sum y[c,.,.] + u[c] = n_c + sum_{g,p} d_c(g,p) x[g,p]      (d_c: running items p displaces)
-  capacity  sum_c y[c,m,q] <= sum_{g in m, p} free(g,p,q) x[g,p]       (and per group for pinned classes)
-  spread    per anti-affinity set A, model m and profile subset S (Hall's condition, one member per GPU):
-            sum_{c in A, q in S} y[c,m,q] <= z[m,S] - sum_{g in m: A runs on g} z[g,S]
-            z[m,S] = GPUs of m offering a free instance of some q in S  (host scope: hosts, see _spread_hosts)
+  capacity  sum_c y[c,m,q] <= sum_{g in m, p} free(g,p,q) x[g,p]       (and per group for per-group y)
+  spread    per anti-affinity set A and model m, a transportation problem: A's members on profile q go
+            to GPU types offering q, at most one per GPU (Hall's condition for every profile subset), or
+            Hall's rows for the subsets of at most |A| profiles when fewer; host scope: Hall's rows over
+            hosts (_spread_hosts)
   keep-free sum_g x[g, empty] >= K
 Objective (minimise)  W_u sum value_c u_c + W_d disruptions + W_gpu used + W_chg changed
                       + W_frag instances + W_waste excess slices
 
-Size: the spread rows number sum_A 2^|profiles of A| (at most 63 per set and model) and share the
-counters z, so the model grows with sets + classes + groups x patterns, never with their product.
-`formulate` stops with a PlanError as soon as the model passes `LIMIT` (checked while it is built).
+Size: the spread rows number sum_A min(|profiles of A| + |GPU types|, subsets of at most |A| profiles) and
+share the counters v and z, so the model grows with sets + classes + groups x patterns, never with sets x
+groups. `formulate` stops with a PlanError as soon as the model passes `LIMIT` (checked while it is built).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Formulation:
     y_group: dict[tuple[int, int, str], int] = field(default_factory=dict)
     u: dict[int, int] = field(default_factory=dict)
     signatures: dict[object, list[tuple[frozenset[Any], int]]] = field(default_factory=dict)  # v per scope
-    offers: dict[tuple[object, tuple[object, ...]], int] = field(default_factory=dict)  # z / o per (scope, S)
+    offers: dict[tuple[object, tuple[object, ...]], int] = field(default_factory=dict)  # z, o, O per (scope, S)
     sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # stage -> (variables, rows, nonzeros)
     refine: frozenset[str] = frozenset()  # anti-affinity sets planned per GPU group (see `formulate`)
 
@@ -235,7 +236,7 @@ def _transport(f: Formulation, label: str, want: Want, supply: dict[frozenset[st
     subset of its profiles at once, without listing the subsets.
 
         f[q,t] >= 0 for each GPU type t (its free profiles among the set's) and q in t
-        sum_t f[q,t] = sum_{c in A} y[c,.,q]       every member wanting profile q goes to a type offering q
+        sum_t f[q,t] >= sum_{c in A} y[c,.,q]      every member wanting profile q goes to a type offering q
         sum_q f[q,t] <= GPUs of type t             one member per GPU (`supply`: those counts, negated)
 
     By max-flow min-cut it is feasible exactly when, for every profile subset S, the members wanting one of S
@@ -254,6 +255,17 @@ def _transport(f: Formulation, label: str, want: Want, supply: dict[frozenset[st
 
 Members = dict[str, list[tuple[str, str, int]]]  # set -> (model, profile, y) of every member variable
 PerGroup = dict[tuple[str, int], Want]  # (set, group) -> member variables there (pinned or refined classes)
+
+
+def _most(f: Formulation) -> Counter[int]:
+    """Per class, the most items it can have to place: its free items and every running one that may move."""
+    out: Counter[int] = Counter({c.idx: len(c.free) for c in f.split.classes})
+    for g in f.split.groups:
+        for _, c in g.soft:
+            out[c] += len(g.gpus)
+        if g.soft_whole >= 0:
+            out[g.soft_whole] += len(g.gpus)
+    return out
 
 
 def _members(f: Formulation) -> tuple[Members, PerGroup]:
@@ -275,6 +287,22 @@ def _members(f: Formulation) -> tuple[Members, PerGroup]:
     return members, pinned
 
 
+def _reach(f: Formulation) -> Callable[[str, object], int]:
+    """(set, model or group index) -> the most members of the set that can go there."""
+    most = _most(f)
+    classes = {c.idx: c for c in f.split.classes}
+    groups = {g.idx: g for g in f.split.groups}
+    seen: dict[tuple[str, object], set[int]] = defaultdict(set)
+    for c, model_id, _ in f.y_pool:
+        for a in classes[c].sample.groups:
+            seen[(a, model_id)].add(c)
+    for c, gi, _ in f.y_group:
+        for a in classes[c].sample.groups:
+            seen[(a, gi)].add(c)
+            seen[(a, groups[gi].model)].add(c)
+    return lambda a, where: sum(most[c] for c in seen[(a, where)])
+
+
 def _spread(f: Formulation) -> None:
     """Anti-affinity: at most one member of a set per GPU (`_spread_gpus`) or per host (`_spread_hosts`)."""
     members, pinned = _members(f)
@@ -284,6 +312,42 @@ def _spread(f: Formulation) -> None:
         _spread_gpus(f, members, pinned)
 
 
+def _model_offer(f: Formulation, model_id: str, subset: tuple[str, ...]) -> int:
+    """z[m,S] = GPUs of model m offering a free instance of a profile in S (shared by every set)."""
+    k: tuple[object, tuple[object, ...]] = (("model", model_id), subset)
+    if k not in f.offers:
+        z = f.milp.var(f"z[{model_id},{_name(subset)}]", integer=False)
+        f.milp.add(f"offer[{model_id},{_name(subset)}]", [(z, 1.0)] + [
+            (v, -1.0) for sig, v in _model_signatures(f, model_id) if sig & set(subset)], "==", 0)
+        f.offers[k] = z
+    return f.offers[k]
+
+
+def _set_on_model(f: Formulation, a: str, model_id: str, want: Want, busy: list[Group], most: int) -> None:
+    """Set `a` on the GPUs of one model, less those of `busy` groups (where a member of the set runs: no other
+    goes there): Hall's rows, one per profile subset S of at most `most` profiles (a violated subset has one
+    of at most as many profiles as members), when they are fewer than the transportation problem's rows."""
+    mine = frozenset(q for q, _ in want)
+    types = {sig & mine for sig, _ in _model_signatures(f, model_id) if sig & mine}
+    subsets = [s for s in _subsets(sorted(mine)) if len(s) <= most]
+    if len(subsets) <= len(mine) + len(types):
+        for subset in subsets:
+            away = [(f.x[(g.idx, pi)], 1.0) for g in busy for pi, info in enumerate(f.patterns[g.idx])
+                    if _signature(info) & set(subset)]
+            f.milp.add(f"spread[{a},{model_id},{_name(subset)}]", [(v, 1.0) for q, v in want if q in subset]
+                       + away + [(_model_offer(f, model_id, subset), -1.0)], "<=", 0)
+        return
+    supply: dict[frozenset[str], list[tuple[int, float]]] = defaultdict(list)
+    for sig, v in _model_signatures(f, model_id):
+        if sig & mine:
+            supply[sig & mine].append((v, -1.0))
+    for g in busy:
+        for pi, info in enumerate(f.patterns[g.idx]):
+            if _signature(info) & mine:
+                supply[_signature(info) & mine].append((f.x[(g.idx, pi)], 1.0))
+    _transport(f, f"{a},{model_id}", want, supply)
+
+
 def _spread_gpus(f: Formulation, members: Members, pinned: PerGroup) -> None:
     """Per set A and model m, the members of A on GPUs of m that hold no running member of A, at most one per
     GPU (`_transport` over the model's GPU types); per set and group again for pinned members."""
@@ -291,22 +355,18 @@ def _spread_gpus(f: Formulation, members: Members, pinned: PerGroup) -> None:
     for g in f.split.groups:
         for a in sorted(g.present):
             present[a].append(g)
+    reach = _reach(f)
     for a, terms in sorted(members.items()):
         by_model: dict[str, Want] = defaultdict(list)
         for model_id, q, v in terms:
             by_model[model_id].append((q, v))
         for model_id, want in sorted(by_model.items()):
-            mine = frozenset(q for q, _ in want)
-            supply: dict[frozenset[str], list[tuple[int, float]]] = defaultdict(list)
-            for sig, v in _model_signatures(f, model_id):
-                if sig & mine:
-                    supply[sig & mine].append((v, -1.0))
-            for g in (g for g in present[a] if g.model == model_id):  # where a member runs, no other goes
-                for pi, info in enumerate(f.patterns[g.idx]):
-                    if _signature(info) & mine:
-                        supply[_signature(info) & mine].append((f.x[(g.idx, pi)], 1.0))
-            _transport(f, f"{a},{model_id}", want, supply)
+            busy = [g for g in present[a] if g.model == model_id]
+            if busy or reach(a, model_id) > 1:  # one member alone and none running: capacity places it
+                _set_on_model(f, a, model_id, want, busy, max(1, reach(a, model_id)))
     for (a, gi), want in sorted(pinned.items()):
+        if reach(a, gi) <= 1:
+            continue
         mine = frozenset(q for q, _ in want)
         supply = defaultdict(list)
         for pi, info in enumerate(f.patterns[gi]):
@@ -315,15 +375,13 @@ def _spread_gpus(f: Formulation, members: Members, pinned: PerGroup) -> None:
         _transport(f, f"{a},g{gi}", want, supply)
 
 
-def _host_offers(f: Formulation, subset: tuple[Pair, ...]) -> tuple[int, dict[str, int]]:
+def _host_offers(f: Formulation, subset: tuple[Pair, ...],
+                 on_host: dict[str, list[Group]]) -> tuple[int, dict[str, int]]:
     """O[S] = sum_h o[h,S], 0 <= o[h,S] <= min(1, GPUs of host h offering one of the (model, profile) pairs S):
     the hosts that can take a member wanting one of S. Shared by every set."""
     k: tuple[object, tuple[object, ...]] = (("fleet",), subset)
-    hosts = sorted({g.host or "" for g in f.split.groups})
+    hosts = sorted(on_host)
     if k not in f.offers:
-        on_host: dict[str, list[Group]] = defaultdict(list)
-        for g in f.split.groups:
-            on_host[g.host or ""].append(g)
         per_host = []
         for h in hosts:
             def pairs(gs: list[Group] = on_host[h]) -> Iterable[tuple[Group, int, frozenset[Pair]]]:
@@ -346,14 +404,24 @@ def _spread_hosts(f: Formulation, members: Members, pinned: PerGroup) -> None:
     members wanting one of S <= hosts without a running member of A that offer one of S
     (sum_{h not running A} o[h,S] = O[S] - those running A); per set and host, pinned members <= 1."""
     groups = {g.idx: g for g in f.split.groups}
+    on_host: dict[str, list[Group]] = defaultdict(list)
+    for g in f.split.groups:
+        on_host[g.host or ""].append(g)
     present: dict[str, set[str]] = defaultdict(set)
     for gk, items in f.split.running.items():
         for it in items:
             for a in it.groups:
                 present[a].add(gk[0])  # outgrown members too: they keep running there
+    most = _most(f)
+    size: Counter[str] = Counter()
+    for c in f.split.classes:
+        for a in c.sample.groups:
+            size[a] += most[c.idx]
     for a, terms in sorted(members.items()):
+        if size[a] <= 1 and not present[a]:
+            continue  # one member, and none running: nothing to spread
         for subset in _host_family(sorted({(m, q) for m, q, _ in terms})):
-            total, per_host = _host_offers(f, subset)
+            total, per_host = _host_offers(f, subset, on_host)
             busy = [(per_host[h], 1.0) for h in sorted(present[a]) if h in per_host]
             f.milp.add(f"spread[{a},{_name(subset)}]",
                        [(v, 1.0) for m, q, v in terms if (m, q) in subset] + busy + [(total, -1.0)], "<=", 0)
@@ -444,8 +512,8 @@ def _cause(f: Formulation, stage: str) -> tuple[str, str]:
                     f"Hall rows each, over {hosts:,} hosts")
         else:
             types = sum(len(v) for v in f.signatures.values())
-            what = (f"anti-affinity sets x GPU types: {len(sets):,} sets, one row per profile and per GPU type "
-                    f"each ({types:,} GPU types so far)")
+            what = (f"anti-affinity sets x GPU types: {len(sets):,} sets, each with a row per profile and per GPU "
+                    f"type (or per subset of its profiles) of every model it can use ({types:,} GPU types so far)")
         return (what + f", {len(sp.classes):,} workload classes",
                 "use fewer, larger anti-affinity sets (one per service, not one per pair of workloads), "
                 "anti_affinity_scope gpu instead of host, or plan the fleet in parts")

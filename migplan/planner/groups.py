@@ -52,7 +52,7 @@ class Group:
     busy_whole: bool  # processes run on the MIG-disabled GPU; enabling MIG is one disruption (--allow-disrupt)
     host: str | None  # set when the group is tied to one host
     gpu: int | None  # set when the group is tied to one GPU
-    present: frozenset[str]  # anti-affinity sets with a kept member here
+    present: frozenset[str]  # anti-affinity sets with a member running here (kept, outgrown or movable)
     gpus: list[GpuState] = field(default_factory=list)
 
 

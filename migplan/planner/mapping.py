@@ -3,14 +3,18 @@
 GPUs of a group take the group's patterns in pattern order, in (host, index) order. Running items
 whose instance the pattern keeps stay on it; the rest join their class's queue. Then, in this order:
 
-1. pinned classes (per group): scarcest profile first, lowest free start on the first GPU of the group
-   that breaks no spread rule;
-2. anti-affine classes (per model): scarcest profile first, larger sets first, each member on the GPU
-   of the model with the most free instances of its profile that holds no other member of its sets
-   (host scope: whose host holds none);
+1. classes planned per group (pinned ones, and those of sets the planner refined): scarcest profile
+   first, lowest free start on the first GPU of the group that breaks no spread rule;
+2. anti-affine classes (per model), one set at a time, the most constrained first: a maximum matching
+   of its members to distinct GPUs (host scope: hosts) with a free instance of the member's profile and
+   no member of its sets, the GPUs with the most free instances of that profile preferred;
 3. every other class fills free instances of its profile model-wide in GPU order;
 4. a pinned or anti-affine member still without a place takes any free instance it fits on a GPU that
-   breaks no spread rule (smallest profile first); one that finds none is reported, never misplaced.
+   breaks no spread rule (smallest profile first), or one freed by moving an item placed here to a free
+   instance elsewhere; one that finds none is reported, never misplaced.
+
+A GPU (host scope: host) where a member of a set runs now, kept or not, takes no other member of that
+set: the rule the model counts with.
 
 Each GPU's target is its kept instances plus the instances that received a workload; a GPU whose
 pattern is its current layout keeps that layout as it is.
@@ -117,6 +121,8 @@ def _give_back(slots: _Slots, q: str, inst: Instance) -> None:
     slots.free[q].sort(key=lambda i: i.start)
 
 
+Req = tuple[int, str, str]  # (class, model, profile): one member the solver placed
+MATCH_MAX = 64  # members of one set matched exactly (augmenting paths); larger sets greedily
 Free = dict[tuple[str, str], list[_Slots]]  # (model, profile) -> GPUs that had a free instance of it
 REPAIR_BUDGET = 200_000  # candidate places the repair step looks at, at most (it is rarely needed)
 
@@ -178,7 +184,8 @@ class _Mapper:
         return (sum(1 for x in self.slots[gi] if x.free.get(q)), c, gi, q)
 
     def special(self) -> None:
-        """Pinned items, scarcest profile first (fewest GPUs offering it)."""
+        """Items planned per group (pinned, or of a refined set), scarcest profile first (fewest GPUs offering
+        it), each on the first GPU of its group with a free instance where it breaks no spread rule."""
         reqs = [k for k, var in sorted(self.f.y_group.items()) for _ in range(self.count(var))]
         for c, gi, q in sorted(reqs, key=self._scarcity):
             if self.queue[c]:
@@ -196,42 +203,87 @@ class _Mapper:
         return by_model
 
     def anti(self) -> None:
-        """Anti-affine items (per model): scarcest profile first, then larger sets; each on the GPU with the
-        most free instances of its profile where it breaks no spread rule (a heap per model and profile)."""
+        """Anti-affine items (per model), one set at a time, the most constrained set first: a maximum matching
+        of its members (each with the profile the solver gave it) to distinct GPUs (hosts) with a free instance
+        of that profile and no member of its sets, preferring those with the most free instances (augmenting
+        paths over the best few candidates, then over more). What no matching places is left to `repair`."""
         classes = {c.idx: c for c in self.f.split.classes}
         by_model = self._by_model()
-        size = Counter(a for it in self.f.problem.items for a in it.groups)
-        heaps: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        for c, model_id, q in self.f.y_pool:
-            if classes[c].anti and (model_id, q) not in heaps:
-                heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(by_model[model_id])
-                                        if sl.free.get(q)]
-                heapq.heapify(heaps[(model_id, q)])
-        reqs = [(len(heaps[(m, q)]), -max(size[a] for a in classes[c].sample.groups), c, m, q)
-                for (c, m, q), var in sorted(self.f.y_pool.items()) if classes[c].anti
-                for _ in range(self.count(var))]
-        for _, _, c, model_id, q in sorted(reqs):
-            if not self.queue[c]:
-                continue
-            it, heap, slots = self.queue[c][0], heaps[(model_id, q)], by_model[model_id]
-            aside: list[tuple[int, int]] = []
-            chosen = None
-            while heap:
-                neg, i = heapq.heappop(heap)
-                if -neg != len(slots[i].free.get(q, ())):
-                    continue  # stale: the count changed since this entry was pushed
-                if _conflict(it, slots[i].gpu, self.spots, self.scope):
-                    aside.append((neg, i))
+        heaps: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (-free instances, slot) per model and profile
+        units: dict[str, list[Req]] = defaultdict(list)
+        for (c, model_id, q), var in sorted(self.f.y_pool.items()):
+            if classes[c].anti:
+                if (model_id, q) not in heaps:
+                    heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(by_model[model_id])
+                                            if sl.free.get(q)]
+                    heapq.heapify(heaps[(model_id, q)])
+                if self.count(var):
+                    units[min(classes[c].sample.groups)].extend([(c, model_id, q)] * self.count(var))
+
+        def scarce(r: Req) -> int:
+            return len(heaps[(r[1], r[2])])
+        for a in sorted(units, key=lambda a: (min(map(scarce, units[a])), -len(units[a]), a)):
+            reqs = sorted(units[a], key=lambda r: (scarce(r), r))
+            picks = self._match(reqs, heaps, by_model, 2 * len(reqs) + 8)
+            if len(picks) < len(reqs):
+                picks = self._match(reqs, heaps, by_model, max(256, 8 * len(reqs)))
+            for r, i in sorted(picks.items()):
+                c, model_id, q = reqs[r]
+                if self.queue[c]:
+                    sl = by_model[model_id][i]
+                    self.place(self.queue[c].pop(0), sl, q)
+                    if sl.free.get(q):
+                        heapq.heappush(heaps[(model_id, q)], (-len(sl.free[q]), i))
+
+    def _candidates(self, req: Req, heaps: dict[tuple[str, str], list[tuple[int, int]]],
+                    by_model: dict[str, list[_Slots]], limit: int) -> list[tuple[object, int]]:
+        """Up to `limit` (spot, slot) for the request, one slot per GPU (host), most free instances first."""
+        c, model_id, q = req
+        if not self.queue[c]:
+            return []
+        it, heap, slots = self.queue[c][0], heaps[(model_id, q)], by_model[model_id]
+        out: list[tuple[object, int]] = []
+        seen: set[object] = set()
+        popped = []
+        while heap and len(out) < limit:
+            neg, i = heapq.heappop(heap)
+            if -neg != len(slots[i].free.get(q, ())):
+                continue  # stale: the count changed since this entry was pushed
+            popped.append((neg, i))
+            spot = _spot(slots[i].gpu, self.scope)
+            if spot not in seen and not _conflict(it, slots[i].gpu, self.spots, self.scope):
+                seen.add(spot)
+                out.append((spot, i))
+        for e in popped:
+            heapq.heappush(heap, e)
+        return out
+
+    def _match(self, reqs: list[Req], heaps: dict[tuple[str, str], list[tuple[int, int]]],
+               by_model: dict[str, list[_Slots]], limit: int) -> dict[int, int]:
+        """Request index -> slot: a maximum matching to distinct spots (Kuhn's augmenting paths; for a set of
+        more than MATCH_MAX members, each in turn takes its best candidate)."""
+        cache: dict[Req, list[tuple[object, int]]] = {}
+        cands = [cache.setdefault(r, self._candidates(r, heaps, by_model, limit)) for r in reqs]
+        owner: dict[object, int] = {}
+        pick: dict[int, tuple[object, int]] = {}
+
+        def augment(r: int, seen: set[object]) -> bool:
+            for spot, i in cands[r]:
+                if spot in seen:
                     continue
-                chosen = i
-                break
-            for e in aside:
-                heapq.heappush(heap, e)
-            if chosen is not None:
-                self.queue[c].pop(0)
-                self.place(it, slots[chosen], q)
-                if slots[chosen].free.get(q):
-                    heapq.heappush(heap, (-len(slots[chosen].free[q]), chosen))
+                seen.add(spot)
+                if spot not in owner or augment(owner[spot], seen):
+                    owner[spot], pick[r] = r, (spot, i)
+                    return True
+            return False
+        for r in range(len(reqs)):
+            if len(reqs) <= MATCH_MAX:
+                augment(r, set())
+            else:
+                free = next(((spot, i) for spot, i in cands[r] if spot not in owner), None)
+                if free is not None:
+                    owner[free[0]], pick[r] = r, free
+        return {r: i for r, (spot, i) in pick.items() if owner.get(spot) == r}
 
     def pool(self) -> None:
         classes = {c.idx: c for c in self.f.split.classes}
@@ -253,7 +305,7 @@ class _Mapper:
         by_model = self._by_model()
         if not any(self.queue[c.idx] for c in self.f.split.classes if c.anti or c.special):
             return
-        free: Free = defaultdict(list)  # only shrinks while repairing
+        free: Free = defaultdict(list)  # GPUs with a free instance (entries may be stale: checked on use)
         for model_id, sls in by_model.items():
             for sl in sls:
                 for q, insts in sl.free.items():
@@ -271,41 +323,50 @@ class _Mapper:
                     break
                 self.queue[c.idx].pop(0)
 
-    def _free_spot(self, it: Item, free: Free, away: _Slots | None = None,
-                   own: object = None) -> tuple[_Slots, str] | None:
-        """The first free instance `it` fits (smallest profile first) on a GPU other than `away` where it breaks
-        no pin or spread rule."""
+    def _free_spot(self, it: Item, free: Free, away: _Slots | None = None, own: object = None,
+                   not_at: object = None) -> tuple[_Slots, str] | None:
+        """The first free instance `it` fits (smallest profile first) on a GPU other than `away` (and not at the
+        spot `not_at`) where it breaks no pin or spread rule; `own`: the spot where it is now."""
         for model_id, profs in it.fits:
             for q in profs:
                 for sl in free.get((model_id, q), ()):
                     self.budget -= 1
                     if self.budget < 0:
                         return None
-                    if sl is not away and sl.free.get(q) and _pin_ok(it, sl.gpu) and not _conflict(
+                    if sl is not away and sl.free.get(q) and _pin_ok(it, sl.gpu) and (
+                            not_at is None or _spot(sl.gpu, self.scope) != not_at) and not _conflict(
                             it, sl.gpu, self.spots, self.scope, own):
                         return sl, q
         return None
 
     def _make_room(self, it: Item, by_model: dict[str, list[_Slots]], free: Free) -> bool:
-        """Move one item this mapping placed from an instance `it` fits, on a GPU where `it` breaks no rule, to
-        a free instance elsewhere, and give `it` that instance."""
+        """Move one item this mapping placed on a GPU (of `it`'s pin) to a free instance elsewhere, so that `it`
+        can take its instance (or a free one there) without breaking a spread rule: an item on an instance
+        `it` fits, or a member of one of `it`'s sets that is in its way (an augmenting path of length two)."""
         for model_id, profs in it.fits:
             for sl in by_model[model_id]:
                 self.budget -= 1
                 if self.budget < 0:
                     return False
-                if not _pin_ok(it, sl.gpu) or _conflict(it, sl.gpu, self.spots, self.scope):
+                if not _pin_ok(it, sl.gpu):
                     continue
-                for other, _, q in sorted(self.on[sl.gpu.key], key=lambda e: (profs.index(e[2])
-                                                                              if e[2] in profs else len(profs))):
-                    if q not in profs:
+                spot = _spot(sl.gpu, self.scope)
+                for other, inst, q in list(self.on[sl.gpu.key]):
+                    if any(self.spots[a][spot] > (1 if a in other.groups else 0) for a in it.groups):
+                        continue  # `it` would break a spread rule here even with `other` gone
+                    take = q if q in profs else next((p for p in profs if sl.free.get(p)), None)
+                    if take is None:
                         continue
-                    dest = self._free_spot(other, free, away=sl, own=_spot(sl.gpu, self.scope))
-                    if dest is not None:
-                        inst = self.unplace(other, sl)
-                        self.place(other, *dest)
-                        self.place(it, sl, q, inst)
-                        return True
+                    in_way = bool(set(it.groups) & set(other.groups))
+                    dest = self._free_spot(other, free, away=sl, own=spot, not_at=spot if in_way else None)
+                    if dest is None:
+                        continue
+                    self.unplace(other, sl)
+                    self.place(other, *dest)
+                    self.place(it, sl, take, inst if take == q else None)
+                    if sl.free.get(q) and sl not in free[(model_id, q)]:
+                        free[(model_id, q)].append(sl)  # `other`'s instance, free now
+                    return True
         return False
 
     def finish(self) -> Mapped:

@@ -7,6 +7,7 @@ returned (PlanError).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -140,6 +141,18 @@ REFINE_ROUNDS = 2  # re-solves with the sets the mapping could not spread planne
 REFINE_ALL = 20_000  # ... all sets at once when that many (class, group) pairs or fewer
 
 
+def _with_time_limit(solver: Solver, seconds: float) -> Solver:
+    """The solver with `seconds` as its time limit (a dataclass with a `time_limit` field), else itself."""
+    if dataclasses.is_dataclass(solver) and not isinstance(solver, type) and hasattr(solver, "time_limit"):
+        return dataclasses.replace(solver, time_limit=seconds)
+    return solver
+
+
+def _time_limit(solver: Solver) -> float | None:
+    limit = getattr(solver, "time_limit", None)
+    return float(limit) if isinstance(limit, (int, float)) else None
+
+
 def _per_group_size(f: Formulation) -> int:
     """(class, group) pairs if every anti-affine class were planned per GPU group."""
     return sum(1 for c in f.split.classes if c.anti and not c.special) * len(f.split.groups)
@@ -158,11 +171,11 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
            limit: SizeLimit | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
     """Formulate, solve, re-check and map. When the mapping cannot spread members the solver placed (the model
     counts instances per model, not which GPU's instances each set may share), the sets involved are planned
-    per GPU group and the model solved again (at most REFINE_ROUNDS times, while the solver's time limit is
-    not spent); the best mapping by placed value, then objective, is kept."""
+    per GPU group and the model solved again (at most REFINE_ROUNDS times, each with what is left of the
+    solver's time limit); the best mapping by placed value, then objective, is kept."""
     refine: frozenset[str] = frozenset()
     best: tuple[float, float, Mapped, SolveResult] | None = None
-    spent, budget = 0.0, getattr(solver, "time_limit", None)
+    spent, budget = 0.0, _time_limit(solver)
     sets = len({a for c in sp.classes for a in c.sample.groups})
     for attempt in range(1 + REFINE_ROUNDS):
         try:
@@ -175,7 +188,7 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
                  f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes"
                  + (f", {sets} anti-affinity sets" if sets else "")
                  + (f", {len(refine)} of them per GPU group" if refine else "") + ")")
-        res = solver.solve(f.milp)
+        res = (solver if budget is None or not attempt else _with_time_limit(solver, budget - spent)).solve(f.milp)
         spent += res.time_s
         progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
         if not res.status.has_solution or f.milp.violations(list(res.values)):
@@ -192,7 +205,7 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
         if best is None or (value, -(res.objective or 0.0)) > (best[0], best[1]):
             best = (value, -(res.objective or 0.0), mapped, res)
         more = _unspread(f, res.values, mapped) - refine
-        if not more or attempt == REFINE_ROUNDS or (budget is not None and spent >= budget):
+        if not more or attempt == REFINE_ROUNDS or (budget is not None and budget - spent < max(1.0, budget / 10)):
             break
         if _per_group_size(f) <= REFINE_ALL:
             more = frozenset(a for c in sp.classes for a in c.sample.groups) - refine
