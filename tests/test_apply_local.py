@@ -76,8 +76,8 @@ def test_apply_makes_every_gpu_as_planned_and_keeps_what_it_keeps(host: Path) ->
     assert all(after[k] == v for k, v in kept.items())  # the kept 3g.20gb@0 keeps its GPU instance id
     log = [a for a in read_state(host)["log"] if not is_read_only(["nvidia-smi", *a])]
     assert not any("-dgi" in a or "-dci" in a for a in log)  # nothing was destroyed
-    if p.gpu("h1", 1).target is not None:  # type: ignore[union-attr]
-        assert [a for a in log if "-r" in a] == [["-r", "-i", "1"]]  # only the GPU whose mode changed is reset
+    assert p.gpu("h1", 1).current is None and p.gpu("h1", 1).target is not None  # type: ignore[union-attr]
+    assert [a for a in log if "-r" in a] == [["-r", "-i", "1"]]  # only the GPU whose mode changed is reset
 
     again = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
     assert {r.outcome for r in again.gpus} == {GpuOutcome.UNCHANGED}

@@ -13,13 +13,13 @@ import typer
 
 from migplan.adapters.runner import DEFAULT_TIMEOUT
 from migplan.adapters.ssh_options import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshOptions
+from migplan.commands import DEFAULT_PARALLEL
 
 if TYPE_CHECKING:
     from migplan.commands.fleet import FleetRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_PARALLEL = 8  # hosts at a time (commands.fleet.FleetRequest's default, tested to agree)
 
 
 class OutputFormat(str, Enum):

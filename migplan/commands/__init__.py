@@ -14,6 +14,8 @@ May import everything in migplan except `migplan.cli`; never typer.
 
 from collections.abc import Callable
 
+DEFAULT_PARALLEL = 8  # hosts contacted at the same time (light to import: the CLI reads it for --help)
+
 Report = Callable[[str], None]
 """Progress and notes for people (one line each); the CLI prints them on stderr."""
 

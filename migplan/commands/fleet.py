@@ -18,7 +18,7 @@ from migplan.adapters.smi_session import SmiSession
 from migplan.adapters.ssh_options import SshOptions
 from migplan.catalog import Catalog, GpuModel
 from migplan.catalog.catalog import pci_device
-from migplan.commands import Report, quiet
+from migplan.commands import DEFAULT_PARALLEL, Report, quiet
 from migplan.commands.context import Context
 from migplan.errors import InputError
 from migplan.fleet.discover import discover_fleet, inventory_drift
@@ -26,8 +26,6 @@ from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host
 from migplan.inventory import Host, Inventory
 from migplan.layout import picture
 from migplan.text import printable
-
-DEFAULT_PARALLEL = 8
 
 
 @dataclass(frozen=True)

@@ -86,4 +86,4 @@ def is_read_only(argv: Sequence[str]) -> bool:
     rest = list(argv[1:])
     if any(a.startswith(("--query-gpu=", "--query-compute-apps=")) for a in rest):
         return True
-    return rest[-1:] in ([f] for f in READ_ONLY_FLAGS) or (rest[:1] == ["-L"] and len(rest) == 1)
+    return bool(rest) and rest[-1] in READ_ONLY_FLAGS  # the builders put the listing flag last
