@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +54,7 @@ def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None
     return chosen
 
 
-def _progress(report: Report):  # type: ignore[no-untyped-def]
+def _progress(report: Report) -> Callable[[int, int, HostResult[DiscoveredHost]], None]:
     def on_done(done: int, total: int, result: HostResult[DiscoveredHost]) -> None:
         if result.error is None and result.value is not None:
             n = len(result.value.gpus)
