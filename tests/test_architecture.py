@@ -27,7 +27,7 @@ PACKAGES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migp
 CORE = ("migplan.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
         "migplan.catalog.catalog",
         "migplan.fleet.state", "migplan.fleet.diff", "migplan.fleet.snapshot", "migplan.fleet.host_table",
-        "migplan.fleet.steps", "migplan.smi", "migplan.planner")
+        "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history")
 # What touches the outside world: the core may import none of these.
 IMPURE_MODULES = {"os", "sys", "subprocess", "socket", "tempfile", "shutil", "pathlib", "time", "threading",
                   "concurrent", "signal", "fcntl", "io", "logging", "urllib", "http", "select", "ctypes",

@@ -46,6 +46,13 @@ class Difference:
         return f"{self.model} {self.profile}: {self.field}: catalog {self.catalog!r}, simulator {self.simulator!r}"
 
 
+def _simulator_value(p: geo.Profile, field: str) -> Any:
+    """The value the catalog must carry: memory is the least any known driver prints, not this host's."""
+    if field == "memory_mib" and p.smallest_known_mib is not None:
+        return p.smallest_known_mib
+    return getattr(p, field)
+
+
 def _catalog_value(p: GiProfile, field: str) -> Any:
     return getattr(p.engines, field) if field in ENGINES else getattr(p, field)
 
@@ -68,8 +75,8 @@ def differences(cat: GpuModel, sim: geo.Model) -> list[Difference]:
             continue
         c, s = theirs[pid], ours[pid]
         for field in FIELDS:
-            if field not in s.unknown and _catalog_value(c, field) != getattr(s, field):
-                out.append(Difference(cat.id, c.name, pid, field, _catalog_value(c, field), getattr(s, field)))
+            if field not in s.unknown and _catalog_value(c, field) != _simulator_value(s, field):
+                out.append(Difference(cat.id, c.name, pid, field, _catalog_value(c, field), _simulator_value(s, field)))
     return out
 
 

@@ -55,9 +55,8 @@ MODELS: list[dict[str, Any]] = [
      "source_add": ["H100_GCP_525"],
      "drivers": "R525 and later (MIG from 525.85.12, UG_DEPLOY). Numbers: the smallest seen per profile: 1g.10gb, "
                 "1g.10gb+me, 2g.20gb, 3g.40gb from driver 525.125.06 (H100_GCP_525: 9.62/9.62/19.50/39.25 GiB), "
-                "4g.40gb from AWS p5 (H100_P5: 39.38 GiB); 1g.20gb and 7g.80gb keep the H100_SXM values (19.62, "
-                "79.25 GiB) although 525.125.06 prints 1g.20gb 19.50 and p5 7g.80gb 79.12 (docs/mig-geometry.md "
-                "§10)."},
+                "1g.20gb from the same (19.50 GiB; H100_SXM prints 19.62), 4g.40gb and 7g.80gb from AWS p5 "
+                "(H100_P5: 39.38 and 79.12 GiB; H100_SXM prints 79.25) (docs/mig-geometry.md §10)."},
     {"table": "H100-PCIE-80GB", "id": "H100-PCIE-80GB", "aliases": ["H100-PCIE", "H100 PCIe"], "arch": "hopper",
      "smi_name": ["NVIDIA H100 PCIe"], "pci": ["0x2331"], "source": ["H100_PCIE_570", "H100_GCP_525", "H100_P5"],
      "confidence": "profiles real (H100_PCIE_570); memory the smallest H100 80GB sample (inferred); placements "
@@ -119,6 +118,8 @@ MEMORY_MIN: dict[tuple[str, str], tuple[int, str, str]] = {
     ("H100-SXM5-80GB", "2g.20gb"): (19968, "H100_GCP_525", "real"),    # 19.50 GiB
     ("H100-SXM5-80GB", "3g.40gb"): (40192, "H100_GCP_525", "real"),    # 39.25 GiB
     ("H100-SXM5-80GB", "4g.40gb"): (40320, "H100_P5", "real"),         # 39.38 GiB (GCP row not shown)
+    ("H100-SXM5-80GB", "1g.20gb"): (19968, "H100_GCP_525", "real"),    # 19.50 GiB (H100_SXM: 19.62)
+    ("H100-SXM5-80GB", "7g.80gb"): (81024, "H100_P5", "real"),         # 79.12 GiB (H100_SXM: 79.25)
     ("H100-NVL", "1g.12gb"): (10880, "H100_NVL_ONE", "real"),       # 10.62 GiB
     ("H100-NVL", "1g.12gb+me"): (10880, "H100_NVL_ONE", "real"),
     ("H100-NVL", "1g.24gb"): (22016, "H100_NVL_ONE", "real"),       # 21.50 GiB

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Fleet
+from sim import geometry_inferred
 from simhosts import MODELS, Proc, mixed_layout, read, state, write
 
 from migplan import smi
@@ -63,8 +64,17 @@ def test_every_catalog_model_partitioned_empty_disabled_and_busy(fleet: Fleet) -
         assert g2.busy_instances == () and not g3.mig_current
         uuids = [c.uuid for i in g0.instances for c in i.compute_instances]
         assert len(uuids) == len(mixed) and all(u and u.startswith("MIG-") for u in uuids)
-        # the simulator's own geometry agrees with the catalog, so no table differs
-        assert not [n for n in rec.notes if "differs from the catalog" in n], rec.notes
+        # the simulator's own geometry agrees with the catalog, except rows where its host prints more than the
+        # least a known driver prints (which the conservative catalog carries): exactly those are noted
+        more = [next(q.name for q in model.profiles if q.id == pid)
+                for (mid, pid) in geometry_inferred.SMALLEST_KNOWN_MIB if mid == model.id]
+        noted = [n for n in rec.notes if "differs from the catalog" in n]
+        if more:
+            assert [n.split(":")[0] for n in noted] == ["GPU 0", "GPU 1", "GPU 2"], rec.notes  # the MIG-on GPUs
+            assert all(f"{p}: memory GiB catalog" in n for n in noted for p in more), rec.notes
+            assert all(n.count(": memory GiB catalog") == len(more) for n in noted), rec.notes
+        else:
+            assert not noted, rec.notes
         assert all(g.table is not None for g in (g0, g1, g2)) and g3.table is None
         log = [tuple(a) for a in read(fleet.server.hosts[int(name[1:])].state)["log"]]
         assert set(log) <= {a[1:] for a in ALLOWED_ARGV}, set(log) - {a[1:] for a in ALLOWED_ARGV}

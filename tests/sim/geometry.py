@@ -64,6 +64,9 @@ class Profile:
     ci_default_id: int = 0
     source: str = ""
     unknown: tuple[str, ...] = ()  # fields no source gives: placeholder values, never evidence
+    # The least MiB any known driver prints for this row, where another driver than the one this simulated host
+    # plays prints less (geometry_inferred.SMALLEST_KNOWN_MIB, with its source); None: `memory_mib` is the least.
+    smallest_known_mib: int | None = None
 
     @property
     def media_extensions(self) -> bool:
@@ -249,8 +252,10 @@ def _from_table(ident: dict[str, Any], places: dict[int, tuple[tuple[int, ...], 
         else:
             starts = tuple(ident["placements"][pid])
             where = f"placements {ident['placements_source']}"
+        least = table.SMALLEST_KNOWN_MIB.get((ident["id"], pid))
         out.append(Profile(name, pid, g, mem, mib, mx, sm, ce, dec, enc, jpeg, ofa, starts,
-                           ci_default(arch, g, mem, one_slice), source=f"{source}; {where}", unknown=unknown))
+                           ci_default(arch, g, mem, one_slice), source=f"{source}; {where}", unknown=unknown,
+                           smallest_known_mib=least[0] if least is not None else None))
     return sorted(out, key=lambda p: (p.compute_slices, p.memory_slices, p.id))  # -lgip row order (§3)
 
 

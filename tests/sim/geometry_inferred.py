@@ -59,6 +59,14 @@ PLACEHOLDER_BUT_CE_SM = ("memory_mib", "dec", "enc", "jpeg", "ofa")  # CE from t
 # (16*g, 18*g: 48/112, 54/126) were a public mock's linear values.
 SM_NOTE = "inferred: the smallest Hopper-ratio value (SM_NOTE)"
 
+# Rows whose simulated host (the driver its verbatim sample comes from) prints more than another known driver:
+# (model id, profile id) -> (the least MiB, its source). The simulator still prints its own host's value; the
+# offline catalog must carry the least (docs/sources.md §5 names the sources).
+SMALLEST_KNOWN_MIB: dict[tuple[str, int], tuple[int, str]] = {
+    ("H100-SXM5-80GB", 15): (19968, "H100_GCP_525: driver 525.125.06 prints 1g.20gb 19.50 GiB"),
+    ("H100-SXM5-80GB", 0): (81024, "H100_P5: AWS p5 prints 7g.80gb 79.12 GiB"),
+}
+
 MODELS: list[dict[str, Any]] = [
     {
         "id": "A100-SXM4-40GB", "architecture": "ampere", "memory_slices": 8, "compute_slices": 7,
@@ -115,11 +123,12 @@ MODELS: list[dict[str, Any]] = [
             ("1g.10gb", 19, 1, 1, 9856, 7, 16, (1, 1, 0, 1, 0), "real H100_SXM; MiB H100_GCP_525 (9.62; SXM 9.75)"),
             ("1g.10gb+me", 20, 1, 1, 9856, 1, 16, (1, 1, 0, 1, 1), "real H100_SXM; MiB H100_GCP_525 (9.62)"),
             ("1g.20gb", 15, 1, 2, 20096, 4, 26, (1, 1, 0, 1, 0), "real H100_SXM (verbatim excerpt; H100_GCP_525 "
-                                                                 "prints 19.50)"),
+                                                                 "prints 19.50: SMALLEST_KNOWN_MIB)"),
             ("2g.20gb", 14, 2, 2, 19968, 3, 32, (2, 2, 0, 2, 0), "real H100_SXM; MiB H100_GCP_525 (19.50)"),
             ("3g.40gb", 9, 3, 4, 40192, 2, 60, (3, 3, 0, 3, 0), "real H100_SXM; MiB H100_GCP_525 (39.25; p5 39.38)"),
             ("4g.40gb", 5, 4, 4, 40320, 1, 64, (4, 4, 0, 4, 0), "real H100_SXM; MiB H100_P5 (39.38)"),
-            ("7g.80gb", 0, 7, 8, 81152, 1, 132, (8, 7, 0, 7, 1), "real H100_SXM (verbatim excerpt; p5 prints 79.12)"),
+            ("7g.80gb", 0, 7, 8, 81152, 1, 132, (8, 7, 0, 7, 1), "real H100_SXM (verbatim excerpt; p5 prints 79.12: "
+                                                                  "SMALLEST_KNOWN_MIB)"),
         ],
     },
     {
