@@ -149,6 +149,46 @@ PLANNER_SETTINGS: dict[str, Setting] = {
 }
 
 
+# The `replan:` section (migplan.replan.policy.ReplanPolicy; `maintenance_windows` is a list of strings such
+# as "Sat,Sun 02:00-06:00", parsed there).
+REPLAN_SETTINGS: dict[str, Setting] = {
+    "min_free_gpus": Setting("int", "Apply when the new plan frees at least N whole GPUs.", minimum=1,
+                             maximum=1_000_000),
+    "min_waste_cut": Setting("number", "... or cuts unneeded memory by at least this share.", minimum=0.0,
+                             maximum=1.0),
+    "cooldown_h": Setting("number", "Leave a GPU alone for this many hours after a change (unless urgent).",
+                          minimum=0.0, maximum=24.0 * 365),
+    "allow_disrupt": Setting("bool", "Let replan move running workloads (inside maintenance windows)."),
+    "max_moves": Setting("int", "At most N running workloads moved per run.", minimum=0, maximum=1_000_000),
+    "keep_runs": Setting("int", "Runs and plans kept in the state directory.", minimum=1, maximum=100_000),
+}
+
+
+def read_replan(node: Node) -> dict[str, object]:
+    """The `replan:` section, each key checked against REPLAN_SETTINGS (plus `maintenance_windows`,
+    `state_dir` and `metrics_file`)."""
+    if node.is_null:
+        return {}
+    if not node.is_map:
+        node.fail(f"expected a mapping of replan settings, got {_shown(node)}")
+    out: dict[str, object] = {}
+    for key, n in node.items():
+        if key == "maintenance_windows":
+            items = n.list() if n.is_list else [n]
+            out[key] = tuple(i.str() for i in items)
+            continue
+        if key in ("state_dir", "metrics_file"):
+            out[key] = _path_text(n)
+            continue
+        setting = REPLAN_SETTINGS.get(key)
+        if setting is None:
+            raise InputError(f"unknown replan setting {key!r}", source=n.source, line=n.line, key=n.path,
+                             hint="known: " + ", ".join(sorted([*REPLAN_SETTINGS, "maintenance_windows", "state_dir",
+                                                                "metrics_file"])))
+        out[key] = setting.read(n)
+    return out
+
+
 def read_planner(node: Node) -> dict[str, object]:
     """The `planner:` section, each key checked against PLANNER_SETTINGS."""
     if node.is_null:
@@ -177,9 +217,10 @@ class Config:
     snapshot: str | None = None
     planner: dict[str, object] = field(default_factory=dict)  # checked against PLANNER_SETTINGS
     source: str | None = None
+    replan: dict[str, object] = field(default_factory=dict)  # checked against REPLAN_SETTINGS
 
 
-_KEYS = {"version", "inventory", "profiles", "catalog", "output", "snapshot", "planner"}
+_KEYS = {"version", "inventory", "profiles", "catalog", "output", "snapshot", "planner", "replan"}
 
 
 def _path_text(node: Node) -> str:
@@ -220,5 +261,10 @@ def load_config(path: str | None) -> Config:
         if output not in OUTPUT_FORMATS:
             f["output"].fail(f"unknown output format {output!r}", hint="one of: table, json, yaml")
     planner = read_planner(f["planner"]) if "planner" in f else {}
+    replan = read_replan(f["replan"]) if "replan" in f else {}
+    for key in ("state_dir", "metrics_file"):
+        v = replan.get(key)
+        if isinstance(v, str) and not os.path.isabs(v):
+            replan[key] = str(rel / v)
     return Config(inventory=_path("inventory"), profiles=_path("profiles"), catalog=catalog, output=output,
-                  snapshot=_path("snapshot"), planner=planner, source=str(file))
+                  snapshot=_path("snapshot"), planner=planner, source=str(file), replan=replan)

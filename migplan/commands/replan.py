@@ -1,0 +1,186 @@
+"""Replan: one unattended run. Lock, read the live state, plan, decide, apply only when worth it, record.
+
+Exit codes (docs/replan.md): 0 nothing to do (or not worth applying), 5 applied, 1 partial (some GPUs
+applied, others not), 3 failed (nothing applied), 4 locked (another run holds the state directory),
+2 bad input. A cool-down keeps a recently changed GPU as it is (reserved for the planner) unless the plan
+without the cool-down places demand now left out or an outgrown workload: then that plan is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from migplan import documents
+from migplan.adapters.runner import CommandRunner
+from migplan.adapters.state_dir import DEFAULT_STATE_DIR, Locked, StateDir
+from migplan.catalog import Catalog
+from migplan.commands import Report, quiet
+from migplan.commands.apply import ApplyRequest, ApplyResult, apply
+from migplan.commands.context import Context
+from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
+from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
+from migplan.errors import EXIT_FAILURE, EXIT_OK
+from migplan.files import write_atomic
+from migplan.fleet.apply import GpuOutcome
+from migplan.fleet.discover import discover_fleet
+from migplan.fleet.state import FleetState, GpuKey
+from migplan.inventory import Host
+from migplan.planner import Plan, plan_problem, plan_to_dict
+from migplan.planner.problem import build_problem
+from migplan.replan import metrics
+from migplan.replan.decide import Decision, decide, in_cooldown, standing_now, standing_planned
+from migplan.replan.policy import ReplanPolicy, parse_window
+
+EXIT_NOTHING = EXIT_OK
+EXIT_PARTIAL = EXIT_FAILURE
+EXIT_FAILED = 3
+EXIT_LOCKED = 4
+EXIT_APPLIED = 5
+
+
+@dataclass(frozen=True)
+class ReplanRequest:
+    fleet: FleetRequest = field(default_factory=FleetRequest)
+    profiles: str | None = None
+    state_dir: str | None = None  # None: config `replan.state_dir`, else /var/lib/migplan
+    metrics_file: str | None = None  # node_exporter textfile (None: config `replan.metrics_file`, else none)
+    dry_run: bool = False  # decide, then record the commands apply would run instead of running them
+
+
+@dataclass(frozen=True)
+class ReplanResult:
+    result: str  # metrics.RESULTS
+    line: str  # the decision (or the failure) in one line
+    exit_code: int
+    decision: Decision | None = None
+    plan: Plan | None = None
+    applied: ApplyResult | None = None
+    solve_s: float | None = None
+    apply_s: float | None = None
+    run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run_id, "result": self.result, "line": self.line, "exit_code": self.exit_code,
+                "reasons": list(self.decision.reasons) if self.decision else [],
+                "gpus_freed": self.decision.gpus_freed if self.decision else None,
+                "plan_fingerprint": self.plan.fingerprint if self.plan else None,
+                "summary": dataclasses.asdict(self.plan.summary) if self.plan else None,
+                "solve_s": self.solve_s, "apply_s": self.apply_s,
+                "apply": self.applied.to_dict() if self.applied else None}
+
+
+def replan_policy(ctx: Context) -> ReplanPolicy:
+    cfg = dict(ctx.config.replan)
+    where = f"{ctx.config.source or 'config'}: replan.maintenance_windows"
+    listed = cfg.pop("maintenance_windows", ()) or ()
+    windows = tuple(parse_window(str(w), where) for w in (listed if isinstance(listed, (list, tuple)) else ()))
+    known = {f.name for f in dataclasses.fields(ReplanPolicy)}
+    return ReplanPolicy(windows=windows, **{k: v for k, v in cfg.items() if k in known})  # type: ignore[arg-type]
+
+
+def _hold(state: FleetState, keys: set[GpuKey]) -> FleetState:
+    return dataclasses.replace(state, gpus=tuple(dataclasses.replace(g, reserved=True) if g.key in keys else g
+                                                 for g in state.gpus))
+
+
+def _run_id(now: dt.datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%S") + f"-{now.microsecond:06d}"
+
+
+def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.datetime | None = None,
+           connect: Callable[[Host], CommandRunner] | None = None) -> ReplanResult:
+    """One run (see the module notes). `connect` overrides SSH (tests, local hosts)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR))
+    metrics_file = req.metrics_file or ctx.config.replan.get("metrics_file")
+    try:
+        with state_dir.lock():
+            result = _locked_run(ctx, req, state_dir, report, now, connect)
+    except Locked as e:
+        return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
+    if isinstance(metrics_file, str) and metrics_file:
+        s = result.plan.summary if result.plan else None
+        write_atomic(metrics_file, metrics.render(metrics.RunMetrics(
+            finished_at=now.timestamp(), result=result.result,
+            gpus_used=s.gpus_used if s else None, gpus_lower_bound=s.gpus_lower_bound if s else None,
+            gap=result.plan.solve.gap if result.plan else None,
+            workloads_unplaced=s.workloads_unplaced if s else None,
+            workloads_below_instance=standing_planned(result.plan).outgrown if result.plan else None,
+            stranded_slices=s.stranded_slices if s else None,
+            gpus_changed=sum(1 for h in result.applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED)
+            if result.applied and not result.applied.dry_run else 0,
+            solve_seconds=result.solve_s, apply_seconds=result.apply_s)), mode=0o644)
+    return result
+
+
+def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
+                connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
+    run_id = _run_id(now)
+    rp = replan_policy(ctx)
+    inventory = select_hosts(ctx.inventory(req.fleet.inventory), req.fleet.limit)
+    if connect is None:
+        from migplan.adapters.ssh import SshFleet
+
+        with SshFleet(req.fleet.ssh) as ssh:
+            snap = discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.fleet.parallel,
+                                  timeout=req.fleet.timeout, now=now)
+    else:
+        snap = discover_fleet(inventory, ctx.catalog, connect, parallel=req.fleet.parallel,
+                              timeout=req.fleet.timeout, now=now)
+    for h in snap.failed:
+        report(f"warning: event=discover-failed host={h.name} {h.error}")
+    state = snap.fleet_state(source="discovery", catalog=ctx.catalog)
+    catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
+    profiles = ctx.profiles(req.profiles)
+    disrupt = rp.may_disrupt(now)
+    overrides: dict[str, Any] = {"allow_disrupt": disrupt}
+    policy = planner_policy(ctx, overrides)
+    solver = planner_solver(ctx, ProposeRequest(), policy)
+    now_standing = standing_now(build_problem(state, profiles, catalog, policy))
+    cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
+    started = time.monotonic()
+    chosen = plan_problem(build_problem(_hold(state, cooling), profiles, catalog, policy), solver,
+                          source="discovery")
+    decision = decide(now_standing, standing_planned(chosen), chosen, rp)
+    planned = standing_planned(chosen)
+    if cooling and (planned.left_out or planned.outgrown):
+        free = plan_problem(build_problem(state, profiles, catalog, policy), solver, source="discovery")
+        urgent = decide(now_standing, standing_planned(free), free, rp)
+        better = standing_planned(free)
+        if urgent.urgent and (better.left_out, better.outgrown) < (planned.left_out, planned.outgrown):
+            chosen, decision = free, dataclasses.replace(urgent, line=urgent.line + " (cool-down overridden)")
+    solve_s = time.monotonic() - started
+    chosen = dataclasses.replace(chosen, created_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
+    run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
+                           "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),
+                           "disrupt_allowed": disrupt, "dry_run": req.dry_run,
+                           "summary": dataclasses.asdict(chosen.summary)}
+    if not decision.apply:
+        result = "nothing_to_do" if not chosen.summary.gpus_changed else "not_applied"
+        sd.record(run_id, {**run, "result": result, "exit_code": EXIT_NOTHING}, plan_to_dict(chosen), rp.keep_runs)
+        return ReplanResult(result, decision.line, EXIT_NOTHING, decision, chosen, solve_s=solve_s, run_id=run_id)
+    plan_path = sd.plan_path(run_id)
+    documents.write_plan(plan_path, chosen)
+    started = time.monotonic()
+    applied = apply(ctx, ApplyRequest(plan=str(plan_path), fleet=req.fleet, dry_run=req.dry_run,
+                                      allow_disrupt=disrupt, journal=str(sd.path / "journal" / f"{run_id}.jsonl")),
+                    report=report, now=now, connect=connect)
+    apply_s = time.monotonic() - started
+    changed = [(h.host, g.gpu) for h in applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED]
+    if not req.dry_run:
+        sd.mark_changed(changed, now.timestamp())
+    code = applied.exit_code
+    result, exit_code = (("applied", EXIT_APPLIED) if code == EXIT_OK else
+                         ("partial", EXIT_PARTIAL) if code == EXIT_FAILURE else ("failed", EXIT_FAILED))
+    line = decision.line if result == "applied" else f"{result}: {decision.line.removeprefix('applied: ')}"
+    if req.dry_run:
+        line = "dry run, would apply: " + decision.line.removeprefix("applied: ")
+    sd.record(run_id, {**run, "result": result, "exit_code": exit_code, "line": line, "gpus_changed": changed,
+                       "apply": applied.to_dict()}, None, rp.keep_runs)
+    return ReplanResult(result, line, exit_code, decision, chosen, applied, solve_s, apply_s, run_id)

@@ -1,0 +1,67 @@
+"""The node_exporter textfile collector's file for one replan run (Prometheus text exposition format 0.0.4).
+
+Names follow Prometheus' conventions (https://prometheus.io/docs/practices/naming/): a `migplan_` prefix,
+base units (`_seconds`), `_total` only for counters; every metric has `# HELP` and `# TYPE`. The file is
+written atomically by the caller (node_exporter reads `*.prom` in its `--collector.textfile.directory`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+RESULTS = ("nothing_to_do", "applied", "partial", "failed", "locked", "not_applied")
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    finished_at: float  # unix seconds
+    result: str  # one of RESULTS
+    gpus_used: int | None = None
+    gpus_lower_bound: int | None = None
+    gap: float | None = None
+    workloads_unplaced: int | None = None
+    workloads_below_instance: int | None = None  # served workloads whose instance has less than their demand
+    stranded_slices: int | None = None
+    gpus_changed: int = 0
+    solve_seconds: float | None = None
+    apply_seconds: float | None = None
+
+
+_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("gpus_used", "migplan_plan_gpus_used", "GPUs the current plan uses."),
+    ("gpus_lower_bound", "migplan_plan_gpus_lower_bound", "Lower bound on the GPUs any plan needs."),
+    ("gap", "migplan_plan_gap_ratio", "Relative optimality gap of the plan's solve (0: proven optimal)."),
+    ("workloads_unplaced", "migplan_workloads_unplaced", "Workloads (replicas) the plan leaves out."),
+    ("workloads_below_instance", "migplan_workloads_above_instance_memory",
+     "Workloads whose sized memory demand exceeds their instance's memory."),
+    ("stranded_slices", "migplan_stranded_slices", "Compute slices on used GPUs that no instance can use."),
+    ("gpus_changed", "migplan_gpus_changed", "GPUs this run changed (0 unless applied)."),
+    ("solve_seconds", "migplan_solve_duration_seconds", "Wall time of this run's solve."),
+    ("apply_seconds", "migplan_apply_duration_seconds", "Wall time of this run's apply."),
+)
+
+
+def _number(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v)) if not float(v).is_integer() else str(int(v))
+
+
+def render(m: RunMetrics) -> str:
+    if m.result not in RESULTS:
+        raise ValueError(f"unknown result {m.result!r}")
+    lines = ["# HELP migplan_last_run_timestamp_seconds Unix time the last replan run finished.",
+             "# TYPE migplan_last_run_timestamp_seconds gauge",
+             f"migplan_last_run_timestamp_seconds {_number(m.finished_at)}",
+             "# HELP migplan_last_run_result Result of the last replan run (1 for the result it had).",
+             "# TYPE migplan_last_run_result gauge"]
+    lines += [f'migplan_last_run_result{{result="{r}"}} {int(r == m.result)}' for r in RESULTS]
+    for attr, name, help_ in _GAUGES:
+        v = getattr(m, attr)
+        if v is None:
+            continue
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {_number(v)}"]
+    return "\n".join(lines) + "\n"
