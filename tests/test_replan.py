@@ -220,3 +220,35 @@ def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_pa
         non_urgent = [h for h in hours if h not in (0, 30)]
         assert not non_urgent, (gpu, hours)  # only the first placement and the demand shift changed GPUs
     assert len(_mutations(state)) > 0
+
+
+def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sized as peak + 10% (at least 512 MiB), a workload whose peak nears its instance's memory has outgrown it
+    while its peak still fits: replan (disruption allowed) moves it then, not after an OOM."""
+    _setup(tmp_path, monkeypatch, gpus=1, config={"allow_disrupt": True})
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    cfg["planner"] = {}  # the default headroom rule: +10%, at least 512 MiB
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    _profiles(tmp_path, {"a": 8000})
+    first = _run(tmp_path, T0)
+    assert first.exit_code == EXIT_APPLIED
+    a = next(w for w in first.plan.workloads if w.name == "a")  # type: ignore[union-attr]
+    assert a.instance and a.instance_mib
+    seen = []
+    hour = 0
+    peak = 8000
+    while True:  # grow 2% an hour
+        hour += 1
+        peak = int(peak * 1.02)
+        assert peak <= a.instance_mib, f"hour {hour}: it outgrew its instance ({peak} > {a.instance_mib}) unmoved"
+        _profiles_running(tmp_path, first.plan, sizes={"a": peak})
+        r = _run(tmp_path, T0 + dt.timedelta(hours=hour))
+        seen.append((hour, peak, r.result))
+        if r.exit_code == EXIT_APPLIED:
+            break
+        assert r.exit_code == EXIT_NOTHING, r.line
+    assert "outgrew their instance" in r.line, r.line
+    moved = next(w for w in r.plan.workloads if w.name == "a")  # type: ignore[union-attr]
+    assert moved.instance != a.instance and moved.instance_mib > a.instance_mib  # type: ignore[operator]
+    assert peak <= a.instance_mib < peak * 1.1 + 0.5 or a.instance_mib - peak < 512, seen  # moved at the headroom

@@ -1,6 +1,6 @@
 """Replan: one unattended run. Lock, read the live state, plan, decide, apply only when worth it, record.
 
-Exit codes (docs/replan.md): 0 nothing to do (or not worth applying), 5 applied, 1 partial (some GPUs
+Exit codes (docs/replan.md): 0 nothing to do (or not worth applying, or a dry run that would apply), 5 applied, 1 partial (some GPUs
 applied, others not), 3 failed (nothing applied), 4 locked (another run holds the state directory),
 2 bad input. A cool-down keeps a recently changed GPU as it is (reserved for the planner) unless the plan
 without the cool-down places demand now left out or an outgrown workload: then that plan is used.
@@ -179,8 +179,9 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     result, exit_code = (("applied", EXIT_APPLIED) if code == EXIT_OK else
                          ("partial", EXIT_PARTIAL) if code == EXIT_FAILURE else ("failed", EXIT_FAILED))
     line = decision.line if result == "applied" else f"{result}: {decision.line.removeprefix('applied: ')}"
-    if req.dry_run:
+    if req.dry_run:  # nothing changed: exit 0, the result says what a real run would have done
         line = "dry run, would apply: " + decision.line.removeprefix("applied: ")
+        result, exit_code = ("would_apply", EXIT_NOTHING) if code == EXIT_OK else (result, exit_code)
     sd.record(run_id, {**run, "result": result, "exit_code": exit_code, "line": line, "gpus_changed": changed,
                        "apply": applied.to_dict()}, None, rp.keep_runs)
     return ReplanResult(result, line, exit_code, decision, chosen, applied, solve_s, apply_s, run_id)
