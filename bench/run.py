@@ -45,7 +45,7 @@ class Row:
     spec: Spec
     lb: int | None
     mig: dict[str, float | int | None]
-    base: dict[str, dict[str, float]] = field(default_factory=dict)
+    base: dict[str, dict[str, Any]] = field(default_factory=dict)  # baseline -> gpus, value, churn, ..., config
     min_churn: int | None = None
     min_churn_gpus: int | None = None  # GPUs the churn-first plan uses: the price of the fewest changes
 
@@ -94,7 +94,7 @@ def run_one(spec: Spec) -> Row:
         r = fn(problem)
         row.base[name] = {"gpus": r.used(), "value": round(r.value(items), 4), "churn": r.churn(),
                           "disrupted": r.disrupted(running),
-                          "time": round(time.perf_counter() - t0, 2)}
+                          "time": round(time.perf_counter() - t0, 2), "config": r.name}
     if spec.state == "previous":
         churn_pol = dataclasses.replace(policy, weights=CHURN_FIRST)
         q, _ = _migplan(state, ps, churn_pol, spec)
@@ -332,7 +332,9 @@ def render(rows: list[Row], wall: float, anti: list[dict[str, Any]] | None = Non
               "model: min GPUs placing everything, or, when the fleet cannot hold everything, placing as many "
               "per workload class as migplan placed).", "",
               "`min churn` (re-plans only) = fewest GPUs reconfigured (same model, churn weighted first) and, in "
-              "brackets, the GPUs that plan uses.", "",
+              "brackets, the GPUs that plan uses. `uniform` names, in brackets, the mig-parted configuration role "
+              "that did best (bench/baselines.py: every `all-<profile>` and `all-balanced` label mig-parted ships, "
+              "one label per GPU model).", "",
               "| instance | LB | migplan | gap | x LB | " + " | ".join(BASELINES) + " | min churn |",
               "|---|---|---|---|---|" + "---|" * len(BASELINES) + "---|"]
     for r in rows:
@@ -340,7 +342,9 @@ def render(rows: list[Row], wall: float, anti: list[dict[str, Any]] | None = Non
         ratio = f"{int(m['gpus'] or 0) / r.lb:.3f}" if r.lb else "-"
         replan = r.spec.state == "previous"
         cells = [f"{b['gpus']} / {b['value']:g} / {b['churn']} / {b['time']}"
-                 + (f" / moved {b['disrupted']}" if replan else "") for b in r.base.values()]
+                 + (f" / moved {b['disrupted']}" if replan else "")
+                 + (f" ({str(b['config']).removeprefix('uniform-')})" if name == "uniform" and b.get("config") else "")
+                 for name, b in r.base.items()]
         lines.append(f"| {r.spec.name} | {r.lb if r.lb is not None else '-'} | {m['gpus']} / {m['value']:g} / "
                      f"{m['churn']} / {m['time']}" + (f" / moved {m['disrupted']}" if replan else "")
                      + f" | {_pct(m['gap'])} | {ratio} | " + " | ".join(cells)

@@ -98,8 +98,9 @@ def workload_to_dict(w: Workload) -> dict[str, Any]:
     if observed:
         out["observed"] = observed
     out["memory_mib"] = {"p50": w.memory.p50, "p95": w.memory.p95, "p99": w.memory.p99, "max": w.memory.max}
-    out["compute"] = {"p50": w.compute.p50, "p95": w.compute.p95,
-                      **({"p99": w.compute.p99} if w.compute.p99 is not None else {}), "max": w.compute.max}
+    if w.compute.known:  # never measured: no `compute` key, so it reads back as unknown, not as a real 0
+        out["compute"] = {"p50": w.compute.p50, "p95": w.compute.p95,
+                          **({"p99": w.compute.p99} if w.compute.p99 is not None else {}), "max": w.compute.max}
     if w.priority != 1:
         out["priority"] = w.priority
     if w.pin is not None:

@@ -15,6 +15,7 @@ one that does not exist yet is accepted, and connecting reports it (as Ansible d
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import shlex
@@ -25,15 +26,15 @@ from typing import Any
 
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
-from migplan.catalog.geometry import driver_version
+from migplan.catalog.geometry import GpuModel, driver_version
 from migplan.errors import CatalogError, InputError
-from migplan.layout import Instance, Layout, check_layout
+from migplan.layout import Conflict, Instance, Layout, check_layout
 from migplan.yamldoc import Node
 
 INVENTORY_VERSION = 1
 DEFAULT_LOCK_FILE = "/run/lock/migplan-apply.lock"  # FHS lock directory, writable by every user
 DEFAULT_STATE_DIR = "/etc/migplan"  # where apply tells the host's tasks which MIG device is theirs
-HOOK_STAGES = ("pre_apply", "post_apply")
+HOOK_STAGES = ("pre_apply", "post_apply", "on_move")  # on_move: per moved workload (docs/apply.md, "Hooks")
 MAX_HOSTS_PER_PATTERN = 10_000  # `gpu[0:99999999]` is a typo, not a fleet
 MAX_HOSTS = 100_000
 _GPU_RANGE = f"0..{names.MAX_GPU_INDEX}"
@@ -58,6 +59,7 @@ class Hooks:
 
     pre_apply: tuple[str, ...] = ()
     post_apply: tuple[str, ...] = ()
+    on_move: tuple[str, ...] = ()  # per moved workload, with its old and new MIG device (MIGPLAN_* env, JSON file)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class Inventory:
 
 CONNECTIONS = ("ssh", "local")
 _SETTING_KEYS = {"driver", "state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become",
-                 "labels", "reserved_gpus", "excluded_gpus", "hooks", "discover", "gpus"}
+                 "labels", "reserved_gpus", "excluded_gpus", "hooks", "discover", "gpus",
+                 "mig_parted"}  # mig_parted: {file, config}, layouts from a mig-parted file (migplan/mig_parted.py)
 
 
 def _become(node: Node) -> tuple[str, ...]:
@@ -188,6 +191,13 @@ def _hook_argv(node: Node) -> list[str]:
     return argv
 
 
+@functools.lru_cache(maxsize=4096)
+def _layout_conflicts(model: GpuModel, layout: Layout) -> tuple[Conflict, ...]:
+    """`check_layout`, once per model and layout: a large inventory repeats a few layouts thousands of times
+    (a third of reading 7,000 GPUs went to checking them again; bench/large_inputs.py)."""
+    return tuple(check_layout(model, layout))
+
+
 def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
     f = node.fields({"index", "model", "uuid", "mig", "layout"}, {"index", "model"})
     try:
@@ -211,7 +221,7 @@ def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
             except InputError as err:
                 n.fail(err.message)
         layout = Layout.of(insts)
-        conflicts = check_layout(model, layout)
+        conflicts = _layout_conflicts(model, layout)
         if conflicts:
             f["layout"].fail("invalid layout: " + "; ".join(c.message for c in conflicts),
                              hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
@@ -273,8 +283,15 @@ def _read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "hooks": _hooks,
         "discover": lambda n: n.bool(),
         "gpus": lambda n: _gpus(n, catalog),
+        "mig_parted": lambda n: _mig_parted(n, catalog),
     }
     return readers[key](node)
+
+
+def _mig_parted(node: Node, catalog: Catalog) -> Any:
+    from migplan import mig_parted  # a host's declared layouts from a mig-parted config file
+
+    return mig_parted.read_setting(node, catalog, yamldoc.load)
 
 
 def _address(node: Node) -> str:
@@ -347,6 +364,10 @@ def _build_host(name: str, name_node: Node, s: _Settings, groups: tuple[str, ...
     if not names.HOST_NAME.fullmatch(name):
         name_node.fail_key(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
     gpus: list[DeclaredGpu] = list(v.get("gpus", []))
+    if "mig_parted" in v:  # layouts from the named mig-parted config (migplan/mig_parted.py)
+        from migplan import mig_parted
+
+        gpus = mig_parted.declare(v["mig_parted"], gpus)
     discover = bool(v.get("discover", False))
     if discover and gpus and "gpus" in s.nodes:
         s.nodes["gpus"].fail("a host lists either 'gpus' or 'discover: true', not both",
@@ -566,20 +587,25 @@ def _ansible(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
         _ansible_walk(gname, gnode, 0, [], entries, [])
     if not entries:
         root.fail("no hosts found in this Ansible inventory", hint="groups list hosts under 'hosts:'")
-    hosts = []
-    for hname in sorted(entries):
-        entry = entries[hname]
-        assert entry.node is not None
-        settings = _ansible_settings(hname, entry, catalog)
-        hosts.append((_build_host(hname, entry.node, settings, tuple(entry.groups)), entry.node))
-    return hosts
+    from migplan import ansible_inventory  # migplan_limit, hosts without GPUs, become passwords
+
+    return ansible_inventory.yaml_hosts(root, {h: entries[h] for h in sorted(entries)}, catalog)
 
 
 def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
     if not root.is_map:
         root.fail("an inventory is a mapping (migplan 'version: 1' format or an Ansible YAML inventory)")
+    from migplan import k8s_nodes  # `kubectl get nodes -o json` (migplan/k8s_nodes.py)
+
+    if k8s_nodes.is_node_list(root):
+        return k8s_nodes.parse_nodes(root, catalog)
     keys = {k for k, _ in root.items()}
-    hosts = _native(root, catalog) if "version" in keys or "hosts" in keys else _ansible(root, catalog)
+    if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/ansible_inventory.py)
+        from migplan import ansible_inventory
+
+        hosts = ansible_inventory.list_hosts(root, catalog)
+    else:
+        hosts = _native(root, catalog) if "version" in keys or "hosts" in keys else _ansible(root, catalog)
     seen_addr: dict[tuple[str, int | None], str] = {}
     for h, node in hosts:
         key = (h.address, h.port)
@@ -591,5 +617,7 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
 
 
 def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:
+    from migplan import ansible_inventory  # `-` (stdin), INI files and directories (through ansible-core)
+
     with yamldoc.paused_gc():
-        return parse_inventory(yamldoc.load(path), catalog)
+        return parse_inventory(ansible_inventory.read_root(path), catalog)

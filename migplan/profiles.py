@@ -10,11 +10,15 @@ A profile file is a versioned YAML document (README, "Workload profiles"):
         memory_mib: {p50: 14100, p95: 15020, p99: 15400, max: 15900}
         compute: {p50: 0.08, p95: 0.21, p99: 0.3, max: 0.35}   # share of the whole GPU it ran on
         priority: 10
+        movable: true            # false: never moved to consolidate (`propose --consolidate`)
+        min_profile: 2g.10gb     # optional; `whole`: only a whole GPU with MIG disabled
 
 Memory may be written in fractional MiB (a collector that averages or converts from bytes): each value
 is rounded UP to the next whole MiB, never down, because memory is a hard limit. `compute.p99` is
 optional (older profiles lack it); `--compute-percentile p99` then refuses the workload rather than
 quietly using another statistic. Percentiles must not decrease (p50 <= p95 <= p99 <= max).
+A workload without `compute` has compute that was never measured (`UNKNOWN_COMPUTE`): never an invented
+number; the planner then sizes it by memory alone (a compute floor of one slice).
 
 Bounds: memory 0..`names.MAX_MEMORY_MIB` MiB; compute shares are finite, 0..1; GPU indices
 0..`names.MAX_GPU_INDEX`; `mig_start` 0..`names.MAX_MIG_SLICES`-1; `priority` 0..`MAX_PRIORITY`;
@@ -69,15 +73,37 @@ class ComputeStats:
     p95: float
     max: float
     p99: float | None = None
+    # False when the profile has no `compute` (never measured, e.g. NVML in MIG mode on Ampere): every
+    # statistic then reads 0.0, so the planner's compute floor is one slice and memory decides the size
+    known: bool = True
 
     def percentile(self, name: str) -> float:
         if name not in ("p50", "p95", "p99", "max"):
             raise InputError(f"compute percentile {name!r} is not one of p50, p95, p99, max")
+        if not self.known:
+            return 0.0
         value = getattr(self, name)
         if value is None:
             raise InputError("the profile has no compute.p99",
                              hint="add compute.p99 to the profile, or use --compute-percentile p95 or max")
         return float(value)
+
+
+UNKNOWN_COMPUTE = ComputeStats(p50=0.0, p95=0.0, max=0.0, p99=0.0, known=False)
+
+
+@dataclass(frozen=True)
+class ObservedPlace:
+    """One place a workload was measured on (`observed.places`, written by `migplan profiles build`)."""
+
+    host: str | None = None
+    gpu: int | None = None
+    gpu_model: str | None = None
+    mig_profile: str | None = None
+    mig_start: int | None = None
+    samples: int = 0
+    first_seen: str | None = None
+    last_seen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +118,13 @@ class Observation:
     window_start: str | None = None
     window_end: str | None = None
     samples: int = 0
+    # written by `migplan profiles build` (all optional): first/last sample time, every place seen,
+    # how many samples measured compute, and notes such as "rests on few samples"
+    first_seen: str | None = None
+    last_seen: str | None = None
+    places: tuple[ObservedPlace, ...] = ()
+    compute_samples: int | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,9 +142,10 @@ class Workload:
     priority: int = 1
     pin: Pin | None = None
     anti_affinity: str | None = None
-    min_profile: str | None = None
+    min_profile: str | None = None  # a MIG profile name, or WHOLE_GPU: only a whole MIG-disabled GPU
     replicas: int = 1
     source: str = ""
+    movable: bool = True  # false: `propose --consolidate` (and --allow-disrupt) never moves it while it fits
 
 
 @dataclass(frozen=True)
@@ -227,8 +261,24 @@ def _gpu_index(node: Node) -> int:
     return i
 
 
+def _place(node: Node) -> ObservedPlace:
+    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "samples", "first_seen", "last_seen"})
+    return ObservedPlace(
+        host=_host(f["host"]) if "host" in f and not f["host"].is_null else None,
+        gpu=_gpu_index(f["gpu"]) if "gpu" in f and not f["gpu"].is_null else None,
+        gpu_model=f["gpu_model"].str() if "gpu_model" in f and not f["gpu_model"].is_null else None,
+        mig_profile=(_profile_name(f["mig_profile"], "3g.20gb")
+                     if "mig_profile" in f and not f["mig_profile"].is_null else None),
+        mig_start=(f["mig_start"].int(minimum=0, maximum=names.MAX_MIG_SLICES - 1)
+                   if "mig_start" in f and not f["mig_start"].is_null else None),
+        samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
+        first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
+        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None)
+
+
 def _observation(node: Node) -> Observation:
-    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples"})
+    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples",
+                     "first_seen", "last_seen", "places", "compute_samples", "notes"})
     has_profile = "mig_profile" in f and not f["mig_profile"].is_null
     profile = _profile_name(f["mig_profile"], "3g.20gb") if has_profile else None
     start, end = None, None
@@ -247,15 +297,24 @@ def _observation(node: Node) -> Observation:
         window_start=start,
         window_end=end,
         samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
+        first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
+        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None,
+        places=tuple(_place(n) for n in f["places"].list()) if "places" in f else (),
+        compute_samples=(f["compute_samples"].int(minimum=0, maximum=MAX_SAMPLES)
+                         if "compute_samples" in f else None),
+        notes=tuple(n.str() for n in f["notes"].list()) if "notes" in f else (),
     )
 
 
 _WORKLOAD_KEYS = {"name", "observed", "memory_mib", "compute", "priority", "pin", "anti_affinity",
-                  "min_profile", "replicas"}
+                  "min_profile", "replicas", "movable"}
+# `min_profile: whole`: the workload needs a whole GPU with MIG disabled (NVLink, profiling tools and
+# other features MIG instances do not offer; NVIDIA MIG User Guide, "Application Considerations")
+WHOLE_GPU = "whole"
 
 
 def _workload(node: Node) -> Workload:
-    f = node.fields(_WORKLOAD_KEYS, {"name", "memory_mib", "compute"})
+    f = node.fields(_WORKLOAD_KEYS, {"name", "memory_mib"})  # no `compute`: not measured (UNKNOWN_COMPUTE)
     name = f["name"].str()
     if not names.WORKLOAD_NAME.fullmatch(name):
         f["name"].fail(f"workload name {name!r} must start with a letter or digit and use letters, digits, "
@@ -269,18 +328,20 @@ def _workload(node: Node) -> Workload:
             f["pin"].fail("a GPU pin needs a host too", hint="write pin: {host: NAME, gpu: INDEX}")
     min_profile = None
     if "min_profile" in f:
-        min_profile = _profile_name(f["min_profile"], "2g.10gb")
+        min_profile = (WHOLE_GPU if f["min_profile"].str() == WHOLE_GPU
+                       else _profile_name(f["min_profile"], "2g.10gb (or 'whole' for a whole MIG-disabled GPU)"))
     return Workload(
         name=name,
         observed=_observation(f["observed"]) if "observed" in f else Observation(),
         memory=_memory(f["memory_mib"]),
-        compute=_compute(f["compute"]),
+        compute=_compute(f["compute"]) if "compute" in f else UNKNOWN_COMPUTE,
         priority=f["priority"].int(minimum=0, maximum=MAX_PRIORITY) if "priority" in f else 1,
         pin=pin,
         anti_affinity=f["anti_affinity"].str() if "anti_affinity" in f else None,
         min_profile=min_profile,
         replicas=f["replicas"].int(minimum=1, maximum=MAX_REPLICAS) if "replicas" in f else 1,
         source=f"{node.source}:{node.line}",
+        movable=f["movable"].bool() if "movable" in f else True,
     )
 
 

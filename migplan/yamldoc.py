@@ -159,6 +159,9 @@ _CONSTRUCTOR = SafeConstructor()
 _RESOLVERS: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {
     str(k): tuple((str(t), r) for t, r in v) for k, v in _IMPLICIT.items() if k is not None}
 _DECIMAL = re.compile(r"[-+]?[1-9][0-9]*|0")  # the common integers, converted without the constructor
+# The common floats (`0.135`, `-2.5`): YAML 1.1 reads them as !!float and the constructor's result is float(value).
+_SIMPLE_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
+_NUMBER_START = frozenset("0123456789-+")
 
 
 def _resolve_plain(value: str) -> str:
@@ -222,6 +225,11 @@ def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
     if tag is None:
         if not event.implicit[0] or (value and value[0] not in _RESOLVERS):
             return _Scalar(STR, value, event.start_mark, None, event.style, value)  # most strings
+        if value[:1] in _NUMBER_START and len(value) < 19:  # most numbers: what the resolver and constructor give
+            if _DECIMAL.fullmatch(value):
+                return _Scalar(INT, value, event.start_mark, None, event.style, int(value))
+            if _SIMPLE_FLOAT.fullmatch(value):
+                return _Scalar(FLOAT, value, event.start_mark, None, event.style, float(value))
         tag = _resolve_plain(value)
         if tag == INT and len(value) < 19 and _DECIMAL.fullmatch(value):
             return _Scalar(INT, value, event.start_mark, None, event.style, int(value))
@@ -239,12 +247,18 @@ def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
 # --- composition --------------------------------------------------------------------------------
 
 class _Frame:
-    __slots__ = ("items", "key", "node")
+    """A collection being composed: its children so far, a mapping's pending key, and the expanded size and
+    height of the children so far (kept as they are added, so closing the collection costs nothing more)."""
 
-    def __init__(self, node: _Mapping | _Sequence) -> None:
+    __slots__ = ("height", "is_map", "items", "key", "node", "size")
+
+    def __init__(self, node: _Mapping | _Sequence, is_map: bool) -> None:
         self.node = node
+        self.is_map = is_map
         self.items: list[Any] = []
         self.key: yaml.Node | None = None
+        self.size = 1
+        self.height = 0
 
 
 def _path(stack: list[_Frame]) -> str:
@@ -307,6 +321,23 @@ class _Composer:
                     self.fail(event.start_mark, problem.message, problem.hint)
                 if event.anchor is not None:
                     self._anchor(event.anchor, node, event)
+                elif stack:
+                    # the common case, inline: a plain value or a key that is not empty and not `<<`
+                    top = stack[-1]
+                    if not top.is_map:
+                        top.items.append(node)
+                        top.size += 1
+                        top.height = top.height or 1
+                        continue
+                    if top.key is not None:
+                        top.items.append((top.key, node))
+                        top.key = None
+                        top.size += 2
+                        top.height = top.height or 1
+                        continue
+                    if node.value != "" and node.tag != MERGE:
+                        top.key = node
+                        continue
             elif kind in ends:
                 node = self._end(event)
             elif kind in starts:
@@ -337,28 +368,35 @@ class _Composer:
         if event.anchor is not None:
             self._anchor(event.anchor, coll, event)
         self.open.add(id(coll))
-        self.stack.append(_Frame(coll))
+        self.stack.append(_Frame(coll, isinstance(coll, _Mapping)))
 
     def _end(self, event: ev.CollectionEndEvent) -> yaml.Node:
         frame = self.stack[-1]
         node = frame.node
         node.end_mark = None  # only start lines are reported; one object fewer per node
-        node.value = self._merge(frame.items) if isinstance(node, _Mapping) else frame.items
-        size, height = 1, 0
-        for child in ([n for pair in node.value for n in pair] if isinstance(node, _Mapping) else node.value):
-            s, h = _size(child)
-            size += s
-            height = max(height, h)
-        node.size, node.height = size, height + 1
+        if frame.is_map:
+            merged = self._merge(frame.items)
+            if merged is not frame.items:  # merge keys: the merged entries count, the `<<` key and its value not
+                frame.size, frame.height = 1, 0
+                for pair in merged:
+                    for child in pair:
+                        s, h = _size(child)
+                        frame.size += s
+                        frame.height = max(frame.height, h)
+            node.value = merged
+        else:
+            node.value = frame.items
+        node.size, node.height = frame.size, frame.height + 1
         self.open.discard(id(node))
         self.stack.pop()
         return node
 
     def _add(self, top: _Frame, node: yaml.Node) -> None:
-        if not isinstance(top.node, _Mapping):
+        if not top.is_map:
             top.items.append(node)
         elif top.key is not None:
             top.items.append((top.key, node))
+            top.size += _size(top.key)[0]
             top.key = None
         elif not isinstance(node, yaml.ScalarNode):
             self.fail(node.start_mark, "a key must be a name, not a list or mapping", "write the key as plain text")
@@ -366,6 +404,10 @@ class _Composer:
             self.fail(node.start_mark, "a key is empty", "give the key a name")
         else:
             top.key = node
+            return
+        size, height = _size(node)
+        top.size += size
+        top.height = max(top.height, height)
 
     def _collection_tag(self, event: ev.CollectionStartEvent, default: str) -> str:
         tag = event.tag
@@ -499,6 +541,13 @@ def _compose_with(parser: Any, source: str) -> yaml.Node | None:
 _LIBYAML_LENIENT = re.compile(r"\t|\ufeff|[|>][-+0-9]{0,2}#")
 
 
+def _libyaml_lenient(text: str) -> bool:
+    """`_LIBYAML_LENIENT.search(text)`, with plain substring tests first (a regex scan of every large file)."""
+    if "\t" in text or "\ufeff" in text:
+        return True
+    return ("|" in text or ">" in text) and _LIBYAML_LENIENT.search(text) is not None
+
+
 def compose(text: str, source: str) -> yaml.Node | None:
     """The composed node tree of YAML text (None for an empty stream), checked as the module says."""
     bad = _NON_PRINTABLE.search(text)
@@ -508,7 +557,7 @@ def compose(text: str, source: str) -> yaml.Node | None:
                          source=source, line=line, hint="save the file as plain UTF-8 text")
     if text.startswith("\ufeff"):  # a byte-order mark; both parsers skip it at the start
         text = text[1:]
-    if USE_LIBYAML and _CParser is not None and not _LIBYAML_LENIENT.search(text):
+    if USE_LIBYAML and _CParser is not None and not _libyaml_lenient(text):
         try:
             return _compose_with(_CParser(text), source)
         except (yaml.YAMLError, InputError) as err:
@@ -672,6 +721,20 @@ class Node:
             seen[key] = k.start_mark.line + 1
             yield key, Node(v, self.source, self._child_path(key), key_line=seen[key])
 
+    def _entries(self) -> dict[builtins.str, Node]:
+        """`dict(self.items())`, built in one loop (every mapping of a file is read through `fields`)."""
+        node = self._node
+        if not isinstance(node, yaml.MappingNode):
+            return dict(self.items())  # the error `items` gives
+        source, prefix = self.source, f"{self.path}." if self.path else ""
+        out: dict[builtins.str, Node] = {}
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode) or k.value in out:
+                return dict(self.items())  # the error `items` gives, at the same entry
+            key = k.value if isinstance(k.value, builtins.str) else "?"
+            out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
+        return out
+
     def list(self) -> list[Node]:
         if not self.is_list:
             self.fail(f"expected a list, got {_describe_value(self.value())}")
@@ -680,7 +743,7 @@ class Node:
     def fields(self, allowed: set[builtins.str] | frozenset[builtins.str],
                required: set[builtins.str] | frozenset[builtins.str] = frozenset()) -> dict[builtins.str, Node]:
         """A mapping's entries, checked against the allowed and required key sets."""
-        out = dict(self.items())
+        out = self._entries()
         for key in out:
             if key not in allowed:
                 known = ", ".join(sorted(allowed))

@@ -26,7 +26,38 @@ if ! command -v sudo >/dev/null 2>&1 && [ ! -x /usr/bin/sudo ]; then
   fi
 fi
 
+# The Prometheus tests (tests/test_prometheus.py) backfill data with promtool and start a real prometheus.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing prometheus for the Prometheus tests" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null
+  else
+    echo "warning: prometheus/promtool not found and not root: the real-Prometheus tests will be skipped" >&2
+  fi
+fi
+
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# The Ansible tests read INI inventories with the real ansible-core (the optional migplan[ansible] extra).
+python3 -m pip install -q --disable-pip-version-check -e '.[ansible]'
+
+# The HTML report tests render pages in a real headless Chromium (Debian's chromium package).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing chromium for the HTML report tests" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+  else
+    echo "warning: chromium not found and not root: the browser tests of the HTML report will be skipped" >&2
+  fi
+fi
+
+# The completion tests run the zsh completion script in a real zsh.
+if ! command -v zsh >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "installing zsh for the completion tests" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q zsh >/dev/null
+fi
 echo "== ruff" >&2
 python3 -m ruff check migplan tests bench
 echo "== mypy" >&2

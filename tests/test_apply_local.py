@@ -65,8 +65,9 @@ def host(tmp_path: Path) -> Path:
 
 
 def test_apply_makes_every_gpu_as_planned_and_keeps_what_it_keeps(host: Path) -> None:
+    # three more workloads than GPU 0 can take next to `a`: GPU 1 must be partitioned (MIG on)
     p = _plan(host, wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 9000), wl("c", 4000),
-              wl("d", 30000))
+              wl("d", 15000), wl("e", 9000), wl("f", 9000))
     kept = _gi_ids(host, 0)
     assert kept and _layouts(host)[1] is None
     res = apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
@@ -97,7 +98,7 @@ def test_dry_run_records_exactly_what_apply_then_runs(host: Path, tmp_path: Path
 
 
 def test_stale_gpu_is_refused_and_the_other_goes_ahead(host: Path) -> None:
-    p = _plan(host, wl("b", 9000), wl("c", 4000), wl("d", 20000), wl("e", 9000), wl("f", 9000))
+    p = _plan(host, wl("b", 9000), wl("c", 4000), wl("d", 15000), wl("e", 9000), wl("f", 9000), wl("g", 9000))
     assert p.gpu("h1", 1).actions  # type: ignore[union-attr]
     _host(host, busy={1: [Proc(77, name="late.py")]})  # a process started on GPU 1 after planning
     res = {r.gpu: r for r in apply_host(_runner(host), HOST, [g for g in p.gpus if g.host == "h1"], CAT,

@@ -27,7 +27,8 @@ PACKAGES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migp
 CORE = ("migplan.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
         "migplan.catalog.catalog",
         "migplan.fleet.state", "migplan.fleet.diff", "migplan.fleet.snapshot", "migplan.fleet.host_table",
-        "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history")
+        "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history",
+        "migplan.mig_parted", "migplan.k8s_nodes", "migplan.host_patterns", "migplan.report_html")
 # What touches the outside world: the core may import none of these.
 IMPURE_MODULES = {"os", "sys", "subprocess", "socket", "tempfile", "shutil", "pathlib", "time", "threading",
                   "concurrent", "signal", "fcntl", "io", "logging", "urllib", "http", "select", "ctypes",
@@ -36,7 +37,8 @@ IMPURE_CALLS = {"open", "print", "input", "eval", "exec", "__import__", "breakpo
 CLOCK_METHODS = {"now", "today", "utcnow"}
 # One home per outside system.
 HOME = {"paramiko": ("migplan.adapters.ssh",), "pulp": ("migplan.adapters.solver",),
-        "pynvml": ("migplan.adapters.nvml",), "typer": ("migplan.cli",), "subprocess": ("migplan.adapters",)}
+        "pynvml": ("migplan.adapters.nvml",), "typer": ("migplan.cli",), "subprocess": ("migplan.adapters",),
+        "ansible": ("migplan.ansible_inventory",)}
 
 
 def _path(name: str) -> Path:

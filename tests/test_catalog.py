@@ -147,3 +147,89 @@ def test_override_is_validated_strictly(tmp_path: Path, old: str, new: str, mess
     text = str(err.value)
     assert message in text and str(f) in text
     assert err.value.line is not None
+
+
+# --- the cache of the shipped catalog (migplan/catalog/cache.py) ----------------------------------------
+
+def _data() -> bytes:
+    from migplan.catalog.loader import BUILTIN_PATH
+
+    return Path(BUILTIN_PATH).read_bytes()
+
+
+def test_cache_round_trip_equals_the_strict_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.catalog import cache
+    from migplan.catalog.loader import parse_builtin
+
+    monkeypatch.setenv("MIGPLAN_CACHE_DIR", str(tmp_path))
+    data = _data()
+    parsed = parse_builtin(data)
+    assert cache.load(data) is None  # nothing written yet
+    cache.store(data, parsed)
+    (written,) = tmp_path.glob("catalog-*.json")
+    assert cache.load(data) == parsed  # every field, types included (tuples stay tuples)
+    assert cache.load(data + b"\n# changed\n") is None  # other data: another key, never the stale file
+    cache.store(data + b"\n", parsed)
+    assert not written.exists()  # the older key's file was removed
+
+
+def test_cache_ignores_a_corrupt_foreign_or_shared_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from migplan.catalog import cache
+    from migplan.catalog.loader import parse_builtin
+
+    monkeypatch.setenv("MIGPLAN_CACHE_DIR", str(tmp_path))
+    data = _data()
+    cache.store(data, parse_builtin(data))
+    (path,) = tmp_path.glob("catalog-*.json")
+    good = path.read_text()
+    path.write_text(good[: len(good) // 2])  # truncated
+    assert cache.load(data) is None
+    path.write_text(good.replace('"memory_slices"', '"memory_slicez"', 1))  # another shape
+    assert cache.load(data) is None
+    path.write_text(good)
+    os.chmod(path, 0o666)  # writable by others: not trusted
+    assert cache.load(data) is None
+    os.chmod(path, 0o644)
+    assert cache.load(data) is not None
+
+
+def test_unwritable_or_disabled_cache_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.catalog import cache
+    from migplan.catalog.loader import builtin_catalog, parse_builtin
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("MIGPLAN_CACHE_DIR", str(blocker / "cache"))  # cannot be created: no error, no cache
+    cache.store(_data(), parse_builtin(_data()))
+    assert cache.load(_data()) is None
+    builtin_catalog.cache_clear()
+    try:
+        assert builtin_catalog().models == CAT.models
+        monkeypatch.setenv("MIGPLAN_CACHE_DIR", "none")
+        assert cache.cache_dir() is None
+        builtin_catalog.cache_clear()
+        assert builtin_catalog().models == CAT.models
+    finally:
+        builtin_catalog.cache_clear()
+
+
+def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from migplan.catalog import cache
+
+    monkeypatch.delenv("MIGPLAN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == str(tmp_path / "migplan")
+
+
+def test_lookup_index_agrees_with_a_linear_scan() -> None:
+    from migplan.catalog.catalog import normalise_name
+
+    for m in CAT:
+        for name in (m.id, *m.aliases, *m.smi_names, m.id.lower(), f"NVIDIA {m.id}"):
+            key = normalise_name(name)
+            by_id = [x for x in CAT if normalise_name(x.id) == key]
+            named = [x for x in CAT if key in {normalise_name(n) for n in (x.id, *x.aliases, *x.smi_names)}]
+            assert CAT.find(name) == (by_id or named)[0], name
+    assert CAT.find("no such GPU") is None

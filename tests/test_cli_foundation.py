@@ -213,3 +213,63 @@ def test_cli_fleet_defaults_agree_with_the_commands_layer() -> None:
 
     assert FleetRequest().parallel == DEFAULT_PARALLEL
     assert FleetOptions().request(None).timeout == FleetRequest().timeout
+
+
+# --- lazy command registration (migplan/cli/app.py COMMANDS) -------------------------------------------
+
+def _modules_after(*args: str) -> set[str]:
+    """The modules a fresh `migplan ARGS` process has imported when it exits."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom migplan.cli.app import main\nsys.argv = ['migplan', *sys.argv[1:]]\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\n"
+            "sys.__stderr__.write('\\nMODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False,
+                          cwd=ROOT, env={**__import__("os").environ, "MIGPLAN_CACHE_DIR": "none"})
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES ")]
+    assert line, proc.stderr
+    return set(line[-1].split()[1:])
+
+
+def test_help_imports_no_command_module() -> None:
+    mods = _modules_after("--help")
+    heavy = {"paramiko", "pulp", "tabulate", "yaml", "migplan.planner", "migplan.cli.propose", "migplan.cli.fleet",
+             "migplan.cli.apply_cmd", "migplan.cli.catalog_cmd", "migplan.commands", "migplan.catalog"}
+    assert not heavy & mods, sorted(heavy & mods)
+
+
+def test_a_command_imports_only_what_it_needs() -> None:
+    mods = _modules_after("catalog", "list", "-o", "json")
+    assert "migplan.cli.catalog_cmd" in mods
+    assert not {"paramiko", "pulp", "migplan.cli.fleet", "migplan.cli.propose", "migplan.cli.apply_cmd"} & mods
+    assert "pulp" in _modules_after("propose", "-i", INV, "-p", PROF, "-o", "json")
+
+
+def test_registered_help_matches_each_command_own_help() -> None:
+    """`migplan --help` lists a command from its COMMANDS text without importing it: that text must be the first
+    paragraph of the command's own help (its docstring or the group's help=), so the two never drift apart."""
+    import inspect
+
+    import typer
+
+    from migplan.cli.app import COMMANDS, load
+
+    for name, (target, text) in COMMANDS.items():
+        obj = load(target)
+        own = obj.info.help if isinstance(obj, typer.Typer) else inspect.getdoc(obj)
+        first = " ".join((own or "").split("\n\n")[0].split())
+        assert first == text, f"{name}: COMMANDS says {text!r}, the command says {first!r}"
+
+
+def test_lazy_commands_run_list_and_suggest(run) -> None:  # type: ignore[no-untyped-def]
+    r = run("--help")
+    assert r.exit_code == 0
+    for name in ("propose", "apply", "discover", "status", "catalog", "inventory", "profiles"):
+        assert name in r.stdout
+    r = run("catalog", "--help")  # a group's lazy sub-command (catalog learn) is listed with the group's own
+    assert r.exit_code == 0 and "learn" in r.stdout and "layouts" in r.stdout
+    r = run("catalog", "learn", "--help")
+    assert r.exit_code == 0 and "--host" in r.stdout
+    r = run("propse")
+    assert r.exit_code == 2 and "Did you mean 'propose'" in r.output

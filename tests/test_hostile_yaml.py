@@ -404,3 +404,18 @@ def test_gc_is_restored_after_reading() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.integers(-(10**20), 10**20).map(str),
+                 st.floats(-1e12, 1e12).map(lambda f: f"{f:.6f}"),  # longer: refused (MAX_NUMBER_CHARS)
+                 st.from_regex(r"[-+]?[0-9_]{1,12}(\.[0-9_]{0,8})?([eE][-+]?[0-9]{1,3})?", fullmatch=True)))
+def test_numbers_read_as_pyyaml_reads_them(text: str) -> None:
+    """The composer converts common integers and floats itself (no resolver, no constructor): every number must
+    come out as PyYAML's safe_load gives it, type and value (an oracle that is not migplan's code)."""
+    import yaml
+
+    want = yaml.safe_load(f"k: {text}\n")["k"]
+    got = yamldoc.parse(f"k: {text}\n", "t.yaml").fields({"k"})["k"].value()  # type: ignore[union-attr]
+    assert type(got) is type(want)
+    assert got == want or (isinstance(want, float) and math.isnan(want) and math.isnan(got))

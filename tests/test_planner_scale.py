@@ -82,7 +82,7 @@ def test_size_guard_blames_anti_affinity_when_that_is_what_grows() -> None:
 
 def test_sets_the_mapping_cannot_spread_are_planned_per_group_again() -> None:
     # 12 GPUs on 2 hosts, host scope: per-model counts promise members the two hosts' instances cannot hold
-    state, ps = generate(Spec(12, 45, "single", "small", "empty", seed=40, anti=22))
+    state, ps = generate(Spec(12, 45, "single", "small", "empty", seed=40, anti=30))
     msgs: list[str] = []
     p = plan_problem(build_problem(state, ps, CAT, Policy(anti_affinity_scope="host")), PulpSolver(time_limit=30),
                      progress=msgs.append)

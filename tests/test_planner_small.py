@@ -36,9 +36,18 @@ def test_compute_is_a_floor() -> None:
     assert placed(p)["busy"][2] == "3g.20gb@0" or placed(p)["busy"][2] == "3g.20gb@4"
 
 
-def test_whole_gpu_workload_takes_7g() -> None:
+def test_whole_gpu_workload_takes_the_whole_gpu_with_mig_off() -> None:
+    # it needs the full profile: the MIG-disabled GPU (all SMs, no mode change) beats a lone 7g.40gb
     p = run(fleet(gpu("h", 0)), profiles(wl("llm", 30000)))
-    assert placed(p)["llm"] == ("h", 0, "7g.40gb@0")
+    assert placed(p)["llm"] == ("h", 0, None)
+    assert targets(p)[("h", 0)] is None and not p.gpus[0].actions
+    assert p.summary.gpus_used == 1
+
+
+def test_whole_gpu_on_a_mig_enabled_empty_gpu_disables_mig() -> None:
+    p = run(fleet(gpu("h", 0, layout=[])), profiles(wl("llm", 30000)))
+    assert placed(p)["llm"] == ("h", 0, None)
+    assert [str(a) for a in p.gpus[0].actions] == ["disable-mig +reset"]
 
 
 def test_too_large_is_reported_not_dropped() -> None:
@@ -84,14 +93,20 @@ def test_outgrown_needs_allow_disrupt() -> None:
     assert p2.summary.workloads_disrupted == 1
 
 
-def test_allow_disrupt_consolidates() -> None:
-    # two tiny workloads on two whole GPUs; with consent they move onto one GPU and one GPU comes free
+def test_consolidate_frees_a_gpu_allow_disrupt_alone_does_not() -> None:
+    # two tiny workloads on two whole GPUs. --allow-disrupt moves a workload only to place demand (a move
+    # costs ten GPUs' weight), so both stay; --consolidate moves them onto one GPU and the other comes free
     st = fleet(gpu("h", 0), gpu("h", 1))
     ws = profiles(wl("a", 1000, host="h", gpu_idx=0), wl("b", 1000, host="h", gpu_idx=1))
     assert run(st, ws).summary.gpus_changed == 0
     p = run(st, ws, Policy(headroom=0.0, headroom_min_mib=0, allow_disrupt=True))
-    assert p.summary.workloads_placed == 2
-    assert p.summary.workloads_disrupted <= 2
+    assert p.summary.gpus_used == 2 and p.summary.workloads_disrupted == 0 and not p.freed
+    p = run(st, ws, Policy(headroom=0.0, headroom_min_mib=0, consolidate=True))
+    assert p.summary.workloads_placed == 2 and p.summary.gpus_used == 1 and p.summary.free_whole_gpus == 1
+    assert len(p.freed) == 1 and p.consolidation is not None and p.consolidation.gpus_freed == 1
+    (where,) = {(w.host, w.gpu) for w in p.workloads}
+    assert p.freed == ((("h", 1 - (where[1] or 0))),)
+    assert p.summary.workloads_disrupted == len(p.migrations) == 2
 
 
 def test_exact_policy_is_default_free() -> None:

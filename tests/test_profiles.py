@@ -58,6 +58,13 @@ def test_fields(tmp_path: Path) -> None:
     assert chat.memory.percentile("p99") == 15400 and chat.compute.percentile("p95") == 0.21
     assert (chat.priority, chat.pin.host, chat.replicas, chat.min_profile) == (10, "h1", 2, "2g.10gb")  # type: ignore[union-attr]
     assert embed.priority == 1 and embed.observed.host is None and embed.replicas == 1
+    assert chat.movable and embed.movable  # movable unless the profile says otherwise
+
+
+def test_movable_and_whole(tmp_path: Path) -> None:
+    doc = DOC.replace("min_profile: 2g.10gb", "min_profile: whole\n    movable: false")
+    chat, embed = load_profiles(write(tmp_path, doc))
+    assert chat.min_profile == "whole" and not chat.movable and embed.movable
 
 
 @pytest.mark.parametrize(("old", "new", "key", "message"), [
@@ -68,6 +75,8 @@ def test_fields(tmp_path: Path) -> None:
     ("priority: 10", "priority: high", "workloads[0].priority", "expected an integer"),
     ("min_profile: 2g.10gb", "min_profile: big", "workloads[0].min_profile", "not a MIG profile name"),
     ("anti_affinity: chat", "anti_afinity: chat", "workloads[0].anti_afinity", "unknown key"),
+    ("min_profile: 2g.10gb", "min_profile: 2g.10gb\n    movable: maybe", "workloads[0].movable", "expected"),
+    ("min_profile: 2g.10gb", "min_profile: Whole", "workloads[0].min_profile", "'whole' for a whole"),
     ("end: 2026-11-08T00:00:00Z", "end: 2026-10-08T00:00:00Z", "workloads[0].observed.window.end",
      "ends before it starts"),
     ("version: 1", "version: 2", "version", "unsupported workload profile version 2"),

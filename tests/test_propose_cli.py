@@ -116,3 +116,39 @@ def test_unwritable_out_is_a_message_not_a_traceback(run, tmp_path: Path) -> Non
     r = run("propose", "-i", INV, "-p", PROF, "--out", str(blocker / "plan.json"))
     assert r.exit_code == 1 and "error:" in r.stderr and str(blocker) in r.stderr
     assert "Traceback" not in r.output
+
+
+def _whole_fleet(tmp_path: Path) -> tuple[str, str]:
+    inv, prof = tmp_path / "inv.yaml", tmp_path / "prof.yaml"
+    inv.write_text("version: 1\nhosts:\n  h1:\n    address: 192.0.2.1\n    gpus:\n"
+                   + "".join(f"      - {{index: {i}, model: A100-SXM4-40GB, mig: false}}\n" for i in range(3)))
+    prof.write_text("version: 1\nworkloads:\n" + "".join(
+        f"  - name: w{i}\n    observed: {{host: h1, gpu: {i}, gpu_model: A100-SXM4-40GB}}\n"
+        f"    memory_mib: {{p50: 2000, p95: 2500, p99: 2800, max: 3000}}\n"
+        f"    compute: {{p50: 0.01, p95: 0.02, max: 0.03}}\n" for i in range(3)))
+    return str(inv), str(prof)
+
+
+def test_consolidate_table_and_json(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inv, prof = _whole_fleet(tmp_path)
+    r = run("propose", "-i", inv, "-p", prof, "--consolidate")
+    assert r.exit_code == 0, r.output
+    assert "Migration (in this order):" in r.stdout and "stop first" in r.stdout
+    assert "make-before-break" in r.stdout and "GPUs freed (2)" in r.stdout
+    assert "GPUs freed per move budget" in r.stdout and "MAX MOVES" in r.stdout
+    out = tmp_path / "plan.json"
+    r = run("propose", "-i", inv, "-p", prof, "--consolidate", "--max-moves", "2", "-o", "json", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["version"] == 4 and len(doc["migrations"]) <= 2 and len(doc["freed_gpus"]) == 1
+    assert doc["consolidation"]["max_moves"] == 2 and doc["policy"]["consolidate"] is True
+    assert [m["step"] for m in doc["migrations"]] == list(range(1, len(doc["migrations"]) + 1))
+    assert load_plan(str(out), __import__("migplan.catalog", fromlist=["x"]).builtin_catalog()).migrations
+    r = run("propose", "-i", inv, "-p", prof, "--consolidate", "-o", "yaml")
+    assert r.exit_code == 0 and "migrations:" in r.stdout and "freed_gpus:" in r.stdout
+
+
+def test_max_moves_without_consolidate_is_a_usage_error(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inv, prof = _whole_fleet(tmp_path)
+    r = run("propose", "-i", inv, "-p", prof, "--max-moves", "2")
+    assert r.exit_code == 2 and "consolidate" in r.output and "Traceback" not in r.output

@@ -363,6 +363,15 @@ def test_every_maximal_layout_round_trips(tmp_path: Path, model: Any) -> None:
         assert sim(p, *smi.destroy_gpu_instances(0)[1:])[0] == 0
     learned = smi.learn_model(sim(p, "mig", "-lgip")[1], sim(p, "mig", "-lgipp")[1], model.id,
                               architecture=model.architecture)
-    assert [(q.id, q.name, q.starts, q.memory_slices, q.max_count, q.engines, q.lgip_gib) for q in learned.profiles] \
-        == [(q.id, q.name, q.starts, q.memory_slices, q.max_count, q.engines, q.lgip_gib)
-            for q in sorted(model.profiles, key=lambda q: (q.compute_slices, q.memory_slices, q.id))]
+    ours = sorted(model.profiles, key=lambda q: (q.compute_slices, q.memory_slices, q.id))
+    assert [(q.id, q.name, q.starts, q.memory_slices, q.max_count, q.engines) for q in learned.profiles] \
+        == [(q.id, q.name, q.starts, q.memory_slices, q.max_count, q.engines) for q in ours]
+    # memory: the host's own print, which is the catalog's except where this simulated host's driver prints
+    # more than the least a known driver prints (the conservative catalog carries that least)
+    from sim.geometry_inferred import SMALLEST_KNOWN_MIB
+
+    for got, cat in zip(learned.profiles, ours, strict=True):
+        if (model.id, cat.id) in SMALLEST_KNOWN_MIB:
+            assert got.memory_mib > cat.memory_mib == SMALLEST_KNOWN_MIB[(model.id, cat.id)][0], cat.name
+        else:
+            assert got.lgip_gib == cat.lgip_gib, cat.name

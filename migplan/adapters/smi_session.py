@@ -4,6 +4,10 @@ Shared by discovery, `catalog learn` and apply, so every caller classifies nvidi
 same way: a missing binary (exit 127, "command not found") is `NoNvidiaSmiError`; any other failure is
 the typed `SmiError` that `smi.classify_failure` picks from NVIDIA's text; a "nothing found" listing
 (`No GPU instances found: Not Found`) is an empty list, not an error.
+
+`BatchedReads` wraps a runner so that the per-GPU listings (`mig -i N -lgi/-lci/-lgip/-lgipp`) cost one read
+per host, not one per GPU: without `-i` they list every MIG-enabled GPU (docs/nvidia-smi.md §3, §4, §6, §9)
+and every row carries its GPU index, which the parsers filter on. apply uses it (round trips per GPU).
 """
 
 from __future__ import annotations
@@ -12,9 +16,41 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from migplan import smi
-from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, Completed, HostError
+from migplan.adapters.runner import DEFAULT_TIMEOUT, MAX_TRANSFER_BYTES, CommandRunner, Completed, HostError
 
 _Row = TypeVar("_Row", smi.GpuInstanceRow, smi.ComputeInstanceRow)
+_HOST_WIDE = ("-lgi", "-lci", "-lgip", "-lgipp")
+
+
+class BatchedReads:
+    """A runner whose `nvidia-smi mig -i N <listing>` reads are answered from one host-wide read of that listing
+    (the text of every MIG GPU: callers keep GPU N's rows). Any other command forgets what was read, so a read
+    after a change goes to the host again. Files and the lock pass through."""
+
+    def __init__(self, inner: CommandRunner) -> None:
+        self.inner = inner
+        self._read: dict[str, Completed] = {}
+
+    @property
+    def host(self) -> str:
+        return self.inner.host
+
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
+        a = list(argv)
+        if stdin is None and len(a) == 5 and a[0] == smi.NVIDIA_SMI and a[1:3] == ["mig", "-i"] \
+                and a[3].isascii() and a[3].isdigit() and a[4] in _HOST_WIDE:
+            if a[4] not in self._read:
+                self._read[a[4]] = self.inner.run([smi.NVIDIA_SMI, "mig", a[4]], timeout=timeout)
+            return self._read[a[4]]
+        self._read.clear()
+        return self.inner.run(argv, timeout=timeout, stdin=stdin)
+
+    def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.inner.put_file(remote_path, data, mode=mode, timeout=timeout)
+
+    def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
+                 timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        return self.inner.get_file(remote_path, max_bytes=max_bytes, timeout=timeout)
 
 
 class NoNvidiaSmiError(HostError):

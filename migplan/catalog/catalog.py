@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -38,15 +39,29 @@ class Catalog:
     def ids(self) -> list[str]:
         return [m.id for m in self.models]
 
-    def _names(self, model: GpuModel) -> set[str]:
-        return {normalise_name(n) for n in (model.id, *model.aliases, *model.smi_names)}
+    @functools.cached_property
+    def _index(self) -> tuple[dict[str, GpuModel], dict[str, list[GpuModel]]]:
+        """Normalised id -> first model with it; normalised id, alias or nvidia-smi name -> models, in
+        catalog order. Built once: a 70,000-GPU inventory looks a model up per GPU."""
+        by_id: dict[str, GpuModel] = {}
+        named: dict[str, list[GpuModel]] = {}
+        for m in self.models:
+            by_id.setdefault(normalise_name(m.id), m)
+            for n in dict.fromkeys(normalise_name(x) for x in (m.id, *m.aliases, *m.smi_names)):
+                named.setdefault(n, []).append(m)
+        return by_id, named
+
+    def _named(self, name: str) -> list[GpuModel]:
+        return self._index[1].get(normalise_name(name), [])
 
     def find(self, name: str) -> GpuModel | None:
         """By id first, then by alias or nvidia-smi name (a model from an override file first)."""
-        key = normalise_name(name)
-        by_id = [m for m in self.models if normalise_name(m.id) == key]
-        named = [m for m in self.models if key in self._names(m)]
-        found = by_id or [m for m in named if m.id in self.overridden] or named
+        by_id, _ = self._index
+        model = by_id.get(normalise_name(name))
+        if model is not None:
+            return model
+        named = self._named(name)
+        found = [m for m in named if m.id in self.overridden] or named
         return found[0] if found else None
 
     def get(self, name: str) -> GpuModel:
@@ -71,7 +86,7 @@ class Catalog:
         one. A PCI device ID the catalog does not list is not guessed at (e.g. 0x20B6, PG506, and
         0x2329, H20, which have no real MIG output in migplan's sources): the error names the GPU.
         """
-        candidates = [m for m in self.models if normalise_name(name) in self._names(m)]
+        candidates = list(self._named(name))
         if not candidates and pci_device_id:
             pid = pci_device(pci_device_id)
             candidates = [m for m in self.models if pid in m.pci_device_ids]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from migplan.errors import CatalogError
 
@@ -99,7 +99,7 @@ class GiProfile:
     confidence: str = "real"
     min_driver: str | None = None  # the oldest driver branch/version that offers this profile (None: all)
 
-    @property
+    @functools.cached_property  # computed once: the planner asks per workload and profile (bench/large_inputs.py)
     def variant(self) -> str:
         """The name's attribute suffix: '' (plain), '+me', '+me.all', '-me', '+gfx', ..."""
         return profile_variant(self.name)
@@ -155,7 +155,20 @@ class GpuModel:
     def _by_id(self) -> dict[int, GiProfile]:
         return {p.id: p for p in self.profiles}
 
-    @property
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in fields(self)))
+
+    def __hash__(self) -> int:
+        """The dataclass hash (all fields), computed once: the planner keys dicts by model, and hashing a
+        model hashes every profile (84,000 hashes, ~1.5 s, planning 7,000 GPUs; bench/large_inputs.py)."""
+        return self._hash
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the cached hash: string hashes differ from one process to the next."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    @functools.cached_property  # immutable model: computed once (asked per workload by the planner)
     def full_profile(self) -> GiProfile:
         """The plain profile that takes the whole GPU (7g on A100/H100, 4g on A30 and RTX PRO 6000)."""
         full = [p for p in self.profiles if p.memory_slices == self.memory_slices and not p.media_extensions]
@@ -187,6 +200,9 @@ class GpuModel:
     def profile(self, ref: str | int) -> GiProfile:
         """Look up a profile by short name (`3g.20gb`), full name (`MIG 3g.20gb`) or numeric ID."""
         by_name, by_id = self._by_name, self._by_id
+        hit = by_name.get(ref) if isinstance(ref, str) else None
+        if hit is not None:  # the common case first: the planner looks profiles up by name ~200,000 times
+            return hit
         if isinstance(ref, int):
             if ref in by_id:
                 return by_id[ref]
@@ -208,7 +224,7 @@ class GpuModel:
             return False
         return True
 
-    @property
+    @functools.cached_property  # immutable model: computed once (asked per workload by the planner)
     def plain_profiles(self) -> tuple[GiProfile, ...]:
         """Profiles without a variant suffix (`+me`, `+me.all`, `-me`, `+gfx`), as used for enumeration and
         planning; a variant whose plain profile the model lacks counts as plain."""

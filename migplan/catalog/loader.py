@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from importlib import resources
 
 from migplan import yamldoc
+from migplan.catalog import cache
 from migplan.catalog.catalog import Catalog
 from migplan.catalog.geometry import (
     ARCHITECTURES,
@@ -220,13 +220,27 @@ def parse_catalog(root: Node, *, check_layouts: bool = True) -> list[GpuModel]:
     return models
 
 
+BUILTIN_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "models.yaml")
+
+
 @functools.lru_cache(maxsize=1)
 def builtin_catalog() -> Catalog:
-    """The catalog shipped with migplan (package data)."""
-    ref = resources.files("migplan.catalog") / "data" / "models.yaml"
-    node = yamldoc.parse(ref.read_text(encoding="utf-8"), "migplan/catalog/data/models.yaml")
+    """The catalog shipped with migplan (package data), from the cache when it holds this data
+    (`migplan.catalog.cache`: keyed on the data's and the loader's content, so never stale)."""
+    with open(BUILTIN_PATH, "rb") as fh:
+        data = fh.read()
+    models = cache.load(data)
+    if models is None:
+        models = parse_builtin(data)
+        cache.store(data, models)
+    return Catalog(models)
+
+
+def parse_builtin(data: bytes) -> tuple[GpuModel, ...]:
+    """The shipped catalog parsed strictly from its text (what the cache holds)."""
+    node = yamldoc.parse(data.decode("utf-8"), "migplan/catalog/data/models.yaml")
     assert node is not None  # shipped file, never empty
-    return Catalog(tuple(parse_catalog(node, check_layouts=False)))
+    return tuple(parse_catalog(node, check_layouts=False))
 
 
 def load_catalog_file(path: str | os.PathLike[str]) -> list[GpuModel]:

@@ -1,36 +1,136 @@
-"""The `migplan` command: wires the command groups together and owns the one exit path."""
+"""The `migplan` command: wires the command groups together and owns the one exit path.
+
+Commands are registered lazily: a command's module (and what it imports: the planner, PuLP,
+paramiko, tabulate, YAML) is imported only when that command runs or its own `--help` is asked
+for, so `migplan --help` and every command start fast (measured by bench/startup.py).
+
+HOW TO REGISTER A COMMAND: add ONE line to `COMMANDS` below,
+
+    "NAME": ("migplan.cli.MODULE:ATTRIBUTE", "One-line help, as `migplan --help` lists it."),
+
+where ATTRIBUTE is a typer command function (written and decorated as usual, e.g. `@handle_errors`)
+or a `typer.Typer()` app for a command group. A NAME with a space adds a command to a group:
+"catalog learn", "profiles build". The help text is the first paragraph of the command's docstring
+(or the group's help=); tests/test_cli_foundation.py checks that the two agree. Registering eagerly
+with `app.command("x")(fn)` still works, but imports `fn`'s module on every run.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.main import get_command, get_group_from_info
+from typer.models import TyperInfo
 
 from migplan import __version__
-from migplan.cli import apply_cmd, catalog_cmd, fleet, inventory_cmd, profiles_cmd, propose
 from migplan.text import printable
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "propose": ("migplan.cli.propose:propose",
+                "Propose a MIG layout per GPU and an instance per workload (an integer program)."),
+    "apply": ("migplan.cli.apply_cmd:apply",
+              "Apply a plan: only what changes, at explicit placements, verified, rolled back on failure."),
+    "discover": ("migplan.cli.fleet:discover",
+                 "Read every host's GPUs, MIG mode, instances and processes over SSH; write a snapshot."),
+    "status": ("migplan.cli.fleet:status", "Per host and GPU: layout, busy instances, pending MIG mode changes, "
+               "differences from the inventory."),
+    "catalog": ("migplan.cli.catalog_cmd:app", "GPU models, their MIG profiles and valid layouts."),
+    "catalog learn": ("migplan.cli.fleet:learn",
+                      "Learn a GPU model from a host ('nvidia-smi mig -lgip/-lgipp') as a catalog override file."),
+    "inventory": ("migplan.cli.inventory_cmd:app", "The fleet inventory."),
+    "profiles": ("migplan.cli.profiles_cmd:app", "Workload profiles."),
+    "backtest": ("migplan.cli.backtest_cmd:backtest",
+                 "Backtest sizing rules: size from a training window, replay the next, count OOMs and waste."),
+    "replan": ("migplan.cli.replan_cmd:replan", "Re-plan from cron: read the live state, plan, apply only when worth it and safe, record why."),  # noqa: E501
+    "schedule": ("migplan.cli.replan_cmd:schedule_app", "Run replan on a schedule (cron or a systemd timer); restore layouts at boot."),  # noqa: E501
+    "report": ("migplan.cli.report_cmd:report", "Write a plan as one self-contained HTML page: every GPU's layout drawn slot by slot."),  # noqa: E501
+    "collect": ("migplan.cli.collect_cmd:app", "Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or Prometheus."),  # noqa: E501
+    "export": ("migplan.cli.export_cmd:app",
+               "Export a plan to NVIDIA's MIG tools: the GPU Operator's MIG manager, or mig-parted."),
+}
+
+
+def load(path: str) -> Any:
+    """The object a registered command names ("module:attribute"), importing its module."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+class _LazyGroup(TyperGroup):
+    """A command group whose `COMMANDS` entries are imported when they run.
+
+    `--help` lists them from their registered help text without importing them; resolving a command
+    name (running it, or its own `--help`) imports it and builds its click command as typer would."""
+
+    prefix = ""  # "" for `migplan` itself, "catalog " for the `catalog` group, ...
+
+    def _entries(self) -> dict[str, tuple[str, str]]:
+        n = len(self.prefix)
+        return {k[n:]: v for k, v in COMMANDS.items() if k.startswith(self.prefix) and " " not in k[n:]}
+
+    def _load(self, name: str) -> Any:  # a click command or group
+        target = load(self._entries()[name][0])
+        if isinstance(target, typer.Typer):
+            group = get_group_from_info(
+                TyperInfo(target, name=name, cls=_LazyGroup if _default_cls(target) else None),
+                pretty_exceptions_short=target.pretty_exceptions_short, suggest_commands=target.suggest_commands,
+                rich_markup_mode=target.rich_markup_mode)
+            if isinstance(group, _LazyGroup):
+                group.prefix = f"{self.prefix}{name} "
+            return group
+        single = typer.Typer()
+        single.command(name)(target)
+        return get_command(single)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return names + [n for n in self._entries() if n not in names]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        entry = self._entries().get(cmd_name)
+        if cmd is None and entry is not None:  # listed by --help: its text, not its module
+            cmd = TyperCommand(name=cmd_name, help=entry[1], callback=None,
+                               rich_markup_mode=self.rich_markup_mode)
+        return cmd
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        entries = self._entries()
+        name = args[0] if args else None
+        if name in entries and name not in self.commands:
+            self.add_command(self._load(name), name)
+        elif name is not None and name not in self.commands:
+            for other, (_, text) in entries.items():  # no such command: "did you mean" knows every name
+                self.commands.setdefault(other, TyperCommand(name=other, help=text, callback=None))
+        return super().resolve_command(ctx, args)
+
+
+def _default_cls(target: typer.Typer) -> bool:
+    from typer.models import DefaultPlaceholder
+
+    return isinstance(target.info.cls, DefaultPlaceholder) or target.info.cls is None
+
 
 app = typer.Typer(
     name="migplan",
     help="Right-size every GPU in a fleet with MIG: collect, propose, apply, replan.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash and zsh (docs/README.md)
+    cls=_LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(catalog_cmd.app, name="catalog")
-app.add_typer(inventory_cmd.app, name="inventory")
-app.add_typer(profiles_cmd.app, name="profiles")
-# Command modules register here, one line each.
-app.command("propose")(propose.propose)
-app.command("apply")(apply_cmd.apply)
-fleet.register(app)  # discover, status, catalog learn
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"migplan {__version__}")
+        from migplan.adapters.versions import version_text  # asks CBC for its version: only here
+
+        typer.echo(version_text(__version__))
         raise typer.Exit()
 
 

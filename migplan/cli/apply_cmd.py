@@ -1,7 +1,9 @@
 """`migplan apply PLAN`: turn each GPU from its current into its planned layout over SSH.
 
 Without `--yes`, apply first shows the commands it would run (a dry run from the same code path) and
-asks on a terminal; without a terminal it refuses. The work is `migplan.commands.apply`.
+asks on a terminal; without a terminal it refuses. `--last` (no PLAN) re-applies, on this machine, the layout
+applied here last (`<state dir>/last-applied.json`; a boot unit runs it, docs/apply.md). The work is
+`migplan.commands.apply`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import typer
 
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
-from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult
+from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult, LastRequest, apply_last
 from migplan.commands.apply import apply as run_apply
 from migplan.commands.context import build_context
 from migplan.errors import InputError
@@ -35,14 +37,18 @@ def _table(result: ApplyResult) -> str:
         if h.error:
             rows.append([h.host, "-", "FAILED", printable(h.error, 200)])
         for g in h.gpus:
-            rows.append([h.host, g.gpu, g.outcome.value, printable(g.reason, 200) or "; ".join(g.commands)])
+            rows.append([h.host, g.gpu, g.outcome.value, printable(g.reason, 400) or "; ".join(g.commands)])
+        for m in h.moves:
+            rows.append([h.host, ",".join(map(str, m["gpus"])), f"move {m['phase']}",
+                         printable(f"{m['workload']}: {m['old_instance']} ({m['old_device'] or '-'}) -> "
+                                   f"{m['new_instance'] or '-'} ({m['new_device'] or '-'})", 300)])
     head = "DRY RUN: nothing was changed\n\n" if result.dry_run else ""
     return head + grid(rows, ["HOST", "GPU", "RESULT", "DETAIL"])
 
 
 def _script(result: ApplyResult) -> str:
     """A reviewable shell script: per host, the exact commands in order (run through ssh by the reader)."""
-    lines = ["#!/bin/sh", f"# migplan apply --dry-run of plan {result.plan.fingerprint}", "set -eu"]
+    lines = ["#!/bin/sh", f"# migplan apply --dry-run of plan {result.plan_fingerprint}", "set -eu"]
     for h in result.hosts:
         lines.append(f"\n# host {h.host}" + (f": {printable(h.error, 200)}" if h.error else ""))
         lines += [f"# {h.host}: {c}" if not c.startswith("nvidia-smi") else c for c in h.commands]
@@ -52,7 +58,8 @@ def _script(result: ApplyResult) -> str:
 @handle_errors
 @fleet_options()
 def apply(
-    plan: Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.")],
+    plan: Annotated[Optional[str], typer.Argument(help="Plan document written by 'migplan propose --out'.",  # noqa: UP045
+                                                  show_default=False)] = None,
     inventory: InventoryOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the commands, change nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking.")] = False,
@@ -65,6 +72,15 @@ def apply(
                                                    "checkpoints here (JSON lines).", show_default=False)] = None,
     output: Annotated[Optional[ApplyOutput], typer.Option("-o", "--output", help="table, json, yaml, or sh (the "  # noqa: UP045
                                                           "dry run as a shell script).", show_default=False)] = None,
+    last: Annotated[bool, typer.Option("--last", help="Re-apply, on this machine, the layout applied here last "
+                                       "(at boot: MIG instances do not survive a reboot).")] = False,
+    state_dir: Annotated[Optional[str], typer.Option("--state-dir", help="With --last: the host's state directory "  # noqa: UP045
+                                                     "[default: /etc/migplan]. With a PLAN: where the fleet's "
+                                                     "assignments map is written locally [default: next to PLAN].",
+                                                     show_default=False)] = None,
+    lock_file: Annotated[Optional[str], typer.Option("--lock-file", help="With --last: the apply lock "  # noqa: UP045
+                                                     "[default: /run/lock/migplan-apply.lock].",
+                                                     show_default=False)] = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
     *,
@@ -73,9 +89,17 @@ def apply(
     """Apply a plan: only what changes, at explicit placements, verified, rolled back on failure."""
     fmt = output.value if output is not None else None
     ctx = build_context(config, catalog, None if fmt == "sh" else fmt)
+    if last or plan is None:
+        if plan is not None or not last:
+            raise InputError("give a PLAN to apply, or --last (and no PLAN) to re-apply this host's last layout")
+        lreq = LastRequest(dry_run=dry_run or fmt == "sh", allow_disrupt=allow_disrupt, journal=journal,
+                           timeout=fleet.request(inventory).timeout,
+                           **{k: v for k, v in (("state_dir", state_dir), ("lock_file", lock_file)) if v is not None})
+        _emit(ctx, fmt, apply_last(ctx, lreq, report=info))
+        return
     req = ApplyRequest(plan=plan, fleet=fleet.request(inventory), dry_run=dry_run or fmt == "sh",
                        allow_disrupt=allow_disrupt, fail_fast=fail_fast, force_stale=force_stale, max_age_h=max_age,
-                       journal=journal)
+                       journal=journal, state_dir=state_dir)
     if not req.dry_run and not yes:
         if not sys.stdin.isatty():
             raise InputError("apply changes GPUs and asks first, but there is no terminal to ask on",
@@ -84,7 +108,10 @@ def apply(
         typer.echo(_script(preview), err=True)
         if not typer.confirm("apply these changes?", default=False, err=True):
             raise typer.Exit(1)
-    result = run_apply(ctx, req, report=info)
+    _emit(ctx, fmt, run_apply(ctx, req, report=info))
+
+
+def _emit(ctx: Any, fmt: str | None, result: ApplyResult) -> None:
     if fmt == "sh":
         sys.stdout.write(_script(result))
     else:

@@ -68,6 +68,8 @@ def discover(
     inventory: InventoryOpt = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Write the snapshot here (JSON; YAML for "  # noqa: UP045
                                                 ".yaml/.yml) for 'propose --snapshot'.", show_default=False)] = None,
+    plan: Annotated[Optional[str], typer.Option("--plan", help="Also say where GPUs differ from this plan's "  # noqa: UP045
+                                                "targets (on stderr).", show_default=False)] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -79,6 +81,10 @@ def discover(
     req = fleet.request(inventory)
     with _warnings_to_stderr():
         snapshot = run.discover(ctx, req, info)
+    if plan:  # after the MIG manager ran: GPUs not as planned (other placements), on stderr
+        for host, lines in run.plan_drift(snapshot, plan, ctx.catalog).items():
+            for line in lines:
+                info(f"{host}: differs from plan: {printable(line, 300)}")
     if out:
         documents.write_snapshot(out, snapshot, forbid=[ctx.inventory_path(inventory)])
         info(f"snapshot written to {out}")
@@ -118,6 +124,7 @@ def status_table(data: dict[str, Any]) -> str:
         head = f"{h['name']} ({printable(str(h['address']), 100)}): {len(h['gpus'])} GPU(s)"
         lines = [head, _indent(grid(rows, ["GPU", "MODEL", "MIG", "LAYOUT (memory slices)", "BUSY"]))]
         lines += [f"  differs from inventory: {printable(d, 300)}" for d in h["drift"]]
+        lines += [f"  differs from plan: {printable(d, 300)}" for d in h.get("plan_drift", ())]
         lines += [f"  note: {printable(n, 300)}" for n in h["notes"]]
         parts.append("\n".join(lines))
     s = data["summary"]
@@ -155,6 +162,9 @@ def status(
     inventory: InventoryOpt = None,
     snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Show a saved snapshot instead of "  # noqa: UP045
                                                      "connecting to the hosts.", show_default=False)] = None,
+    plan: Annotated[Optional[str], typer.Option("--plan", help="Also show where GPUs differ from this plan's "  # noqa: UP045
+                                                "targets (e.g. other placements after the MIG manager ran).",
+                                                show_default=False)] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -164,7 +174,7 @@ def status(
     """Per host and GPU: layout, busy instances, pending MIG mode changes, differences from the inventory."""
     ctx = build_context(config, catalog, output)
     with _warnings_to_stderr():
-        result = run.status(ctx, fleet.request(inventory), snapshot_path=snapshot, report=info)
+        result = run.status(ctx, fleet.request(inventory), snapshot_path=snapshot, report=info, plan_path=plan)
     emit(result.data, ctx.output, lambda: status_table(result.data))
     _finish(result.snapshot)
 

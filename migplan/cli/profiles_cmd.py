@@ -1,18 +1,27 @@
-"""`migplan profiles show`: the workload profiles migplan plans from.
+"""`migplan profiles show | build | import`: the workload profiles migplan plans from.
 
 Compute is a share (0..1) of the whole GPU the workload was measured on, not an SM count, hence the
-column "GPU SHARE p95"; `compute.p99` is null in the JSON when the profile does not record it."""
+column "GPU SHARE p95"; `compute.p99` is null in the JSON when the profile does not record it, and
+`compute` is null (the table shows "?") when compute was never measured.
+
+`build` and `import` roll a history up into one profiles file per host (docs/profiles.md); their
+logic is in migplan.commands.history, imported when they run.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt, ProfilesOpt
 from migplan.cli.render import emit, grid, handle_errors
 from migplan.commands.context import build_context
+from migplan.errors import EXIT_FAILURE
 from migplan.profiles import Workload
+
+if TYPE_CHECKING:
+    from migplan.commands.history import BuildResult
 
 app = typer.Typer(help="Workload profiles.", no_args_is_help=True)
 
@@ -25,7 +34,8 @@ def workload_data(w: Workload) -> dict[str, Any]:
                      "mig_start": o.mig_start, "window": {"start": o.window_start, "end": o.window_end},
                      "samples": o.samples},
         "memory_mib": {"p50": w.memory.p50, "p95": w.memory.p95, "p99": w.memory.p99, "max": w.memory.max},
-        "compute": {"p50": w.compute.p50, "p95": w.compute.p95, "p99": w.compute.p99, "max": w.compute.max},
+        "compute": ({"p50": w.compute.p50, "p95": w.compute.p95, "p99": w.compute.p99, "max": w.compute.max}
+                    if w.compute.known else None),
         "priority": w.priority,
         "pin": {"host": w.pin.host, "gpu": w.pin.gpu} if w.pin else None,
         "anti_affinity": w.anti_affinity,
@@ -56,9 +66,124 @@ def show(profiles: ProfilesOpt = None, output: OutputOpt = None, config: ConfigO
                 f"min={w.min_profile}" if w.min_profile else "",
                 f"x{w.replicas}" if w.replicas > 1 else "") if x)
             rows.append([w.name, where, o.gpu_model or "?", inst, w.memory.p50, w.memory.p99, w.memory.max,
-                         f"{w.compute.p95:.2f}", w.priority, extra])
+                         f"{w.compute.p95:.2f}" if w.compute.known else "?", w.priority, extra])
         return (grid(rows, ["WORKLOAD", "HOST/GPU", "MODEL", "INSTANCE", "MEM p50", "MEM p99", "MEM max",
                             "GPU SHARE p95", "PRIO", "CONSTRAINTS"])
                 + f"\n\n{len(rows)} workloads from {len(pset.sources)} file(s)")
 
     emit(data, ctx.output, table)
+
+
+# --- build / import ---------------------------------------------------------------------------------
+
+_S = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.10
+WindowOpt = Annotated[str, typer.Option("--window", help="Window length ending at --until: 90s, 30m, 12h, 7d, 2w, "
+                                        "or 'all'.")]
+UntilOpt = Annotated[_S, typer.Option("--until", help="End of the window: unix seconds or ISO 8601.",
+                                      show_default="the history's last sample")]
+OutDirOpt = Annotated[_S, typer.Option("--out", help="Directory for the profiles files (one per host, written "
+                                       "atomically).", show_default=False)]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the summary and write nothing.")]
+
+
+def _build_data(r: BuildResult) -> dict[str, Any]:
+    ro = r.rollup
+    return {
+        "source": r.source,
+        "csv": r.csv.to_dict() if r.csv else None,
+        "window": {"start": ro.window.start, "end": ro.window.end},
+        "samples_seen": ro.samples_seen, "samples_in_window": ro.samples_in_window,
+        "profiles": [{"name": p.name, "file": p.host, **p.document} for p in ro.profiles],
+        "skipped": ro.skipped,
+        "written": [{"file": f, "workloads": n} for f, n in r.written],
+        "stale": r.stale, "notes": r.notes,
+    }
+
+
+def _csv_lines(r: BuildResult) -> list[str]:
+    st = r.csv
+    if st is None:
+        return []
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(st.kinds.items()))
+    out = [f"{st.source}: rows read {st.rows_read}, kept {st.rows_kept}, rejected {st.rows_rejected}"
+           + (f" ({kinds})" if kinds else "")]
+    if st.ignored_columns:
+        out.append(f"columns ignored: {', '.join(st.ignored_columns)}")
+    out += [f"  line {x.line}: {x.reason}" for x in st.rejected]
+    if st.rows_rejected > len(st.rejected):
+        out.append(f"  ... and {st.rows_rejected - len(st.rejected)} more rejected rows")
+    return out
+
+
+def _build_table(r: BuildResult) -> str:
+    from migplan.history.rollup import iso
+
+    ro = r.rollup
+    rows = []
+    for p in ro.profiles:
+        w = p.workload
+        rows.append([p.name, p.host, len(p.document["observed"]["places"]), w.observed.samples,  # type: ignore[index]
+                     w.memory.p50, w.memory.p99, w.memory.max, f"{w.compute.p95:.4f}" if w.compute.known else "?",
+                     "; ".join(p.notes)])
+    win = ro.window
+    span = (f"{iso(win.start) if win.start is not None else 'start'} .. "
+            f"{iso(win.end) if win.end is not None else 'end'}")
+    out = _csv_lines(r) + [
+        f"window {span}: {ro.samples_in_window} of {ro.samples_seen} samples",
+        "",
+        grid(rows, ["WORKLOAD", "FILE", "PLACES", "SAMPLES", "MEM p50", "MEM p99", "MEM max", "GPU SHARE p95",
+                    "NOTES"]),
+        "",
+        f"{len(ro.profiles)} profiles" + (f", {len(ro.skipped)} workloads without a memory sample skipped"
+                                          if ro.skipped else ""),
+    ]
+    out += [f"written {f} ({n} workloads)" for f, n in r.written]
+    out += [f"note: {n}" for n in r.notes]
+    if r.stale:
+        out.append(f"warning: {len(r.stale)} other profiles file(s) in the directory were not written by this build "
+                   f"and are read with it: {', '.join(r.stale[:5])}")
+    return "\n".join(out)
+
+
+def _run_build(history: str | None, csv: str | None, window: str, until: str | None, out: str | None,
+               dry_run: bool, output: Any, config: str | None, catalog: list[str] | None) -> None:
+    from migplan.cli.render import info
+    from migplan.commands.history import BuildRequest, build_profiles
+    from migplan.errors import InputError
+
+    if not out and not dry_run:
+        raise InputError("--out DIR is required (or --dry-run to write nothing)", key="--out")
+    ctx = build_context(config, catalog, output)
+    result = build_profiles(ctx, BuildRequest(history=history, csv=csv, window=window, until=until,
+                                              out=None if dry_run else out), report=info)
+    emit(_build_data(result), ctx.output, lambda: _build_table(result))
+    if result.csv is not None and result.csv.rows_rejected:
+        info(f"warning: {result.csv.rows_rejected} rows of {result.csv.source} rejected (listed above)")
+    if not result.rollup.profiles:
+        info("error: no profile built: no workload has a memory sample in the window")
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command("build")
+@handle_errors
+def build(
+    history: Annotated[_S, typer.Option("--history", help="The on-host history store (written by 'migplan collect "
+                                        "--local').", show_default=False)] = None,
+    csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False)] = None,
+    window: WindowOpt = "7d", until: UntilOpt = None, out: OutDirOpt = None, dry_run: DryRunOpt = False,
+    output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
+) -> None:
+    """Roll a history up into workload profiles: one file per host."""
+    _run_build(history, csv, window, until, out, dry_run, output, config, catalog)
+
+
+@app.command("import")
+@handle_errors
+def import_csv(
+    file: Annotated[str, typer.Argument(help="CSV time series: timestamp, workload, [host], memory_used_bytes or "
+                                        "memory_used_mib, [util_pct], [gpu_model].", show_default=False)],
+    window: WindowOpt = "7d", until: UntilOpt = None, out: OutDirOpt = None, dry_run: DryRunOpt = False,
+    output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
+) -> None:
+    """Import a CSV time series from monitoring as workload profiles: one file per host."""
+    _run_build(None, file, window, until, out, dry_run, output, config, catalog)

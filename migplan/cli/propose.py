@@ -12,12 +12,17 @@ from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
+from migplan.commands.report import write_page
 from migplan.layout import picture
 from migplan.planner import Plan, plan_to_dict
 from migplan.planner.milp import SOLVERS
 
 
 def _table(p: Plan, catalog: Any) -> str:
+    if p.models:  # GPUs planned with their host's own profile table (e.g. no driver: in the inventory)
+        from migplan.catalog import Catalog
+
+        catalog = Catalog((*p.models, *catalog.models))
     by_gpu: dict[tuple[str | None, int | None], list[str]] = defaultdict(list)
     for w in p.workloads:
         if w.status == "placed":
@@ -39,6 +44,7 @@ def _table(p: Plan, catalog: Any) -> str:
         out.append("\nBelow their observed memory peak (an out-of-memory kill at that peak):\n" + grid(
             [[w.name, f"{w.host}/{w.gpu}", w.instance or "whole GPU", w.instance_mib, w.peak_mib, w.margin_mib]
              for w in below], ["WORKLOAD", "HOST/GPU", "INSTANCE", "INSTANCE MiB", "PEAK MiB", "MARGIN MiB"]))
+    out += _migration_table(p)
     s, v = p.summary, p.solve
     gap = f"{v.gap:.2%}" if v.gap is not None else "n/a"
     pct = str(p.policy.get("memory_percentile", "?"))
@@ -56,6 +62,28 @@ def _table(p: Plan, catalog: Any) -> str:
     return "\n".join(out)
 
 
+def _migration_table(p: Plan) -> list[str]:
+    """The ordered migration, the GPUs it frees and (with --consolidate) GPUs freed per move budget."""
+    out = []
+    if p.migrations:
+        rows = [[m.step, m.workload, str(m.source), str(m.target) if m.target else "(stops)",
+                 "make-before-break" if m.make_before_break else "stop first", ", ".join(m.stops), m.reason]
+                for m in p.migrations]
+        out.append("\nMigration (in this order):\n" + grid(
+            rows, ["STEP", "WORKLOAD", "FROM", "TO", "HOW", "STOPS FIRST", "WHY"]))
+    if p.freed:
+        shown = ", ".join(f"{h}:{i}" for h, i in p.freed[:20]) + (" ..." if len(p.freed) > 20 else "")
+        out.append(f"\nGPUs freed ({len(p.freed)}): {shown}")
+    c = p.consolidation
+    if c is not None:
+        rows = [[pt.max_moves if pt.max_moves is not None else "any", pt.moves, pt.gpus_used, pt.gpus_freed]
+                for pt in c.curve]
+        bound = f", at most {c.gpus_freeable} freeable (lower bound)" if c.gpus_freeable is not None else ""
+        out.append(f"\nConsolidation: {c.moves} moves free {c.gpus_freed} of {c.gpus_in_use} GPUs in use{bound}; "
+                   "GPUs freed per move budget:\n" + grid(rows, ["MAX MOVES", "MOVES", "GPUS USED", "GPUS FREED"]))
+    return out
+
+
 @handle_errors
 def propose(
     inventory: InventoryOpt = None,
@@ -64,11 +92,14 @@ def propose(
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Write the plan document here (JSON).")] = None,  # noqa: UP045
+    report_html: Annotated[Optional[str], typer.Option("--report", help="Also write the plan as one self-contained HTML page here (as 'migplan report').")] = None,  # noqa: UP045, E501
     snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Plan from a discovery snapshot instead of the inventory's layouts.")] = None,  # noqa: UP045, E501
     solver: Annotated[Optional[str], typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,  # noqa: UP045, E501
     time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.1, help="Solver time limit, seconds [60].")] = None,  # noqa: UP045, E501
     gap: Annotated[Optional[float], typer.Option("--gap", min=0.0, max=0.99, help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045, E501
     allow_disrupt: Annotated[Optional[bool], typer.Option("--allow-disrupt/--no-allow-disrupt", help="Allow moving running workloads (each move is counted).")] = None,  # noqa: UP045, E501
+    consolidate: Annotated[Optional[bool], typer.Option("--consolidate/--no-consolidate", help="Move running workloads to free GPUs (a freed GPU is worth more than a move); reports GPUs freed per move budget.")] = None,  # noqa: UP045, E501
+    max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="With --consolidate: at most N running workloads change instance (default: no limit).")] = None,  # noqa: UP045, E501
     keep_free: Annotated[Optional[int], typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,  # noqa: UP045
     memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="Memory statistic to size for: max (the observed peak) or p50|p95|p99, which size below the peak and risk an out-of-memory kill (default max).")] = None,  # noqa: UP045, E501
     compute_percentile: Annotated[Optional[str], typer.Option("--compute-percentile", help="Compute statistic to size for: p50|p95|p99|max; p99 needs compute.p99 in the profiles (default p95).")] = None,  # noqa: UP045, E501
@@ -81,7 +112,10 @@ def propose(
     req = ProposeRequest(
         inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
+                         "consolidate": consolidate, "max_moves": max_moves,
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
                          "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
     result = run_propose(ctx, req, report=info)
+    if report_html:  # migplan/commands/report.py
+        write_page(ctx, result, report_html, forbid=[out, inventory, profiles, snapshot, config], report=info)
     emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog))

@@ -1,14 +1,20 @@
 """Apply a plan document to the fleet: every host in parallel, each GPU checkpointed, changed, verified
 and rolled back on failure (`migplan.fleet.apply`); a dry run records the commands instead.
 
+After a host is applied it gets `assignments.json`, one env file per workload and `last-applied.json` (the
+layouts as read after the apply; all in its `state_dir`); the fleet's map is also written locally
+(`--state-dir`, else next to the plan). `apply_last` re-applies `last-applied.json` on this machine (boot).
+
 Exit codes (README, "Exit codes"): 0 every GPU ends as planned; 1 some did not (partial: the others
 were applied); 3 nothing was applied (every change refused, skipped or rolled back); 2 bad input.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,18 +23,45 @@ from typing import Any
 from migplan import documents
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.recording import RecordingRunner
-from migplan.adapters.runner import CommandRunner, HostError
+from migplan.adapters.runner import CommandRunner, HostError, LocalRunner
+from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
-from migplan.files import append_durable
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, GpuResult, HostApplyResult, apply_host
-from migplan.fleet.assignments import Assignment, assignments, assignments_document, env_file, env_file_name
+from migplan.files import append_durable, write_atomic
+from migplan.fleet.apply import (
+    ApplyOptions,
+    GpuOutcome,
+    GpuResult,
+    HostApplyResult,
+    MoveEvent,
+    apply_host,
+    device_record,
+)
+from migplan.fleet.assignments import (
+    LAST_APPLIED_FILE,
+    MAX_LAST_APPLIED_BYTES,
+    AppliedGpu,
+    Assignment,
+    LastApplied,
+    Placement,
+    assignments_document,
+    assignments_for,
+    env_file,
+    env_file_name,
+    fleet_assignments_document,
+    last_applied_document,
+    move_document,
+    parse_last_applied,
+    placements,
+)
+from migplan.fleet.diff import diff
 from migplan.fleet.discover import discover_host
 from migplan.fleet.steps import is_read_only
-from migplan.inventory import Host, hook_argv
+from migplan.inventory import DEFAULT_LOCK_FILE, DEFAULT_STATE_DIR, Host, hook_argv
+from migplan.planner.migration import Migration
 from migplan.planner.plan import GpuPlan, Plan
 from migplan.text import printable
 
@@ -47,6 +80,7 @@ class ApplyRequest:
     force_stale: bool = False
     max_age_h: float = DEFAULT_MAX_AGE_H
     journal: str | None = None  # JSON lines, one per event; None: no journal
+    state_dir: str | None = None  # where the fleet's assignments map is written locally; None: next to the plan
 
 
 @dataclass(frozen=True)
@@ -56,6 +90,8 @@ class HostReport:
     error: str | None = None  # the host could not be applied at all (unreachable, pre-flight)
     commands: tuple[str, ...] = ()  # a dry run's recorded commands, in order
     assignments: tuple[Assignment, ...] = ()  # workload -> MIG device, as written on the host
+    moves: tuple[dict[str, Any], ...] = ()  # the moves run, with old and new MIG devices (the on_move events)
+    placement_check: str = ""  # how `-cgi PROFILE:START` support was established (the pre-flight's source)
 
     @property
     def ok(self) -> bool:
@@ -64,9 +100,15 @@ class HostReport:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    plan: Plan
+    plan: Plan | None  # None: `apply --last` (the layout came from the host's last-applied.json)
     hosts: tuple[HostReport, ...]
     dry_run: bool
+    fingerprint: str = ""
+    local_assignments: str | None = None  # the local copy of the fleet's map (None: not written)
+
+    @property
+    def plan_fingerprint(self) -> str:
+        return self.plan.fingerprint if self.plan is not None else self.fingerprint
 
     @property
     def exit_code(self) -> int:
@@ -76,12 +118,15 @@ class ApplyResult:
         return EXIT_FAILURE if changed else EXIT_NOTHING_APPLIED
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plan_fingerprint": self.plan.fingerprint, "dry_run": self.dry_run, "exit_code": self.exit_code,
+        return {"plan_fingerprint": self.plan_fingerprint, "dry_run": self.dry_run, "exit_code": self.exit_code,
+                "local_assignments": self.local_assignments,
                 "hosts": [{"host": h.host, "ok": h.ok, "error": h.error, "commands": list(h.commands),
                            "assignments": [{"workload": a.workload, "gpu": a.gpu, "instance": a.instance,
                                             "device": a.device} for a in h.assignments],
+                           "moves": list(h.moves), "placement_check": h.placement_check,
                            "gpus": [{"gpu": g.gpu, "outcome": g.outcome.value, "reason": g.reason,
-                                     "commands": list(g.commands), "layout": g.layout} for g in h.gpus]}
+                                     "commands": list(g.commands), "layout": g.layout,
+                                     "reset_needed": list(g.reset_needed)} for g in h.gpus]}
                           for h in self.hosts]}
 
 
@@ -121,23 +166,39 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
     return out
 
 
-def _write_assignments(runner: CommandRunner, host: Host, plan: Plan, catalog: Catalog, options: ApplyOptions,
-                       stamp: str) -> tuple[Assignment, ...]:
-    """Read the host once more (the MIG device UUIDs are new) and write where each workload's device is."""
-    record = discover_host(runner, host, catalog, timeout=options.timeout)
-    items = assignments(plan, record)
+def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placement], fingerprint: str,
+                       catalog: Catalog, options: ApplyOptions, stamp: str) -> tuple[tuple[Assignment, ...], Any]:
+    """Read the host once more (the MIG device UUIDs are new) and write where each workload's device is; the
+    read (a DiscoveredHost) is returned too."""
+    record = device_record(SmiSession(runner, timeout=options.timeout), host.name)
+    found = assignments_for(items, record)
     env_dir = f"{host.state_dir}/env"
     mkdir = runner.run(["mkdir", "-p", "--", env_dir], timeout=options.timeout)
     if not mkdir.ok:
         raise HostError(host.name, f"cannot create {env_dir}: {printable(mkdir.stderr, 200)}")
     runner.put_file(f"{host.state_dir}/assignments.json",
-                    assignments_document(host.name, plan, items, stamp).encode(), mode=0o644,
+                    assignments_document(host.name, fingerprint, found, stamp).encode(), mode=0o644,
                     timeout=options.timeout)
     taken: set[str] = set()
-    for a in items:
+    for a in found:
         runner.put_file(f"{env_dir}/{env_file_name(a.workload, taken)}", env_file(a).encode(), mode=0o644,
                         timeout=options.timeout)
-    return tuple(items)
+    return tuple(found), record
+
+
+def _as_read(last: LastApplied, record: Any) -> LastApplied:
+    """The layouts as read after the apply (a GPU skipped or rolled back keeps what it has): what --last must
+    re-create is what is on the host, not what the plan hoped for."""
+    now = {g.index: g for g in record.gpus}
+    return dataclasses.replace(last, gpus=tuple(
+        AppliedGpu(a.index, a.uuid, a.model, now[a.index].layout) if a.index in now else a for a in last.gpus))
+
+
+def _last_applied(host: Host, plan: Plan, gpus: Sequence[GpuPlan], catalog: Catalog, stamp: str) -> LastApplied:
+    """What `apply --last` re-creates on this host after a reboot: every GPU of the plan here that is not held."""
+    applied = tuple(AppliedGpu(g.index, g.uuid, catalog.get(g.model).base_id, g.target)
+                    for g in sorted(gpus, key=lambda g: g.index) if g.hold is None)
+    return LastApplied(host.name, plan.fingerprint, stamp, applied, tuple(placements(plan, host.name)))
 
 
 def _hooks(runner: CommandRunner, host: Host, stage: str, lines: Sequence[str], env: dict[str, str],
@@ -153,6 +214,109 @@ def _hooks(runner: CommandRunner, host: Host, stage: str, lines: Sequence[str], 
             why = printable(done.stderr or done.stdout, 200)
             return f"{stage} hook {line!r} failed (exit {done.exit_code}){': ' + why if why else ''}"
     return None
+
+
+def _instance_env(e: Any) -> str:
+    return "" if e is None else f"{e.gpu}:{e.instance}" if e.instance is not None else f"{e.gpu}:whole"
+
+
+class _MoveHooks:
+    """The `on_move` hooks of one host: per moved workload, MIGPLAN_* variables and a JSON file on the host."""
+
+    def __init__(self, runner: CommandRunner, host: Host, fingerprint: str, journal: _Journal,
+                 options: ApplyOptions) -> None:
+        self.runner, self.host, self.fingerprint, self.journal, self.options = runner, host, fingerprint, journal, \
+            options
+        self.seen: list[dict[str, Any]] = []
+
+    def __call__(self, event: MoveEvent) -> str | None:
+        path = f"{self.host.state_dir}/move.json"
+        record: dict[str, Any] = {"workload": event.workload, "phase": event.phase, "gpus": list(event.gpus),
+                  "old_instance": _instance_env(event.source), "new_instance": _instance_env(event.target),
+                  "old_device": event.old_device, "new_device": event.new_device}
+        self.seen.append(record)
+        self.journal(self.host.name, {"event": "move", **record})
+        if not self.host.hooks.on_move:
+            return None
+        mkdir = self.runner.run(["mkdir", "-p", "--", self.host.state_dir], timeout=self.options.timeout)
+        if not mkdir.ok:
+            return f"cannot create {self.host.state_dir}: {printable(mkdir.stderr, 200)}"
+        self.runner.put_file(path, move_document(self.host.name, self.fingerprint, event).encode(), mode=0o644,
+                             timeout=self.options.timeout)
+        env = {"MIGPLAN_HOST": self.host.name, "MIGPLAN_PLAN": self.fingerprint, "MIGPLAN_WORKLOAD": event.workload,
+               "MIGPLAN_MOVE_PHASE": event.phase, "MIGPLAN_GPUS": ",".join(map(str, event.gpus)),
+               "MIGPLAN_OLD_INSTANCE": _instance_env(event.source), "MIGPLAN_NEW_INSTANCE": _instance_env(event.target),
+               "MIGPLAN_OLD_DEVICE": event.old_device or "", "MIGPLAN_NEW_DEVICE": event.new_device or "",
+               "MIGPLAN_MOVE_FILE": path}
+        return _hooks(self.runner, self.host, "on_move", self.host.hooks.on_move, env, self.journal, self.options)
+
+
+def _migrations(plan: Plan) -> tuple[Migration, ...]:
+    """`Plan.migrations` (the planner's ordered moves, `planner/migration.py`); () for plans without them."""
+    found = getattr(plan, "migrations", ())
+    return tuple(found or ())
+
+
+def _local_path(req: ApplyRequest) -> str:
+    if req.state_dir is not None:
+        return os.path.join(req.state_dir, "assignments.json")
+    base = req.plan[:-5] if req.plan.endswith(".json") else req.plan
+    return base + ".assignments.json"
+
+
+def _stamp(now: dt.datetime | None) -> str:
+    return (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], catalog: Catalog, *, fingerprint: str,
+               items: Sequence[Placement], last: LastApplied | None, migrations: Sequence[Migration],
+               dry_run: bool, options: ApplyOptions, journal: _Journal, stamp: str) -> HostReport:
+    """One host: pre_apply hooks, the apply, assignments (and last-applied) on the host, post_apply hooks."""
+    target: CommandRunner = RecordingRunner(runner, read_only=is_read_only) if dry_run else runner
+    journal(host.name, {"event": "start", "plan": fingerprint, "dry_run": dry_run})
+    changed = [g.index for g in gpus if g.actions]
+    env = {"MIGPLAN_HOST": host.name, "MIGPLAN_PLAN": fingerprint, "MIGPLAN_GPUS": ",".join(map(str, changed))}
+
+    def recorded() -> tuple[str, ...]:
+        return tuple(str(c) for c in target.commands) if isinstance(target, RecordingRunner) else ()
+
+    failed = _hooks(target, host, "pre_apply", host.hooks.pre_apply if changed else (), env, journal, options)
+    if failed:
+        return HostReport(host.name, error=f"nothing changed: {failed}", commands=recorded())
+    moves = _MoveHooks(target, host, fingerprint, journal, options)
+    res: HostApplyResult = apply_host(target, host, gpus, catalog, options, lambda e: journal(host.name, e),
+                                      migrations=migrations, on_move=moves)
+    if res.preflight is not None:
+        return HostReport(host.name, error=res.preflight, commands=recorded())
+    ok = all(g.outcome in GOOD for g in res.gpus)
+    written: tuple[Assignment, ...] = ()
+    if not dry_run:
+        try:
+            written, record = _write_assignments(target, host, items, fingerprint, catalog, options, stamp)
+            if last is not None and any(g.outcome in GOOD for g in res.gpus):
+                target.put_file(f"{host.state_dir}/{LAST_APPLIED_FILE}",
+                                last_applied_document(_as_read(last, record)).encode(), mode=0o644,
+                                timeout=options.timeout)
+        except (HostError, MigplanError) as err:
+            return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: {err}",
+                              moves=tuple(moves.seen))
+    failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
+                    {**env, "MIGPLAN_RESULT": "ok" if ok else "partial"}, journal, options)
+    rep = HostReport(host.name, res.gpus, error=failed, commands=recorded(), assignments=written,
+                     moves=tuple(moves.seen), placement_check=res.placement_source)
+    journal(host.name, {"event": "end", "ok": rep.ok})
+    return rep
+
+
+def _progress(report: Report) -> Any:
+    def on_done(done: int, total: int, r: HostResult[HostReport]) -> None:
+        if r.value is not None:
+            summary = ", ".join(f"GPU {g.gpu} {g.outcome.value}" for g in r.value.gpus) or r.value.error or \
+                "nothing to do"
+            report(f"[{done}/{total}] {r.host}: {printable(summary, 300)}")
+        elif r.error is not None:
+            report(f"[{done}/{total}] {r.host}: FAILED ({r.error.code}) {r.error.detail}")
+    return on_done
 
 
 def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.datetime | None = None,
@@ -171,54 +335,113 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     options = ApplyOptions(allow_disrupt=req.allow_disrupt, dry_run=req.dry_run, timeout=req.fleet.timeout)
     journal = _Journal(None if req.dry_run else req.journal, now)
     stop = threading.Event()
-    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = _stamp(now)
+    migrations = _migrations(plan)
 
     def one(host: Host, runner: CommandRunner) -> HostReport:
         if stop.is_set():
             return HostReport(host.name, error="not started: an earlier host failed (--fail-fast)")
-        target: CommandRunner = RecordingRunner(runner, read_only=is_read_only) if req.dry_run else runner
-        journal(host.name, {"event": "start", "plan": plan.fingerprint, "dry_run": req.dry_run})
-        changed = [g.index for g in work[host.name] if g.actions]
-        env = {"MIGPLAN_HOST": host.name, "MIGPLAN_PLAN": plan.fingerprint,
-               "MIGPLAN_GPUS": ",".join(map(str, changed))}
-
-        def recorded() -> tuple[str, ...]:
-            return tuple(str(c) for c in target.commands) if isinstance(target, RecordingRunner) else ()
-
-        failed = _hooks(target, host, "pre_apply", host.hooks.pre_apply if changed else (), env, journal, options)
-        if failed:
-            return HostReport(host.name, error=f"nothing changed: {failed}", commands=recorded())
-        res: HostApplyResult = apply_host(target, host, work[host.name], catalog, options,
-                                          lambda e: journal(host.name, e))
-        outcome = "ok" if all(g.outcome in GOOD for g in res.gpus) else "partial"
-        written: tuple[Assignment, ...] = ()
-        if not req.dry_run:
-            try:
-                written = _write_assignments(target, host, plan, catalog, options, stamp)
-            except (HostError, MigplanError) as err:
-                return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: {err}")
-        failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
-                        {**env, "MIGPLAN_RESULT": outcome}, journal, options)
-        rep = HostReport(host.name, res.gpus, error=failed, commands=recorded(), assignments=written)
+        mine = [m for m in migrations if host.name in (m.source.host, m.target.host if m.target else None)]
+        rep = apply_one_host(host, runner, work[host.name], catalog, fingerprint=plan.fingerprint,
+                         items=placements(plan, host.name),
+                         last=_last_applied(host, plan, plan_gpus(plan, host.name), catalog, stamp),
+                         migrations=mine, dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
         if req.fail_fast and not rep.ok:
             stop.set()
-        journal(host.name, {"event": "end", "ok": rep.ok})
         return rep
-
-    def on_done(done: int, total: int, r: HostResult[HostReport]) -> None:
-        if r.value is not None:
-            summary = ", ".join(f"GPU {g.gpu} {g.outcome.value}" for g in r.value.gpus) or "nothing to do"
-            report(f"[{done}/{total}] {r.host}: {summary}")
-        elif r.error is not None:
-            report(f"[{done}/{total}] {r.host}: FAILED ({r.error.code}) {r.error.detail}")
 
     if connect is None:
         from migplan.adapters.ssh import SshFleet
 
         with SshFleet(req.fleet.ssh) as ssh:
             results = for_each_host(hosts, lambda h: one(h, runner_for(ssh, h)), parallel=req.fleet.parallel,
-                                    on_done=on_done)
+                                    on_done=_progress(report))
     else:
-        results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel, on_done=on_done)
+        results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel,
+                                on_done=_progress(report))
     reports = tuple(r.value if r.value is not None else HostReport(r.host, error=str(r.error)) for r in results)
-    return ApplyResult(plan, reports, req.dry_run)
+    local = None
+    if not req.dry_run:
+        local = _local_path(req)
+        try:
+            write_atomic(local, fleet_assignments_document(plan.fingerprint, {h.host: h.assignments for h in reports
+                                                                              if h.assignments}, stamp))
+        except (InputError, OSError) as err:  # the hosts are applied already: say so, do not fail the apply
+            report(f"warning: the local copy of the assignments was not written to {local}: {err} "
+                   "(pass --state-dir DIR)")
+            local = None
+    return ApplyResult(plan, reports, req.dry_run, local_assignments=local)
+
+
+def plan_gpus(plan: Plan, host: str) -> list[GpuPlan]:
+    return [g for g in plan.gpus if g.host == host]
+
+
+# --- apply --last: the layout applied here last, again (at boot) -----------------------------------------
+
+@dataclass(frozen=True)
+class LastRequest:
+    """`migplan apply --last`: on this machine, without SSH (`connection: local`)."""
+
+    state_dir: str = DEFAULT_STATE_DIR
+    lock_file: str = DEFAULT_LOCK_FILE
+    dry_run: bool = False
+    allow_disrupt: bool = False
+    journal: str | None = None
+    timeout: float = 60.0
+
+
+def _last_plans(last: LastApplied, record: Any, catalog: Catalog) -> tuple[list[GpuPlan], list[GpuResult]]:
+    """A GpuPlan per GPU of last-applied.json, from the GPU as it is now (after a reboot: no instances), with the
+    model built from the GPU's own profile table (as the plan was: `catalog` must hold those models)."""
+    gpus = {d.index: d for d in record.gpus}
+    out, refused = [], []
+    for a in last.gpus:
+        d = gpus.get(a.index)
+        own = d.planning_model(catalog) if d is not None else None
+        st = d.state(last.host, own.id if own is not None else None) if d is not None else None
+        if d is None or st is None:
+            refused.append(GpuResult(a.index, GpuOutcome.REFUSED, f"GPU {a.index} is not on this host (as a MIG GPU)"))
+            continue
+        if a.uuid and d.uuid and a.uuid.lower() != d.uuid.lower():
+            refused.append(GpuResult(a.index, GpuOutcome.REFUSED, f"GPU {a.index} is {d.uuid}, the layout was applied "
+                                     f"to {a.uuid} (a different GPU: apply a fresh plan)"))
+            continue
+        model = catalog.get(st.model)
+        if model.base_id != catalog.get(a.model).base_id:
+            refused.append(GpuResult(a.index, GpuOutcome.REFUSED, f"GPU {a.index} is a {model.base_id}, the layout was "
+                                     f"applied to a {a.model}"))
+            continue
+        out.append(GpuPlan(st, a.layout, tuple(diff(st.current, a.layout, gpu=st.key,
+                                                    architecture=model.architecture))))
+    return out, refused
+
+
+def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: dt.datetime | None = None,
+               connect: Any = None) -> ApplyResult:
+    """Re-apply `<state_dir>/last-applied.json` on this machine: MIG instances vanish at a reboot (and Hopper's
+    MIG mode with them), so a boot unit runs `migplan apply --last`. The same checks, lock and journal."""
+    path = f"{req.state_dir}/{LAST_APPLIED_FILE}"
+    probe = Host(name="localhost", address="localhost", connection="local", state_dir=req.state_dir,
+                 lock_file=req.lock_file)
+    runner: CommandRunner = connect(probe) if connect is not None else LocalRunner(host="localhost")
+    try:
+        text = runner.get_file(path, max_bytes=MAX_LAST_APPLIED_BYTES).decode("utf-8", "replace")
+    except HostError as err:
+        raise InputError(f"cannot read the last applied layout: {err.detail}", source=path,
+                         hint="apply a plan on this host first ('migplan apply PLAN' writes it)") from None
+    last = parse_last_applied(text, path, ctx.catalog)
+    host = Host(name=last.host, address="localhost", connection="local", state_dir=req.state_dir,
+                lock_file=req.lock_file)
+    options = ApplyOptions(allow_disrupt=req.allow_disrupt, dry_run=req.dry_run, timeout=req.timeout)
+    journal = _Journal(None if req.dry_run else req.journal, now)
+    stamp = _stamp(now)
+    record = discover_host(runner, host, ctx.catalog, timeout=req.timeout)
+    own = {m.id: m for d in record.gpus if (m := d.planning_model(ctx.catalog)) is not None}
+    catalog = Catalog((*(m for m in own.values() if ctx.catalog.find(m.id) is None), *ctx.catalog.models))
+    gpus, refused = _last_plans(last, record, catalog)
+    report(f"{last.host}: re-applying the layout of plan {last.plan} applied at {last.applied_at}")
+    rep = apply_one_host(host, runner, gpus, catalog, fingerprint=last.plan, items=last.placements, last=None,
+                     migrations=(), dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
+    rep = dataclasses.replace(rep, gpus=tuple(sorted((*rep.gpus, *refused), key=lambda g: g.gpu)))
+    return ApplyResult(None, (rep,), req.dry_run, fingerprint=last.plan)

@@ -6,13 +6,12 @@ data; per-host failures are part of the result (`Snapshot.failed`), never an exc
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from migplan import smi
+from migplan import host_patterns, smi
 from migplan.adapters.pool import HostResult
 from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, LocalRunner
 from migplan.adapters.smi_session import SmiSession
@@ -46,8 +45,14 @@ def limit_patterns(limit: tuple[str, ...] | list[str] | None) -> list[str]:
 
 
 def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None) -> Inventory:
+    """`--limit` as an Ansible host pattern (`gpu_nodes:!drained`, `a100*,&rack12`, `~regex`; each
+    --limit value is one pattern string): migplan.host_patterns, over host names and groups."""
     patterns = limit_patterns(limit)
-    chosen = inventory.select(patterns)
+    if not patterns:
+        return inventory
+    pinv = host_patterns.from_membership((h.name, h.groups) for h in inventory.hosts)
+    keep = set(host_patterns.select(pinv, [item for item in limit or () if item.strip()]))
+    chosen = Inventory(inventory.source, tuple(h for h in inventory.hosts if h.name in keep))
     if not chosen.hosts:
         raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
                          hint="list the hosts with 'migplan inventory check'")
@@ -125,7 +130,7 @@ class StatusResult:
 
 
 def status(ctx: Context, req: FleetRequest, *, snapshot_path: str | None = None,
-           report: Report = quiet) -> StatusResult:
+           report: Report = quiet, plan_path: str | None = None) -> StatusResult:
     """Live (over SSH) or from a saved snapshot; compared with the inventory when there is one."""
     inv: Inventory | None = None
     if snapshot_path:
@@ -138,13 +143,34 @@ def status(ctx: Context, req: FleetRequest, *, snapshot_path: str | None = None,
             if inv is not None:
                 keep = {h.name for h in select_hosts(inv, req.limit).hosts}
             else:
-                patterns = limit_patterns(req.limit)
-                keep = {h.name for h in snap.hosts if any(fnmatch.fnmatch(h.name, p) for p in patterns)}
+                pinv = host_patterns.from_membership((h.name, ()) for h in snap.hosts)
+                keep = set(host_patterns.select(pinv, [item for item in req.limit if item.strip()]))
             snap = Snapshot(tuple(h for h in snap.hosts if h.name in keep), snap.taken_at, snap.inventory)
     else:
         inv = select_hosts(ctx.inventory(req.inventory), req.limit)
         snap = discover_hosts(ctx, inv, req, report)
-    return StatusResult(snap, status_data(snap, inv, ctx.catalog))
+    data = status_data(snap, inv, ctx.catalog)
+    if plan_path:  # where the GPUs are not as planned, e.g. other placements after the MIG manager ran
+        add_plan_drift(data, snap, plan_path, ctx.catalog)
+    return StatusResult(snap, data)
+
+
+def add_plan_drift(data: dict[str, Any], snap: Snapshot, plan_path: str, catalog: Catalog) -> None:
+    """Each host entry gets `plan_drift` (messages) and the summary a count (mig_parted.plan_drift)."""
+    drift = plan_drift(snap, plan_path, catalog)
+    for entry, h in zip(data["hosts"], snap.hosts, strict=True):
+        entry["plan_drift"] = drift.get(h.name, [])
+    data["summary"]["plan_drift"] = sum(len(e["plan_drift"]) for e in data["hosts"])
+
+
+def plan_drift(snap: Snapshot, plan_path: str, catalog: Catalog) -> dict[str, list[str]]:
+    """Per host, the GPUs whose observed layout is not the plan's target (mig_parted.plan_drift)."""
+    from migplan import documents, mig_parted
+
+    plan = documents.load_plan(plan_path, catalog)
+    targets = {g.key: g.target for g in plan.gpus}
+    return {h.name: [d.message for d in mig_parted.plan_drift([(h.name, g.index, g.layout) for g in h.gpus],
+                                                                targets)] for h in snap.hosts}
 
 
 # --- catalog learn -------------------------------------------------------------------------------

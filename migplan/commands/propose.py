@@ -30,6 +30,10 @@ DEFAULT_GAP = 0.0001
 # Absolute early stop, in GPUs' weight: stop once the plan is within one GPU's weight minus 1% of the
 # bound, so it can use no GPU too many. Not applied when the user asks for gap 0 (a proven optimum).
 DEFAULT_GAP_ABS_GPUS = 0.99
+# Consolidating, a plan within one GPU's weight could free one GPU fewer for a single move saved (under a
+# move budget that binds): stop only within just under half a GPU's weight, so a GPU is given up only for
+# moves worth more than half a GPU (measured in bench/consolidate.py).
+CONSOLIDATE_GAP_ABS_GPUS = 0.49
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSol
     gap = req.gap if req.gap is not None else float(cfg.get("gap", DEFAULT_GAP))  # type: ignore[arg-type]
     # gap 0 means proven optimal: no absolute early stop either (the plan's status then says "optimal"
     # only when the solver closed the gap; a gap stop reports "feasible" with its distance to the bound)
-    gap_abs = None if gap == 0 else DEFAULT_GAP_ABS_GPUS * policy.weights.gpu
+    share = CONSOLIDATE_GAP_ABS_GPUS if policy.consolidate else DEFAULT_GAP_ABS_GPUS
+    gap_abs = None if gap == 0 else share * policy.weights.gpu
     return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=gap_abs or None)
 
 

@@ -1,7 +1,8 @@
 """Replan: one unattended run. Lock, read the live state, plan, decide, apply only when worth it, record.
 
-Exit codes (docs/replan.md): 0 nothing to do (or not worth applying, or a dry run that would apply), 5 applied, 1 partial (some GPUs
-applied, others not), 3 failed (nothing applied), 4 locked (another run holds the state directory),
+Exit codes (docs/replan.md): 0 nothing to do (or not worth applying, or a dry run that would apply),
+5 applied, 1 partial (some GPUs applied, others not), 3 failed (nothing applied), 4 locked (another run
+holds the state directory),
 2 bad input. A cool-down keeps a recently changed GPU as it is (reserved for the planner) unless the plan
 without the cool-down places demand now left out or an outgrown workload: then that plan is used.
 """
@@ -138,7 +139,9 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
     profiles = ctx.profiles(req.profiles)
     disrupt = rp.may_disrupt(now)
-    overrides: dict[str, Any] = {"allow_disrupt": disrupt}
+    # moving running work is allowed only inside a window: then the planner consolidates within the budget
+    overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
+                                 "max_moves": rp.max_moves if disrupt else None}
     policy = planner_policy(ctx, overrides)
     solver = planner_solver(ctx, ProposeRequest(), policy)
     now_standing = standing_now(build_problem(state, profiles, catalog, policy))

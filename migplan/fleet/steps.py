@@ -13,7 +13,7 @@ The same builder undoes a change: `steps(target -> checkpoint)` is the rollback.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from migplan import smi
@@ -55,28 +55,45 @@ def steps(gpu: int, model: GpuModel, current: Layout | None, target: Layout | No
         return []
     have = set(current.instances) if current is not None else set()
     want = set(target.instances) if target is not None else set()
-    out: list[Step] = []
-    gone = sorted(have - want, key=lambda i: (-i.start, i.profile))
-    if gone:
-        missing = [str(i) for i in gone if i not in gi_ids]
-        if missing:
-            raise StepError(f"GPU {gpu}: no live GPU instance id for {', '.join(missing)}")
-        ids = [gi_ids[i] for i in gone]
-        out.append(Step(StepKind.DESTROY_CI, tuple(smi.destroy_compute_instances(gpu, ids)), gpu, tuple(gone)))
-        out.append(Step(StepKind.DESTROY_GI, tuple(smi.destroy_gpu_instances(gpu, ids)), gpu, tuple(gone)))
+    out = destroy_steps(gpu, have - want, gi_ids)
     if (current is None) != (target is None):
         enable = target is not None
         out.append(Step(StepKind.MODE, tuple(smi.set_mig_mode(gpu, enable)), gpu))
         if model.architecture in RESET_ON_MODE_CHANGE:
             out.append(Step(StepKind.RESET, tuple(smi.reset_gpu(gpu)), gpu))
-    new = sorted(want - have)
-    if new:
-        out.append(Step(StepKind.CREATE, tuple(smi.create_instances_for(model, gpu, new, default_ci=True)), gpu,
-                        tuple(new)))
-    return out
+    return out + create_steps(gpu, model, want - have)
 
 
-READ_ONLY_FLAGS = ("-L", "-lgi", "-lci", "-lgip", "-lgipp")
+def destroy_steps(gpu: int, gone: Iterable[Instance], gi_ids: Mapping[Instance, int]) -> list[Step]:
+    """`-dci` then `-dgi` of these GPU instances, by their live ids (none: no commands)."""
+    items = sorted(gone, key=lambda i: (-i.start, i.profile))
+    if not items:
+        return []
+    missing = [str(i) for i in items if i not in gi_ids]
+    if missing:
+        raise StepError(f"GPU {gpu}: no live GPU instance id for {', '.join(missing)}")
+    ids = [gi_ids[i] for i in items]
+    return [Step(StepKind.DESTROY_CI, tuple(smi.destroy_compute_instances(gpu, ids)), gpu, tuple(items)),
+            Step(StepKind.DESTROY_GI, tuple(smi.destroy_gpu_instances(gpu, ids)), gpu, tuple(items))]
+
+
+def create_steps(gpu: int, model: GpuModel, new: Iterable[Instance]) -> list[Step]:
+    """One `-cgi ID:START,... -C` for these instances (none: no commands)."""
+    items = sorted(new)
+    if not items:
+        return []
+    return [Step(StepKind.CREATE, tuple(smi.create_instances_for(model, gpu, items, default_ci=True)), gpu,
+                 tuple(items))]
+
+
+def cancel_pending(gpu: int, mig: bool) -> Step:
+    """`-mig` back to the current mode: clears a pending mode change the driver could not make effective (an
+    Ampere reset refused), so the GPU is as it was (docs/nvidia-smi.md §1: pending differs from current until a
+    reset)."""
+    return Step(StepKind.MODE, tuple(smi.set_mig_mode(gpu, mig)), gpu)
+
+
+READ_ONLY_FLAGS = ("-L", "-lgi", "-lci", "-lgip", "-lgipp", "-h", "--help")
 
 
 def is_read_only(argv: Sequence[str]) -> bool:
@@ -86,4 +103,6 @@ def is_read_only(argv: Sequence[str]) -> bool:
     rest = list(argv[1:])
     if any(a.startswith(("--query-gpu=", "--query-compute-apps=")) for a in rest):
         return True
+    if not rest or (len(rest) == 2 and rest[0] == "-i" and rest[1].isascii() and rest[1].isdigit()):
+        return True  # plain `nvidia-smi [-i N]`: the default table (memory of each MIG device, §12)
     return bool(rest) and rest[-1] in READ_ONLY_FLAGS  # the builders put the listing flag last

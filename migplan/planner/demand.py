@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from migplan.catalog.geometry import GiProfile, GpuModel
 from migplan.errors import InputError
 from migplan.names import profile_size
-from migplan.profiles import Workload
+from migplan.profiles import WHOLE_GPU, Workload
 
 MEMORY_PERCENTILES = ("p50", "p95", "p99", "max")
 COMPUTE_PERCENTILES = ("p50", "p95", "p99", "max")
@@ -46,6 +46,11 @@ class Weights:
     waste: float = 0.5  # per allocated but not demanded slice (compute + memory)
 
 
+# Consolidating, a move of a running workload costs this share of a GPU's weight (5 of 100 by default),
+# x (1 + its priority / the top priority), and never more than a disruption: a freed GPU is worth 10-20 moves.
+MOVE_SHARE_OF_GPU = 0.05
+
+
 @dataclass(frozen=True)
 class Policy:
     """Every knob of a plan; recorded in the plan document."""
@@ -58,6 +63,13 @@ class Policy:
     keep_free: int = 0
     anti_affinity_scope: str = "gpu"  # gpu | host
     weights: Weights = field(default_factory=Weights)
+    consolidate: bool = False  # move running workloads to free GPUs (a move costs MOVE_SHARE_OF_GPU, not disrupt)
+    max_moves: int | None = None  # consolidation: at most this many running workloads change instance
+
+    @property
+    def movable_running(self) -> bool:
+        """Running (profiled) workloads may change instance: --allow-disrupt or --consolidate."""
+        return self.allow_disrupt or self.consolidate
 
     def __post_init__(self) -> None:
         if self.memory_percentile not in MEMORY_PERCENTILES:
@@ -68,6 +80,11 @@ class Policy:
             raise InputError(f"headroom {self.headroom} must be a fraction between 0 and 10 (0.1 = 10%)")
         if self.headroom_min_mib < 0 or self.keep_free < 0:
             raise InputError("headroom_min_mib and keep_free must not be negative")
+        if self.max_moves is not None and (isinstance(self.max_moves, bool) or not isinstance(self.max_moves, int)
+                                           or self.max_moves < 0):
+            raise InputError(f"max_moves {self.max_moves!r} must be a whole number, at least 0")
+        if self.max_moves is not None and not self.consolidate:
+            raise InputError("max_moves limits consolidation moves: it needs consolidate (--consolidate)")
         if self.anti_affinity_scope not in ("gpu", "host"):
             raise InputError(f"anti-affinity scope {self.anti_affinity_scope!r} must be 'gpu' or 'host'")
 
@@ -151,12 +168,27 @@ def _at_least(model: GpuModel, prof: GiProfile, min_profile: str | None) -> bool
 
 
 def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = None) -> tuple[str, ...]:
-    """Plain profiles of `model` that hold the demand, smallest first (memory slices, then compute)."""
+    """Plain profiles of `model` that hold the demand, smallest first (memory slices, then compute), then
+    WHOLE_GPU (MIG disabled, the workload alone on the GPU) where it is offered: for `min_profile: whole`
+    only that; otherwise when the demand needs the full profile anyway (a lone 7g instance), because the
+    GPU with MIG off gives the same workload more SMs and memory (98 of 108 SMs on A100 under 7g) and
+    needs no MIG mode change. The memory counted for a whole GPU is the full profile's (conservative:
+    the catalog records no MIG-off total)."""
+    if min_profile == WHOLE_GPU:
+        return (WHOLE_GPU,) if whole_fits(demand, model) else ()
     g = slices_needed(demand, model)
     fits = [p for p in model.plain_profiles
             if p.memory_mib >= demand.memory_mib and p.compute_slices >= g and _at_least(model, p, min_profile)]
     fits.sort(key=lambda p: (p.memory_slices, p.compute_slices, p.name))
-    return tuple(p.name for p in fits)
+    names = tuple(p.name for p in fits)
+    if whole_fits(demand, model) and (not names or names[0] == model.full_profile.name):
+        names += (WHOLE_GPU,)
+    return names
+
+
+def whole_fits(demand: Demand, model: GpuModel) -> bool:
+    """The demand fits the whole MIG-disabled GPU (memory counted as the full profile's, all SMs)."""
+    return model.memory_mib >= demand.memory_mib and demand.compute_sm <= model.sm_total + 1e-9
 
 
 def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
@@ -169,7 +201,7 @@ def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
 
 
 _POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
-                "keep_free", "anti_affinity_scope", "weights"}
+                "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves"}
 
 
 def policy_from_mapping(doc: dict[str, object], base: Policy | None = None, *, source: str = "config") -> Policy:

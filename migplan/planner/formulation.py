@@ -15,8 +15,15 @@ Rows (one function per family below)
             Hall's rows for the subsets of at most |A| profiles when fewer; host scope: Hall's rows over
             hosts (_spread_hosts)
   keep-free sum_g x[g, empty] >= K
+  moves     (consolidation with a budget) sum_{g,p} |d(g,p)| x[g,p] <= max_moves
 Objective (minimise)  W_u sum value_c u_c + W_d disruptions + W_gpu used + W_chg changed
                       + W_frag instances + W_waste excess slices
+                      (consolidating: a displaced item costs W_gpu / 20 x (1 + priority / top priority), not W_d)
+
+WHOLE (MIG disabled) is a pattern of every GPU group without instances that must stay: it offers one
+place of the pseudo-profile WHOLE_GPU ("whole"), which items needing the full profile (or asking for
+`min_profile: whole`) fit. Where a movable workload runs on the MIG-disabled GPU, a second WHOLE pattern
+(`evict`) displaces it and offers the place to another.
 
 Size: the spread rows number sum_A min(|profiles of A| + |GPU types|, subsets of at most |A| profiles) and
 share the counters v and z, so the model grows with sets + classes + groups x patterns, never with sets x
@@ -32,12 +39,13 @@ from typing import Any, TypeVar
 
 from migplan.catalog.geometry import GpuModel
 from migplan.layout import Layout
-from migplan.planner.demand import Weights
+from migplan.planner.demand import MOVE_SHARE_OF_GPU, Weights
 from migplan.planner.groups import Group, Klass, Split
 from migplan.planner.milp import Milp, ModelTooLarge, SizeLimit
 from migplan.planner.patterns import WHOLE, candidates, key, keys
 from migplan.planner.plan import PlanError
 from migplan.planner.problem import Problem
+from migplan.profiles import WHOLE_GPU
 
 Pattern = Layout | None
 
@@ -56,6 +64,7 @@ class PatternInfo:
     destroyed_busy: int
     used: int
     change: int
+    evict: bool = False  # WHOLE only: the running whole-GPU workload leaves, another takes the GPU
 
     @property
     def empty(self) -> bool:
@@ -84,7 +93,12 @@ class Formulation:
 
 def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     if pattern is WHOLE:
-        return PatternInfo(WHOLE, Counter(), Counter(), len(g.soft_busy), 1, 0)
+        # MIG disabled: a running whole-GPU workload (or unprofiled processes) keeps the GPU, else it offers one
+        # WHOLE_GPU place; every running instance goes (its workloads are displaced, busy ones destroyed)
+        taken = g.soft_whole >= 0 or g.busy_whole or g.hard_whole
+        displaced = Counter(c for _, c in g.soft)
+        return PatternInfo(WHOLE, Counter() if taken else Counter({WHOLE_GPU: 1}), displaced,
+                           len(g.soft_busy), 1, int(g.current is not None))
     pk = keys(model, pattern)
     kept = {k for k, _ in g.soft if k in pk}
     displaced = Counter(c for k, c in g.soft if k not in pk)
@@ -99,12 +113,20 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
 
 
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
-    """Candidate patterns of a group: WHOLE when a workload must stay on the MIG-disabled GPU, else layouts."""
+    """Candidate patterns of a group: WHOLE alone when a workload must stay on the MIG-disabled GPU; else the
+    layouts and WHOLE (MIG disabled, one whole-GPU workload) wherever no instance must stay. WHOLE comes
+    first on a MIG-disabled GPU (its current state), last on one with MIG enabled."""
     if g.hard_whole:
         return [_info(model, g, WHOLE)]
     out = [_info(model, g, p) for p in candidates(model, g.current, g.hard)]
-    if g.soft_whole >= 0 or g.busy_whole:
-        out.insert(0, _info(model, g, WHOLE))
+    if not g.hard:
+        whole = _info(model, g, WHOLE)
+        if g.current is None:
+            out.insert(0, whole)
+        else:
+            out.append(whole)
+    if g.soft_whole >= 0 and not g.busy_whole:  # the whole-GPU workload may move: another may take the GPU
+        out.append(PatternInfo(WHOLE, Counter({WHOLE_GPU: 1}), Counter({g.soft_whole: 1}), 0, 1, 0, evict=True))
     return out
 
 
@@ -465,13 +487,41 @@ def _keep_free(f: Formulation) -> None:
         f.milp.add("keep-free", terms, ">=", k)
 
 
+def _slices(model: GpuModel, q: str) -> tuple[int, int]:
+    """(compute, memory) slices of profile q; the whole MIG-disabled GPU counts as all of them."""
+    if q == WHOLE_GPU:
+        return model.compute_slices, model.memory_slices
+    prof = model.profile(q)
+    return prof.compute_slices, prof.memory_slices
+
+
 def waste(problem: Problem, c: Klass, model_id: str, q: str) -> int:
     """Excess slices of profile q over the class's need: (g(q) - need_g) + (mem(q) - smallest fitting mem)."""
     model = problem.models[model_id]
-    prof = model.profile(q)
-    profs = c.sample.profiles(model_id)
-    least_mem = min(model.profile(p).memory_slices for p in profs)
-    return (prof.compute_slices - c.sample.slices(model_id)) + (prof.memory_slices - least_mem)
+    g, mem = _slices(model, q)
+    least_mem = min(_slices(model, p)[1] for p in c.sample.profiles(model_id))
+    return max(0, g - c.sample.slices(model_id)) + (mem - least_mem)
+
+
+def move_costs(problem: Problem, split: Split, w: Weights) -> dict[int, float]:
+    """Per class, what displacing one running item costs: `w.disrupt`, or when consolidating
+    MOVE_SHARE_OF_GPU x `w.gpu` x (1 + priority / the top priority among running items), at most
+    `w.disrupt`, so that freeing a GPU (`w.gpu`) is worth several moves and, of two workloads that could
+    move, the lower-priority one moves first (the lower bound's weights, disrupt 0, make moves free)."""
+    if not problem.policy.consolidate:
+        return {c.idx: w.disrupt for c in split.classes}
+    top = max((it.priority for it in problem.items if it.running is not None), default=1) or 1
+    base = min(w.disrupt, MOVE_SHARE_OF_GPU * w.gpu)
+    return {c.idx: min(w.disrupt, base * (1 + c.sample.priority / top)) for c in split.classes}
+
+
+def _move_budget(f: Formulation) -> None:
+    """Consolidation: sum_{g,p} |d(g,p)| x[g,p] <= max_moves (running items whose instance changes)."""
+    budget = f.problem.policy.max_moves
+    if f.problem.policy.consolidate and budget is not None:
+        terms = [(f.x[(g.idx, pi)], float(sum(info.displaced.values()))) for g in f.split.groups
+                 for pi, info in enumerate(f.patterns[g.idx]) if info.displaced]
+        f.milp.add("moves", terms, "<=", budget)
 
 
 def _objective(f: Formulation, w: Weights) -> None:
@@ -480,11 +530,12 @@ def _objective(f: Formulation, w: Weights) -> None:
     for c, v in f.u.items():
         f.milp.cost(v, w.unplaced * classes[c].sample.value)
     f.milp.constant = w.disrupt * len(f.split.forced)
+    move = move_costs(f.problem, f.split, w)
     for (gi, pi), v in f.x.items():
         info = f.patterns[gi][pi]
-        n_inst = len(info.pattern) if info.pattern is not WHOLE else 1
-        cost = (w.disrupt * (sum(info.displaced.values()) + info.destroyed_busy) + w.gpu * info.used
-                + w.change * info.change + w.fragment * n_inst)
+        n_inst = len(info.pattern) if info.pattern is not WHOLE else 0  # MIG off: no instance at all
+        cost = (sum(move[c] * n for c, n in info.displaced.items()) + w.disrupt * info.destroyed_busy
+                + w.gpu * info.used + w.change * info.change + w.fragment * n_inst)
         f.milp.cost(v, cost)
     for (c, model_id, q), v in f.y_pool.items():
         f.milp.cost(v, w.waste * waste(f.problem, classes[c], model_id, q))
@@ -492,7 +543,7 @@ def _objective(f: Formulation, w: Weights) -> None:
         f.milp.cost(v, w.waste * waste(f.problem, classes[c], groups[gi].model, q))
 
 
-_STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free")
+_STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free", "moves")
 
 
 def _cause(f: Formulation, stage: str) -> tuple[str, str]:
@@ -534,7 +585,7 @@ def formulate(problem: Problem, split: Split, weights: Weights | None = None, *,
     Raises PlanError the moment the model passes `limit` (default `LIMIT`), naming its size and cause."""
     f = Formulation(problem, split, Milp(limit=LIMIT if limit is None else limit), refine=refine)
     steps = {"patterns": _patterns, "placements": _variables, "gpus": _one_pattern_per_gpu, "balance": _balance,
-             "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free}
+             "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free, "moves": _move_budget}
     stage = _STAGES[0]
     try:
         for stage in _STAGES:
@@ -559,4 +610,4 @@ def _limits(lim: SizeLimit) -> str:
 
 
 __all__ = ["LIMIT", "MAX_NONZEROS", "MAX_ROWS", "MAX_VARIABLES", "Formulation", "PatternInfo", "formulate",
-           "group_patterns", "key", "waste"]
+           "group_patterns", "key", "move_costs", "waste"]

@@ -16,6 +16,7 @@ from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
 from migplan.planner.patterns import Key, key
 from migplan.planner.problem import Item, Problem
+from migplan.profiles import WHOLE_GPU
 
 ClassKey = tuple[object, ...]
 
@@ -44,7 +45,7 @@ class Group:
     idx: int
     model: str
     current: Layout | None
-    hard: frozenset[Key]  # instances that must stay (running workloads, busy) without --allow-disrupt
+    hard: frozenset[Key]  # instances that must stay (running workloads, busy) without --allow-disrupt/--consolidate
     hard_whole: bool  # a workload runs on the whole GPU and must stay
     soft: tuple[tuple[Key, int], ...]  # (instance, class idx) of running workloads that may move
     soft_busy: frozenset[Key]  # busy instances that may be destroyed (with --allow-disrupt)
@@ -73,11 +74,14 @@ def class_key(it: Item) -> ClassKey:
 
 
 def fits_where_it_runs(it: Item, gpu: GpuState, model_full: str) -> bool:
-    """Its instance (or the whole GPU) is a profile it fits, and its pin allows this GPU."""
+    """Its instance (or the whole GPU: where the full profile or WHOLE_GPU fits it) is a profile it fits,
+    and its pin allows this GPU."""
     if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
         return False
-    prof = model_full if it.running_on is None else it.running_on.profile.removesuffix("+me")
-    return prof in it.profiles(gpu.model)
+    profs = it.profiles(gpu.model)
+    if it.running_on is None:
+        return WHOLE_GPU in profs or model_full in profs
+    return it.running_on.profile.removesuffix("+me") in profs
 
 
 def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
@@ -113,22 +117,24 @@ class _Splitter:
         self.running[gpu.key].append(it)
         model = self.p.models[gpu.model]
         ikey = key(model, it.running_on) if it.running_on else None
+        movable = self.p.policy.movable_running and it.movable  # `movable: false` in its profile: never moved
         if gpu.hold:
             self.kept[it.name] = (gpu.key, it.running_on)
         elif fits_where_it_runs(it, gpu, model.full_profile.name):
-            if self.p.policy.allow_disrupt:
+            if movable:
                 self.soft[gpu.key].append((ikey, self.klass(it).idx))
             else:
                 self.kept[it.name] = (gpu.key, it.running_on)
                 self.hard[gpu.key].add(ikey)
-        elif self.p.policy.allow_disrupt:
+        elif movable:
             self.forced.append(it.name)
             self.klass(it).free.append(it)
         else:
             self.hard[gpu.key].add(ikey)
             where = it.running_on or "the whole GPU"
-            self.unplaced[it.name] = (f"outgrown: its instance {where} no longer fits its demand or pin; "
-                                      "moving it needs --allow-disrupt")
+            todo = ("its profile says movable: false" if self.p.policy.movable_running
+                    else "moving it needs --allow-disrupt")
+            self.unplaced[it.name] = f"outgrown: its instance {where} no longer fits its demand or pin; {todo}"
 
 
 def split(problem: Problem) -> Split:

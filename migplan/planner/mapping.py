@@ -33,8 +33,10 @@ from migplan.planner.formulation import Formulation, PatternInfo
 from migplan.planner.groups import Group, Klass, class_key
 from migplan.planner.patterns import WHOLE, Key, key, keys
 from migplan.planner.problem import Item
+from migplan.profiles import WHOLE_GPU
 
 Where = tuple[GpuKey, Instance | None]
+WHOLE_PLACE = Instance(0, WHOLE_GPU)  # the one place a MIG-disabled GPU offers (placed as instance None)
 
 
 @dataclass
@@ -59,10 +61,14 @@ def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running:
            m: Mapped, queue: dict[int, list[Item]], klass: dict[tuple[object, ...], Klass], skip: set[str]) -> _Slots:
     if info.pattern is WHOLE:
         for it in running:
-            if it.name not in m.placed and it.name not in m.unplaced and it.running_on is None:
+            if it.name in m.placed or it.name in m.unplaced or it.name in skip:
+                continue
+            if it.running_on is None and not info.evict:
                 m.placed[it.name] = (gpu.key, None)
                 m.kept.add(it.name)
-        return _Slots(gpu, [], {}, whole=True)
+            elif class_key(it) in klass:
+                queue[klass[class_key(it)].idx].append(it)  # its instance goes with MIG: it moves
+        return _Slots(gpu, [], {WHOLE_GPU: [WHOLE_PLACE]} if info.free[WHOLE_GPU] else {}, whole=True)
     pk = keys(model, info.pattern)
     current = {key(model, i): i for i in (gpu.current.instances if gpu.current else ())}
     occupied: set[Key] = set(g.hard) | (set(g.soft_busy) & pk)
@@ -164,7 +170,7 @@ class _Mapper:
 
     def place(self, it: Item, sl: _Slots, q: str, inst: Instance | None = None) -> None:
         inst = _take(sl, q, inst)
-        self.m.placed[it.name] = (sl.gpu.key, inst)
+        self.m.placed[it.name] = (sl.gpu.key, None if q == WHOLE_GPU else inst)
         self.on[sl.gpu.key].append((it, inst, q))
         for a in it.groups:
             self.spots[a][_spot(sl.gpu, self.scope)] += 1
@@ -288,14 +294,21 @@ class _Mapper:
     def pool(self) -> None:
         classes = {c.idx: c for c in self.f.split.classes}
         by_model = self._by_model()
+        # (model, profile) -> the first GPU that may still have a free instance of it: placing only takes instances,
+        # so the GPUs before it never have one again (a scan from the first GPU per variable was quadratic)
+        first: dict[tuple[str, str], int] = {}
         for (c, model_id, q), var in sorted(self.f.y_pool.items()):
             if classes[c].anti:
                 continue
             todo = self.count(var)
-            for sl in by_model[model_id]:
-                while todo and self.queue[c] and sl.free.get(q):
-                    self.place(self.queue[c].pop(0), sl, q)
+            sls, k = by_model[model_id], first.get((model_id, q), 0)
+            while todo and self.queue[c] and k < len(sls):
+                if sls[k].free.get(q):
+                    self.place(self.queue[c].pop(0), sls[k], q)
                     todo -= 1
+                else:
+                    k += 1
+            first[(model_id, q)] = k
 
     def repair(self) -> None:
         """Pinned or anti-affine items the steps above could not place (the model counts GPUs and instances,

@@ -24,6 +24,7 @@ def key(model: GpuModel, inst: Instance) -> Key:
     return (inst.start, base(model, inst))
 
 
+@functools.lru_cache(maxsize=8192)  # the same few layouts are keyed for every group of a large fleet
 def keys(model: GpuModel, layout: Layout) -> frozenset[Key]:
     return frozenset(key(model, i) for i in layout.instances)
 

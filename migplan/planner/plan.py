@@ -1,6 +1,6 @@
 """The plan: its types, its document form, and a strict reader that trusts nothing in the file (pure).
 
-    version: 3
+    version: 4
     kind: migplan/plan
     fingerprint: sha256:...        # of the whole observed state the plan was computed from
     created_at: 2026-12-01T08:00:00Z
@@ -12,6 +12,15 @@
             target, actions}]
     workloads: [{name, workload, status, host, gpu, instance, memory_mib, peak_mib, instance_mib, margin_mib,
                  slices, kept, moved, reason}]
+    migrations: [{step, workload, priority, source: {host, gpu, instance}, target: {...} | null,
+                  make_before_break, stop_first, stops, reason}]      # version 4 (migration.py)
+    freed_gpus: [{host, index}]                                       # version 4
+    consolidation: {max_moves, moves, gpus_in_use, gpus_used, gpus_freed, gpus_freeable, curve} | null
+
+Migrations (version 4): the ordered moves of running workloads. The reader checks each against the
+workloads and GPUs and re-derives the whole order with `migration.order` from the file's own moves,
+refusing a file whose steps differ (as it does for actions); `freed_gpus` and the consolidation counts
+are re-derived too. Version 3 files (no migrations) are still read.
 
 Memory margin (version 3): per workload `peak_mib` (its observed memory peak), `instance_mib` (the MiB of
 the instance it is placed on, the GPU's memory for a whole GPU, null when unplaced) and `margin_mib` =
@@ -47,10 +56,13 @@ from migplan.fleet.diff import Action, diff
 from migplan.fleet.state import GpuKey, GpuState, Hold
 from migplan.layout import Instance, Layout, check_layout
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
+from migplan.planner.migration import Endpoint, GpuLayouts, Migration, Move, freed_gpus, order
 from migplan.planner.milp import SolveStatus
+from migplan.profiles import MAX_PRIORITY
 from migplan.yamldoc import Node
 
-PLAN_VERSION = 3  # 3: memory margins (WorkloadPlan peak/instance/margin MiB, Summary below_peak ...)
+PLAN_VERSION = 4  # 4: migrations, freed, consolidation; 3: memory margins (WorkloadPlan peak/instance/margin ...)
+READ_VERSIONS = (3, 4)  # a version 3 plan has no moves recorded: read with none (it was made without them)
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
@@ -165,6 +177,30 @@ def memory_margins(workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan]) -> 
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """One re-solve of a consolidation at a move budget: how many GPUs that many moves free."""
+
+    max_moves: int | None  # the budget (None: unlimited)
+    moves: int  # running workloads that change instance in that plan
+    gpus_used: int
+    gpus_freed: int  # GPUs in use before that the plan leaves empty
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """What `--consolidate` achieved: moves spent, GPUs freed, against the lower bound, and the curve."""
+
+    max_moves: int | None
+    moves: int
+    gpus_in_use: int  # planned GPUs in use before: instances, a running workload, or processes
+    gpus_used: int
+    gpus_freed: int
+    gpus_freeable: int | None  # gpus_in_use - the GPU lower bound (every workload placed, moves unlimited);
+    # negative when the demand needs more GPUs than are in use now
+    curve: tuple[CurvePoint, ...] = ()  # sorted by budget; this plan's own point among them
+
+
+@dataclass(frozen=True)
 class Plan:
     fingerprint: str
     source: str
@@ -176,6 +212,9 @@ class Plan:
     created_at: str | None = None  # ISO 8601 UTC, set by whoever ran the planner (the core has no clock)
     models: tuple[GpuModel, ...] = ()  # models built from hosts' own profile tables that GPUs here use
     version: int = PLAN_VERSION
+    migrations: tuple[Migration, ...] = ()  # the ordered moves of running workloads (migration.order)
+    freed: tuple[GpuKey, ...] = ()  # GPUs in use before that the plan leaves empty
+    consolidation: Consolidation | None = None  # set by --consolidate
 
     @functools.cached_property
     def _by_key(self) -> dict[GpuKey, GpuPlan]:
@@ -185,7 +224,43 @@ class Plan:
         return self._by_key.get((host, index))
 
 
+def layouts(gpus: tuple[GpuPlan, ...] | list[GpuPlan], catalog: Catalog) -> dict[GpuKey, GpuLayouts]:
+    return {g.key: GpuLayouts(catalog.get(g.model), g.current, g.target) for g in gpus}
+
+
+def in_use(gpus: tuple[GpuPlan, ...] | list[GpuPlan], workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan],
+           migrations: tuple[Migration, ...] | list[Migration]) -> tuple[set[GpuKey], set[GpuKey]]:
+    """(planned GPUs in use before the plan, planned GPUs in use after it). Before: instances, processes on a
+    MIG-disabled GPU, a workload kept there or a moving workload's source; after: instances in the target
+    or a workload placed there. Reserved and excluded GPUs are not counted."""
+    planned = {g.key for g in gpus if g.hold is None}
+    before = {g.key for g in gpus if (g.current is not None and len(g.current)) or g.observed.whole_busy}
+    before |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed" and w.kept}
+    before |= {m.source.key for m in migrations}
+    after = {g.key for g in gpus if g.target is not None and len(g.target)}
+    after |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed"}
+    return before & planned, after & planned
+
+
+def plan_freed(gpus: tuple[GpuPlan, ...] | list[GpuPlan], workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan],
+               migrations: tuple[Migration, ...] | list[Migration]) -> tuple[GpuKey, ...]:
+    return freed_gpus(*in_use(gpus, workloads, migrations))
+
+
 # --- writing -------------------------------------------------------------------------------------
+
+def _endpoint(e: Endpoint | None) -> dict[str, Any] | None:
+    return None if e is None else {"host": e.host, "gpu": e.gpu, "instance": e.instance}
+
+
+def migration_to_dict(m: Migration) -> dict[str, Any]:
+    return {"step": m.step, "workload": m.workload, "priority": m.priority, "source": _endpoint(m.source),
+            "target": _endpoint(m.target), "make_before_break": m.make_before_break, "stop_first": m.stop_first,
+            "stops": list(m.stops), "reason": m.reason}
+
+
+def _consolidation(c: Consolidation | None) -> dict[str, Any] | None:
+    return None if c is None else asdict(c)
 
 def _layout(lay: Layout | None) -> list[str] | None:
     return lay.as_list() if lay is not None else None
@@ -212,6 +287,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "summary": asdict(plan.summary),
         "gpus": [gpu_to_dict(g) for g in plan.gpus],
         "workloads": [asdict(w) for w in plan.workloads],
+        **({} if plan.version < 4 else {
+            "migrations": [migration_to_dict(m) for m in plan.migrations],
+            "freed_gpus": [{"host": h, "index": i} for h, i in plan.freed],
+            "consolidation": _consolidation(plan.consolidation)}),
     }
 
 
@@ -441,17 +520,27 @@ def _read_host_models(node: Node, catalog: Catalog) -> tuple[GpuModel, ...]:
     return models
 
 
+def _check_version_keys(root: Node, f: dict[str, Node], version: int, keys: set[str]) -> None:
+    """Version 4 requires the migration keys, version 3 has none of them."""
+    for key in sorted(keys):
+        if (key in f) != (version >= 4):
+            f.get(key, root).fail(
+                f"{key!r} is {'not part of' if version < 4 else 'required in'} a version {version} plan", hint=_HINT)
+
+
 def parse_plan(root: Node, catalog: Catalog) -> Plan:
     """A plan document read back strictly (see the module docstring); every error names the key and line."""
     if not root.is_map:
         root.fail("a plan is a mapping with 'version' and 'kind: migplan/plan' (written by 'migplan propose --out')")
     top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
            "workloads"}
-    f = root.fields(top | {"host_models"}, top)
+    moves = {"migrations", "freed_gpus", "consolidation"}
+    f = root.fields(top | moves | {"host_models"}, top)
     version = f["version"].int()
-    if version != PLAN_VERSION:
-        f["version"].fail(f"plan version {version} is not supported (this migplan reads version {PLAN_VERSION})",
-                          hint=_HINT)
+    if version not in READ_VERSIONS:
+        f["version"].fail(f"plan version {version} is not supported (this migplan reads versions "
+                          f"{', '.join(map(str, READ_VERSIONS))})", hint=_HINT)
+    _check_version_keys(root, f, version, moves)
     if f["kind"].str() != PLAN_KIND:
         f["kind"].fail(f"expected kind {PLAN_KIND!r}, got {f['kind'].str()!r}")
     fingerprint = f["fingerprint"].str()
@@ -489,10 +578,139 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     solve = _read_solve(f["solve"])
     summary, sf = _read_summary(f["summary"])
     _check_summary(sf, summary, policy_obj, workloads)
+    migrations: tuple[Migration, ...] = ()
+    freed: tuple[GpuKey, ...] = ()
+    consolidation = None
+    if version >= 4:
+        migrations = _read_migrations(f["migrations"], gpus, workloads, catalog)
+        freed = _read_freed(f["freed_gpus"], plan_freed(list(gpus.values()), workloads, migrations))
+        consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations,
+                                            in_use(list(gpus.values()), workloads, migrations)[0])
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_str(f["created_at"]), models=host_models,
-                version=version)
+                version=version, migrations=migrations, freed=freed, consolidation=consolidation)
+
+
+_ENDPOINT_KEYS = {"host", "gpu", "instance"}
+_MIGRATION_KEYS = {"step", "workload", "priority", "source", "target", "make_before_break", "stop_first", "stops",
+                   "reason"}
+
+
+def _read_endpoint(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> Endpoint:
+    f = n.fields(_ENDPOINT_KEYS, _ENDPOINT_KEYS)
+    host, idx = f["host"].str(), f["gpu"].int(minimum=0, maximum=names.MAX_GPU_INDEX)
+    if (host, idx) not in gpus:
+        f["host"].fail(f"{host}/{idx} is not a GPU of this plan")
+    instance = None if f["instance"].is_null else str(_instance(f["instance"]))
+    return Endpoint(host, idx, instance)
+
+
+def _read_migrations(node: Node, gpus: Mapping[GpuKey, GpuPlan], workloads: list[WorkloadPlan],
+                     catalog: Catalog) -> tuple[Migration, ...]:
+    """Each moving workload's step, checked against the workloads and GPUs, and the whole order re-derived
+    (`migration.order`): a file whose order differs from the one computed from its own moves is refused."""
+    by_name = {w.name: w for w in workloads}
+    listed: list[Migration] = []
+    moves: list[Move] = []
+    for n in node.list():
+        f = n.fields(_MIGRATION_KEYS, _MIGRATION_KEYS)
+        name = f["workload"].str()
+        w = by_name.get(name)
+        if w is None:
+            f["workload"].fail(f"{name!r} is not a workload of this plan")
+        if w.kept or (w.status == "placed" and not w.moved):
+            f["workload"].fail(f"{name} is not moved by this plan (kept, or placed new), yet has a migration step",
+                               hint=_HINT)
+        source = _read_endpoint(f["source"], gpus)
+        g = gpus[source.key]
+        if source.instance is None and g.current is not None:
+            f["source"].fail(f"a whole-GPU source on {source.host}/{source.gpu}, which has MIG enabled")
+        if source.instance is not None and (g.current is None or Instance.parse(source.instance)
+                                            not in g.current.instances):
+            f["source"].fail(f"{source.instance} is not in the current layout of {source.host}/{source.gpu}")
+        target = None if f["target"].is_null else _read_endpoint(f["target"], gpus)
+        placed = (Endpoint(w.host or "", w.gpu if w.gpu is not None else -1, w.instance)
+                  if w.status == "placed" else None)
+        if target != placed:
+            f["target"].fail(f"must be where the plan places {name} ({placed or 'nowhere: it is left out'})",
+                             hint=_HINT)
+        stops = tuple(s.str() for s in f["stops"].list())
+        reason = _opt_text(f["reason"]) or ""
+        priority = f["priority"].int(minimum=0, maximum=MAX_PRIORITY)
+        listed.append(Migration(step=f["step"].int(minimum=1), workload=name, source=source, target=target,
+                                make_before_break=f["make_before_break"].bool(), stop_first=f["stop_first"].bool(),
+                                reason=reason, stops=stops, priority=priority))
+        moves.append(Move(name, priority, source, target, reason))
+    names_listed = [m.workload for m in listed]
+    if len(set(names_listed)) != len(names_listed):
+        node.fail("a workload has more than one migration step", hint=_HINT)
+    missing = [w.name for w in workloads if w.moved and w.name not in set(names_listed)]
+    if missing:
+        node.fail(f"moved workload(s) without a migration step: {', '.join(missing[:5])}", hint=_HINT)
+    try:
+        derived = order(layouts(list(gpus.values()), catalog), moves)
+    except (ValueError, CatalogError, InputError) as err:
+        node.fail(f"the moves cannot be ordered: {err}", hint=_HINT)
+    if tuple(listed) != derived:
+        bad = next((i for i, (a, b) in enumerate(zip(listed, derived, strict=False)) if a != b),
+                   min(len(listed), len(derived)))
+        node.fail(f"the migration steps are not the executable order computed from these moves (first "
+                  f"difference at step {bad + 1})", hint=_HINT)
+    return derived
+
+
+def _read_freed(node: Node, want: tuple[GpuKey, ...]) -> tuple[GpuKey, ...]:
+    got = []
+    for n in node.list():
+        f = n.fields({"host", "index"}, {"host", "index"})
+        got.append((f["host"].str(), f["index"].int(minimum=0, maximum=names.MAX_GPU_INDEX)))
+    if tuple(got) != want:
+        node.fail(f"lists {len(got)} freed GPU(s); the plan frees {len(want)}: "
+                  + (", ".join(f"{h}/{i}" for h, i in want[:6]) or "none"), hint=_HINT)
+    return want
+
+
+_CURVE_MAX = 64
+
+
+def _read_consolidation(node: Node, policy: Policy, summary: Summary, migrations: tuple[Migration, ...],
+                        before: set[GpuKey]) -> Consolidation | None:
+    """The consolidation record: its counts are derived and checked; the curve (other solves) is range-checked."""
+    if node.is_null:
+        if policy.consolidate:
+            node.fail("a plan made with consolidate needs its consolidation record", hint=_HINT)
+        return None
+    if not policy.consolidate:
+        node.fail("must be null: the policy does not consolidate", hint=_HINT)
+    f = _dataclass(Consolidation, node)
+    big = names.MAX_GPU_INDEX * 1_000_000
+
+    def opt(n: Node) -> int | None:
+        return None if n.is_null else n.int(minimum=0, maximum=big)
+    points = []
+    for p in f["curve"].list()[:_CURVE_MAX + 1]:
+        pf = _dataclass(CurvePoint, p)
+        points.append(CurvePoint(opt(pf["max_moves"]), pf["moves"].int(minimum=0, maximum=big),
+                                 pf["gpus_used"].int(minimum=0, maximum=big), pf["gpus_freed"].int(minimum=-big,
+                                                                                                   maximum=big)))
+    if len(points) > _CURVE_MAX:
+        f["curve"].fail(f"more than {_CURVE_MAX} points")
+    c = Consolidation(max_moves=opt(f["max_moves"]), moves=f["moves"].int(minimum=0, maximum=big),
+                      gpus_in_use=f["gpus_in_use"].int(minimum=0, maximum=big),
+                      gpus_used=f["gpus_used"].int(minimum=0, maximum=big),
+                      gpus_freed=f["gpus_freed"].int(minimum=-big, maximum=big),
+                      # negative, like gpus_freed, when demand needs more GPUs than are in use now
+                      gpus_freeable=None if f["gpus_freeable"].is_null else f["gpus_freeable"].int(
+                          minimum=-big, maximum=big),
+                      curve=tuple(points))
+    derived = {"max_moves": policy.max_moves, "moves": len(migrations), "gpus_in_use": len(before),
+               "gpus_used": summary.gpus_used, "gpus_freed": len(before) - summary.gpus_used}
+    for k, v in derived.items():
+        if getattr(c, k) != v:
+            f[k].fail(f"must be {v} (derived from the policy, the migrations and the GPUs), got {getattr(c, k)}",
+                      hint=_HINT)
+    return c
 
 
 def plan_from_dict(doc: Any, catalog: Catalog, source: str = "plan") -> Plan:

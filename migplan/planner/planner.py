@@ -20,16 +20,21 @@ from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warnin
 from migplan.planner.formulation import Formulation, formulate
 from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
+from migplan.planner.migration import Endpoint, GpuLayouts, Move, order
 from migplan.planner.milp import SizeLimit, Solver, SolveResult
 from migplan.planner.plan import (
+    Consolidation,
+    CurvePoint,
     GpuPlan,
     Plan,
     PlanError,
     SolveInfo,
     Summary,
     WorkloadPlan,
+    in_use,
     instance_memory_mib,
     memory_margins,
+    plan_freed,
 )
 from migplan.planner.problem import Item, Problem, build_problem
 from migplan.planner.validate import validate
@@ -102,8 +107,10 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
     stranded = sum(problem.models[g.model].compute_slices - used_compute(problem.models[g.model], g.target)
                    for g in used if g.target is not None)
     running = {it.name for it in problem.items if it.running is not None}
-    stopped = problem.policy.allow_disrupt  # without consent an outgrown workload keeps running where it is
-    disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and stopped)))
+    # without consent (or with movable: false) an outgrown workload keeps running where it is
+    stoppable = {it.name for it in problem.items if it.running is not None and it.movable
+                 and problem.policy.movable_running}
+    disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and w.name in stoppable)))
     busy_disrupted = _busy_disrupted(problem, gpus)
     below_peak, least_margin = memory_margins(wls)
     if problem.policy.memory_percentile == "max":
@@ -217,10 +224,71 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
     return mapped, res, _left_out(problem, sp, mapped)
 
 
+def _moves(problem: Problem, sp: Split, mapped: Mapped, gpus: tuple[GpuPlan, ...]) -> list[Move]:
+    """Running items the plan moves or stops, with their source and target, and why."""
+    after = {(h, i) for (h, i), _ in mapped.placed.values()} | {
+        g.key for g in gpus if g.target is not None and len(g.target)}
+    forced = set(sp.forced)
+    out = []
+    for it in problem.items:
+        if it.running is None or it.name in mapped.kept or it.name in sp.unplaced:
+            continue  # sp.unplaced: outgrown but not to be moved (no consent, movable: false): it keeps running
+        src = Endpoint(it.running[0], it.running[1], str(it.running_on) if it.running_on else None)
+        dst = None
+        if it.name in mapped.placed:
+            (h, i), inst = mapped.placed[it.name]
+            dst = Endpoint(h, i, str(inst) if inst else None)
+        if dst is None:
+            why = "left out: " + mapped.unplaced.get(it.name, "no room")
+        elif it.name in forced:
+            why = "outgrown: its instance no longer fits its demand or pin"
+        elif it.running not in after:
+            why = f"frees {it.running[0]}:{it.running[1]}"
+        else:
+            why = ("another instance of its GPU, whose layout changes" if dst.key == it.running
+                   else "consolidation: makes room where it runs")
+        out.append(Move(it.name, it.priority, src, dst, why))
+    return out
+
+
+CURVE_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75)  # consolidation curve: re-solves at these shares of the budget
+CURVE_TIME_LIMIT_S = 10.0  # each curve re-solve: at most this long (a point is then "feasible", still a plan)
+
+
+def _used_after(problem: Problem, mapped: Mapped) -> int:
+    hosting = {k for k, _ in mapped.placed.values()}
+    return sum(1 for g in problem.gpus if g.hold is None and (
+        g.key in hosting or (mapped.targets.get(g.key) is not None and len(mapped.targets[g.key] or ()))))
+
+
+def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: SizeLimit | None, moves: int,
+           in_use: int, own: CurvePoint) -> tuple[CurvePoint, ...]:
+    """Re-solve at smaller budgets (and, under a budget, without one): GPUs freed per number of moves."""
+    budget = problem.policy.max_moves if problem.policy.max_moves is not None else moves
+    budgets: list[int | None] = [*sorted({int(budget * x) for x in CURVE_FRACTIONS} - {budget})]
+    if problem.policy.max_moves is not None:
+        budgets.append(None)
+    points = [own]
+    limit_s = _time_limit(solver)
+    quick = _with_time_limit(solver, min(limit_s, CURVE_TIME_LIMIT_S) if limit_s else CURVE_TIME_LIMIT_S)
+    for b in budgets:
+        sub = dataclasses.replace(problem, policy=dataclasses.replace(problem.policy, max_moves=b))
+        mapped, res, _ = _solve(sub, sp, quick, lambda _m: None, limit)
+        used = _used_after(sub, mapped)
+        n = sum(1 for it in problem.items if it.running is not None and it.name not in mapped.kept
+                and it.name not in sp.unplaced)
+        points.append(CurvePoint(b, n, used, in_use - used))
+        say(f"consolidation curve: at most {b if b is not None else 'any'} moves: {n} moves, "
+            f"{in_use - used} GPUs freed ({res.status.value})")
+    return tuple(sorted(points, key=lambda p: (p.max_moves is None, p.max_moves or 0)))
+
+
 def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
-                 progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None) -> Plan:
+                 progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None,
+                 curve: bool = True) -> Plan:
     """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
-    model is refused with a PlanError while it is built, before it can fill memory."""
+    model is refused with a PlanError while it is built, before it can fill memory. `curve`: when
+    consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`)."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
     mapped, res, left_out = _solve(problem, sp, solver, say, limit)
@@ -234,8 +302,28 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
     used = {g.model for g in problem.gpus}
     host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
-    plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve,
-                _summary(problem, gpus, wls, value, lb), gpus, wls, models=host_models)
+    summary = _summary(problem, gpus, wls, value, lb)
+    catalog = {g.key: GpuLayouts(problem.models[g.model], g.current, g.target) for g in gpus}
+    try:
+        migrations = order(catalog, _moves(problem, sp, mapped, gpus))
+    except ValueError as err:
+        raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
+    before, _ = in_use(gpus, wls, migrations)
+    consolidation = None
+    if problem.policy.consolidate:
+        own = CurvePoint(problem.policy.max_moves, len(migrations), summary.gpus_used,
+                         len(before) - summary.gpus_used)
+        points = _curve(problem, sp, solver, say, limit, len(migrations), len(before), own) if curve else (own,)
+        free_lb = lb  # the bound with moves unlimited: what any budget could free at most
+        if lower_bound and problem.policy.max_moves is not None:
+            free_lb = gpu_lower_bound(dataclasses.replace(problem, policy=dataclasses.replace(
+                problem.policy, max_moves=None)), sp, solver, left_out)
+        consolidation = Consolidation(problem.policy.max_moves, len(migrations), len(before), summary.gpus_used,
+                                      len(before) - summary.gpus_used,
+                                      None if free_lb is None else len(before) - free_lb, points)
+    plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
+                models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
+                consolidation=consolidation)
     bad = validate(plan, problem)
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))

@@ -36,6 +36,7 @@ class Item:
     groups: tuple[str, ...] = ()  # anti-affinity sets: members go to different GPUs (or hosts)
     running: GpuKey | None = None  # the GPU it runs on now
     running_on: Instance | None = None  # its instance now (None with `running`: the whole GPU)
+    movable: bool = True  # profile `movable: false`: stays where it runs even with --consolidate
 
     def profiles(self, model: str) -> tuple[str, ...]:
         return next((p for m, p in self.fits if m == model), ())
@@ -106,7 +107,7 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
             name=w.name if k == 0 else f"{w.name}#{k}", workload=w.name, priority=w.priority, demand=demand,
             fits=tuple(fits), need=tuple(need), pin_host=w.pin.host if w.pin else None,
             pin_gpu=w.pin.gpu if w.pin else None, groups=groups,
-            running=running if k == 0 else None, running_on=running_on if k == 0 else None))
+            running=running if k == 0 else None, running_on=running_on if k == 0 else None, movable=w.movable))
     return out
 
 

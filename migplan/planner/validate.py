@@ -3,7 +3,10 @@
 Returns one message per violation (empty when the plan is sound). Families: layout (catalog
 placement rules), frozen (reserved/excluded GPUs untouched), actions (they turn current into target),
 accounting (every item once), instance (exists, one workload each), fit (memory and compute), pin,
-spread (anti-affinity), busy (no running instance destroyed without --allow-disrupt), keep-free.
+spread (anti-affinity), busy (no running instance destroyed without --allow-disrupt, nor a running workload
+without --allow-disrupt or --consolidate, nor a `movable: false` one), keep-free, moves (the consolidation
+budget), whole (a whole-GPU placement only on a MIG-disabled target, only for a workload that needs the
+full profile or asks for `min_profile: whole`, and such a workload never on an instance).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from collections import defaultdict
 from migplan.fleet.diff import diff
 from migplan.fleet.state import GpuKey
 from migplan.layout import check_layout
+from migplan.planner.groups import fits_where_it_runs
 from migplan.planner.plan import GpuPlan, Plan, WorkloadPlan
 from migplan.planner.problem import Item, Problem
+from migplan.profiles import WHOLE_GPU
 
 
 def _gpus(plan: Plan, problem: Problem) -> list[str]:
@@ -42,8 +47,13 @@ def _item_checks(w: WorkloadPlan, it: Item, g: GpuPlan, problem: Problem, frozen
     out = []
     model = problem.models[g.model]
     if w.instance is None:
-        if g.target is not None or not w.kept:
-            out.append(f"{w.name}: on a whole GPU that is not kept MIG-disabled for it")
+        if g.target is not None:
+            out.append(f"{w.name}: on the whole GPU {g.host}/{g.index}, whose target has MIG enabled")
+        elif not w.kept and not frozen and WHOLE_GPU not in it.profiles(g.model):
+            out.append(f"{w.name}: moved onto a whole MIG-disabled GPU, which it does not need (it fits "
+                       f"{', '.join(it.profiles(g.model)) or 'nothing'} on {model.id})")
+        elif it.running_on is None and w.kept and (g.host, g.index) != it.running:
+            out.append(f"{w.name}: marked kept on {g.host}/{g.index}, but it runs on {it.running}")
         return out
     inst = next((i for i in (g.target.instances if g.target else ()) if str(i) == w.instance), None)
     if inst is None:
@@ -91,26 +101,58 @@ def _workloads(plan: Plan, problem: Problem) -> list[str]:
 
 
 def _busy(plan: Plan, problem: Problem) -> list[str]:
-    if problem.policy.allow_disrupt:
-        return []
+    """Nothing running is destroyed without consent: busy (unprofiled) instances need --allow-disrupt, running
+    workloads --allow-disrupt or --consolidate, and never a workload whose profile says `movable: false`."""
+    pol = problem.policy
     out = []
     running: dict[GpuKey, list[Item]] = defaultdict(list)
     for it in problem.items:
-        if it.running is not None:
+        if it.running is not None and not (pol.movable_running and it.movable):
             running[it.running].append(it)
     for pg in problem.gpus:
         g = plan.gpu(pg.host, pg.index)
         if g is None:
             continue
-        busy = set(pg.busy) | {it.running_on for it in running[pg.key] if it.running_on}
+        busy = (set() if pol.allow_disrupt else set(pg.busy)) | {it.running_on for it in running[pg.key]
+                                                                  if it.running_on}
         lost = {i for i in busy if g.target is None or i not in g.target.instances}
         if lost:
             out.append(f"gpu {pg.host}/{pg.index}: destroys busy instance(s) {', '.join(map(str, sorted(lost)))} "
-                       "without --allow-disrupt")
+                       "without consent (--allow-disrupt, or --consolidate for a movable workload)")
         whole = [it for it in running[pg.key] if it.running_on is None]
-        if (whole or pg.whole_busy) and g.target is not None:
+        if (whole or (pg.whole_busy and not pol.allow_disrupt)) and g.target is not None:
             out.append(f"gpu {pg.host}/{pg.index}: enables MIG under a running whole-GPU workload")
     return out
+
+
+def _moves(plan: Plan, problem: Problem) -> list[str]:
+    """Consolidation: at most `max_moves` running workloads change instance (outgrown ones, which must move
+    anyway, are not counted); `movable: false` workloads keep their place wherever they still fit it."""
+    out = []
+    pol = problem.policy
+    items = {it.name: it for it in problem.items}
+    outgrown = problem_outgrown(problem)
+    moved = [w for w in plan.workloads if w.name in items and items[w.name].running is not None and not w.kept
+             and w.name not in outgrown]
+    if pol.consolidate and pol.max_moves is not None and len(moved) > pol.max_moves:
+        out.append(f"moves: {len(moved)} running workloads change instance, more than max_moves {pol.max_moves}")
+    for w in moved:
+        if not items[w.name].movable:
+            out.append(f"{w.name}: moved although its profile says movable: false")
+    return out
+
+
+def problem_outgrown(problem: Problem) -> frozenset[str]:
+    """Running items that no longer fit where they run (they must move, or are reported as outgrown)."""
+    out = set()
+    for it in problem.items:
+        if it.running is None:
+            continue
+        gpu = problem.gpu(it.running)
+        if gpu is not None and not gpu.hold and not fits_where_it_runs(
+                it, gpu, problem.models[gpu.model].full_profile.name):
+            out.add(it.name)
+    return frozenset(out)
 
 
 def _keep_free(plan: Plan, problem: Problem) -> list[str]:
@@ -127,4 +169,15 @@ def validate(plan: Plan, problem: Problem) -> list[str]:
     """Every violation of the catalog's rules and the problem's constraints in `plan`."""
     if plan.fingerprint != problem.fingerprint:
         return ["fingerprint: the plan was computed from another observed state"]
-    return _gpus(plan, problem) + _workloads(plan, problem) + _busy(plan, problem) + _keep_free(plan, problem)
+    return (_gpus(plan, problem) + _workloads(plan, problem) + _busy(plan, problem) + _keep_free(plan, problem)
+            + _moves(plan, problem) + _whole(plan, problem))
+
+
+def _whole(plan: Plan, problem: Problem) -> list[str]:
+    """`min_profile: whole`: placed only on a whole MIG-disabled GPU (the fit check holds the rest)."""
+    out = []
+    need = {it.name for it in problem.items if it.fits and all(profs == (WHOLE_GPU,) for _, profs in it.fits)}
+    for w in plan.workloads:
+        if w.name in need and w.status == "placed" and w.instance is not None:
+            out.append(f"{w.name}: needs a whole MIG-disabled GPU (min_profile: whole), placed on {w.instance}")
+    return out

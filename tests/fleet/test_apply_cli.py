@@ -107,3 +107,25 @@ def test_the_host_lock_never_outlives_a_dead_connection(fleet: Fleet) -> None:
                 assert time.monotonic() < deadline, "the lock outlived its dead connection"
                 time.sleep(0.2)
         del held
+
+
+def test_a_host_failing_the_preflight_is_skipped_and_the_others_are_applied(run: Run, fleet: Fleet) -> None:  # noqa: F811
+    inv = _fleet(fleet)
+    snap, plan_file = fleet.tmp / "snap.json", fleet.tmp / "plan.json"
+    assert run("discover", "-i", str(inv), "--out", str(snap)).exit_code == 0
+    r = run("propose", "--snapshot", str(snap), "-p", str(_profiles(fleet.tmp / "p.yaml")), "--out", str(plan_file),
+            ssh=False)
+    assert r.exit_code == 0, r.output
+    changed_hosts = {g["host"] for g in json.loads(plan_file.read_text())["gpus"] if g["actions"]}
+    assert "a" in changed_hosts
+    st = read(fleet.host(0).state)
+    st["cgi_placement"] = False  # host a's driver: `nvidia-smi mig -h` documents no -cgi placement tuple
+    write(fleet.host(0).state, st)
+    done = run("apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json")
+    hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+    assert "pre-flight failed, nothing changed" in hosts["a"]["error"] and "-cgi PROFILE:START" in hosts["a"]["error"]
+    assert not [a for a in read(fleet.host(0).state)["log"] if not is_read_only(["nvidia-smi", *a])]
+    if "b" in changed_hosts:
+        assert hosts["b"]["ok"] and done.exit_code == 1  # partial: b applied, a skipped
+    else:
+        assert done.exit_code == 3  # nothing applied

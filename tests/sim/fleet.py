@@ -170,3 +170,19 @@ def call_sim(argv: Sequence[str], path: str | os.PathLike[str]) -> tuple[int, st
     out, err = io.StringIO(), io.StringIO()
     code = sim.main(list(argv)[1:], env={sim.STATE_ENV: os.fspath(path)}, stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
+
+
+def reboot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The host reboots: every GPU and compute instance is gone ("the created MIG devices are not persistent
+    across system reboots", §1) and so are the processes; a pending MIG mode takes effect; Ampere keeps its MIG
+    mode (InfoROM), Hopper and later come back with MIG disabled (§1). Returns the new state."""
+    st = read_state(path)
+    for gpu in st["gpus"]:
+        model = sim.model_of(st, gpu)
+        gpu["gpu_instances"], gpu["processes"] = [], []
+        if model is None:
+            continue
+        mode = gpu["mig_pending"] if model.reset_required_for_mode else False
+        gpu["mig_current"] = gpu["mig_pending"] = mode
+    write_state(path, st)
+    return st

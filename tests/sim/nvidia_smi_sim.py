@@ -56,7 +56,11 @@ BUSY_TEXT = ("{bus} is currently being used by one or more other processes (e.g.
 RESET_BUSY = ("1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
               "application, graphics application such as an X server, or a monitoring application such as another "
               "instance of nvidia-smi). Please first kill all processes using this device and all compute "
-              "applications running in the system.")  # unverified (not in the reference)
+              "applications running in the system.")
+# Not in the reference; verbatim in public logs of `nvidia-smi -r` refused on Ampere while nvidia-persistenced or
+# nvidia_drm held the GPU (ComputeCanada/puppet-magic_castle#387 via mig-parted, NVIDIA/NVSentinel#1690, which also
+# shows that `nvidia-smi -pm 0` then lets the reset succeed). NVSentinel#1690 shows exit 255 where this simulator
+# exits with the NVML code (19) like every other refusal (module notes): tests/test_sim.py pins 19.
 # CI profile ids = NVML_COMPUTE_INSTANCE_PROFILE_* enum (mig-geometry.md §3) -> compute slices
 CI_ENUM_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
 
@@ -87,7 +91,7 @@ def locked(path: str) -> Iterator[dict[str, Any]]:
             yield state
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as fh:
-                json.dump(state, fh, indent=1)
+                fh.write(json.dumps(state, separators=(",", ":")))  # dumps, no indent: the C encoder (bench CPU)
             os.replace(tmp, path)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -165,15 +169,17 @@ MIG_FLAGS = {  # short and long forms (§0); value: does it take an argument (No
     "-gi": ("gi", True), "--gpu-instance-id": ("gi", True),
     "-ci": ("ci", True), "--compute-instance-id": ("ci", True),
     "-i": ("id", True), "--id": ("id", True),
+    "-h": ("help", False), "--help": ("help", False),
 }
 TOP_FLAGS = {
     "-L": ("L", False), "--list-gpus": ("L", False), "-i": ("id", True), "--id": ("id", True),
     "-mig": ("mig", True), "--multi-instance-gpu": ("mig", True), "-r": ("reset", False),
     "--gpu-reset": ("reset", False), "--query-gpu": ("query-gpu", True),
     "--query-compute-apps": ("query-compute-apps", True), "--format": ("format", True),
+    "--query-accounted-apps": ("query-accounted-apps", True), "pmon": ("pmon", False), "-c": ("count", True),
 }
-MIG_ACTIONS = ("lgip", "lgipp", "lgi", "lci", "cgi", "cci", "dci", "dgi")
-TOP_ACTIONS = ("L", "mig", "reset", "query-gpu", "query-compute-apps")
+MIG_ACTIONS = ("lgip", "lgipp", "lgi", "lci", "cgi", "cci", "dci", "dgi", "help")
+TOP_ACTIONS = ("L", "mig", "reset", "query-gpu", "query-compute-apps", "query-accounted-apps", "pmon")
 
 
 def parse_args(argv: Sequence[str]) -> dict[str, Any]:
@@ -201,6 +207,8 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
             raise bad
         opts[key] = inline if inline is not None else True
     actions = [a for a in (MIG_ACTIONS if "mig-sub" in opts else TOP_ACTIONS) if a in opts]
+    if not actions and "mig-sub" not in opts and set(opts) <= {"id"}:
+        actions = ["table"]  # plain `nvidia-smi [-i N]`: the default table (§12)
     if len(actions) != 1:
         raise bad
     opts["action"] = actions[0]
@@ -575,7 +583,8 @@ def do_reset(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
     texts are not in the reference (unverified); `is not supported` is §1 verbatim."""
     for item, gpu in enumerate(select(state, opts.get("id"))):
         bus = gpu["pci_bus_id"]
-        err = injected(inject, item, state) or (IN_USE if busy(gpu) else None)
+        held = busy(gpu) or bool(gpu.get("reset_holders"))  # e.g. nvidia-persistenced, nvidia_drm, Xorg
+        err = injected(inject, item, state) or (IN_USE if held else None)
         if err:
             tail = ["", RESET_BUSY] if err == IN_USE else []
             raise Fail(["The following GPUs could not be reset:", f"  GPU {bus}: {err}", *tail], code_of(err))
@@ -666,10 +675,189 @@ def do_query(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
         out.append(", ".join(v + u for v, u in zip(vals, unit, strict=True)))
 
 
+# --- `nvidia-smi mig -h` and the plain `nvidia-smi` table -------------------------------------------
+
+PLACEMENT_HELP = ("A profile tuple consists of a profile name or ID and an optional placement specifier, which "
+                  "consists of a colon and a placement start index. Provide comma separated values for more than one "
+                  "profile tuple(e.g. 1:0,4:2).")  # §5: verbatim from the real help text
+
+
+def do_mig_help(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    """`nvidia-smi mig -h`. Only PLACEMENT_HELP is verbatim (§5); the rest is modelled on it (unverified). A host
+    with `cgi_placement: false` is a driver whose -cgi takes no placement (its help lacks the sentence)."""
+    cgi = "    [-cgi | --create-gpu-instance]: Create GPU instances for the given profiles. A profile can be " \
+          "specified by ID or name. Provide comma separated values for more than one profile."
+    if state.get("cgi_placement", True):
+        cgi += " " + PLACEMENT_HELP
+    out += ["", "    mig -- Multi Instance GPU management.", "", "    Usage: nvidia-smi mig [options]", "",
+            "    Options include:", "    [-h | --help]: Display help information",
+            "    [-i | --id]: Enumeration index, PCI bus ID or UUID.",
+            "    [-gi | --gpu-instance-id]: GPU instance ID.",
+            "    [-lgip | --list-gpu-instance-profiles]: List supported GPU instance profiles.",
+            "    [-lgipp | --list-gpu-instance-possible-placements]: List possible GPU instance placements.",
+            cgi, "    [-C | --default-compute-instance]: Create compute instance with the default profile.",
+            "    [-lgi | --list-gpu-instances]: List GPU instances.",
+            "    [-dgi | --destroy-gpu-instance]: Destroy GPU instances.",
+            "    [-cci | --create-compute-instance]: Create compute instances.",
+            "    [-lci | --list-compute-instances]: List compute instances.",
+            "    [-dci | --destroy-compute-instance]: Destroy compute instances."]
+
+
+MIG_TABLE_HEAD = [  # §12 verbatim
+    "| MIG devices:                                                                          |",
+    "+------------------+--------------------------------+-----------+-----------------------+",
+    "| GPU  GI  CI  MIG |                   Memory-Usage |        Vol|      Shared           |",
+    "|      ID  ID  Dev |                     BAR1-Usage | SM     Unc| CE ENC DEC OFA JPG    |",
+    "|                  |                                |        ECC|                       |",
+    "|==================+================================+===========+=======================|",
+]
+
+
+def instance_memory(gpu: dict[str, Any], prof: Profile) -> int:
+    """MiB the driver gives a created instance: the profile's, unless the state says less (`instance_memory_mib`,
+    a host whose driver hands out less than its -lgip promised)."""
+    return int(gpu.get("instance_memory_mib", {}).get(prof.name, prof.memory_mib))
+
+
+def do_table(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    """Plain `nvidia-smi [-i N]`: a short GPU header (modelled, unverified) and the MIG devices table (§12 format:
+    GPU, GI ID, CI ID, MIG device index, memory used / total of the instance)."""
+    gpus = select(state, opts.get("id"))
+    out += ["+---------------------------------------------------------------------------------------+",
+            f"| NVIDIA-SMI (simulated)       Driver Version: {state.get('driver_version', '535.129.03'):<41}|",
+            "+---------------------------------------------------------------------------------------+"]
+    rows = []
+    for gpu in gpus:
+        check_query(state, gpu, inject)
+        model = model_of(state, gpu)
+        if model is None or not gpu["mig_current"]:
+            continue
+        devices = [(gi, ci) for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
+                   for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+        for n, (gi, ci) in enumerate(devices):
+            prof = gi_profile(model, gi)
+            used = sum(p["used_memory_mib"] for p in gpu["processes"] if p.get("gi") == gi["id"])
+            mem = f"{used}MiB / {instance_memory(gpu, prof)}MiB"
+            rows += [f"|{gpu['index']:>3}{gi['id']:>5}{ci['id']:>4}{n:>4}  |{mem:>30}  |{prof.sm_count:>3}      0 |"
+                     f"{prof.ce:>3}{prof.enc:>4}{prof.dec:>5}{prof.ofa:>5}{prof.jpeg:>5} |",
+                     f"|                  |{'0MiB / 16383MiB':>30}  |           |                       |",
+                     MIG_TABLE_HEAD[1]]
+    if rows:
+        out += ["", "+---------------------------------------------------------------------------------------+",
+                *MIG_TABLE_HEAD, *rows]
+    out += processes_table(gpus)  # the "Processes:" section after the GPU tables
+
+
+# --- latency (the benchmark): real MIG commands take time --------------------------------------------
+
+LATENCY_DEFAULTS = {  # seconds on real hardware, modelled (not measured here): a second or so per GPU instance
+    "command_s": 0.05,  # created, a few seconds per reset (issue 10); `scale` shrinks them all for a run
+    "gi_created_s": 1.0, "gi_destroyed_s": 0.3, "reset_s": 3.0, "mode_s": 0.5, "scale": 1.0,
+}
+
+
+def latency_s(state: dict[str, Any], argv: Sequence[str], lines: Sequence[str]) -> tuple[float, float]:
+    """(modelled seconds, seconds to sleep = modelled x scale) for one command; (0, 0) without `latency`."""
+    conf = state.get("latency")
+    if not conf:
+        return 0.0, 0.0
+    c = {**LATENCY_DEFAULTS, **conf}
+    raw = c["command_s"] + c["gi_created_s"] * sum(ln.startswith("Successfully created GPU instance") for ln in lines)
+    raw += c["gi_destroyed_s"] * sum(ln.startswith("Successfully destroyed GPU instance") for ln in lines)
+    raw += c["reset_s"] * sum(ln.endswith("was successfully reset.") for ln in lines)
+    raw += c["mode_s"] * ("-mig" in argv or "--multi-instance-gpu" in argv)
+    return raw, raw * float(c["scale"])
+
+
+# --- accounting and pmon (usage samples) ------------------------------------------------------------
+
+PROC_BAR = "+" + "-" * 89 + "+"  # 91 columns
+
+
+def processes_table(gpus: list[dict[str, Any]]) -> list[str]:
+    """The "Processes:" table of plain nvidia-smi, 91 columns as in public output of drivers 535-550 (not in the
+    reference): GPU, GI ID, CI ID (N/A outside MIG), PID, type, name (cut to '...' and its last 37 characters),
+    memory in MiB; "No running processes found" when there are none."""
+    head = [PROC_BAR, f"| {'Processes:':<88}|",
+            "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+            "|        ID   ID                                                               Usage      |",
+            "|" + "=" * 89 + "|"]
+    rows = []
+    for gpu in gpus:
+        for p in gpu["processes"]:
+            gi = "N/A" if p.get("gi") is None else str(p["gi"])
+            ci = "N/A" if p.get("ci") is None else str(p["ci"])
+            name = str(p["name"]) if len(str(p["name"])) <= 40 else "..." + str(p["name"])[-37:]
+            rows.append(f"|{gpu['index']:>5}{gi:>6}{ci:>5}{p['pid']:>10}{'C':>7}   {name:<40}"
+                        f"{str(p['used_memory_mib']) + 'MiB':>12} |")
+    if not rows:
+        rows = [f"|  {'No running processes found':<87}|"]
+    return ["", *head, *rows, PROC_BAR]
+
+
+
+ACCOUNTED = {"gpu_uuid": None, "gpu_name": None, "gpu_bus_id": None, "pid": None, "gpu_utilization": "%",
+             "gpu_util": "%", "mem_utilization": "%", "mem_util": "%", "max_memory_usage": "MiB", "time": "ms"}
+
+
+def do_accounted(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    """`--query-accounted-apps` (§14: header and units verbatim). A GPU lists its processes only with
+    `accounting: true` and MIG off (NVML forces accounting off in MIG mode); running ones have time 0, finished
+    ones come from the GPU's `accounted` list. A GPU without accounting prints nothing (unverified)."""
+    fields = str(opts["query-accounted-apps"]).split(",")
+    header, units = csv_format(opts)
+    bad = [f for f in fields if f not in ACCOUNTED]
+    if bad:
+        raise Fail([f'Field "{bad[0]}" is not a valid field to query.'], BAD_ARGS)  # unverified text
+    if header:
+        out.append(", ".join(f + (f" [{ACCOUNTED[f]}]" if units and ACCOUNTED[f] else "") for f in fields))
+    for gpu in select(state, opts.get("id")):
+        check_query(state, gpu, inject)
+        if not gpu.get("accounting") or gpu["mig_current"]:
+            continue
+        rows = [{"pid": p["pid"], "util": p.get("sm_util", 0), "mem": p.get("mem_util", 0),
+                 "max": p.get("max_memory_mib", p["used_memory_mib"]), "time": 0} for p in gpu["processes"]]
+        rows += [{"pid": a["pid"], "util": a.get("gpu_util", 0), "mem": a.get("mem_util", 0),
+                  "max": a.get("max_memory_mib", 0), "time": a.get("time_ms", 1)} for a in gpu.get("accounted", [])]
+        for r in rows:
+            values = {"gpu_uuid": gpu["uuid"], "gpu_name": gpu["name"], "gpu_bus_id": gpu["pci_bus_id"],
+                      "pid": r["pid"], "gpu_utilization": r["util"], "gpu_util": r["util"], "mem_utilization": r["mem"],
+                      "mem_util": r["mem"], "max_memory_usage": r["max"], "time": r["time"]}
+            out.append(", ".join(str(values[f]) + (f" {ACCOUNTED[f]}" if units and ACCOUNTED[f] else "")
+                                 for f in fields))
+
+
+def do_pmon(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
+    """`nvidia-smi pmon -c N`: N samples (no waiting here). The layout with jpg/ofa columns of newer drivers, as
+    in public output (the reference has none). A process's `sm_util` (default 0); in MIG mode '-' (utilisation is
+    not attributed there; unverified). A GPU without processes prints a row of dashes."""
+    count = str(opts.get("count", "1"))
+    if not count.isdigit() or not 1 <= int(count) <= 10000:
+        raise Fail([INVALID_ARGS], BAD_ARGS)
+    gpus = select(state, opts.get("id"))
+    for gpu in gpus:
+        check_query(state, gpu, inject)
+    out += ["# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command ",
+            "# Idx           #    C/G      %      %      %      %      %      %    name "]
+    for _ in range(int(count)):
+        for gpu in gpus:
+            if not gpu["processes"]:
+                out.append(f"{gpu['index']:>5} {'-':>10} {'-':>5} " + " ".join(f"{'-':>6}" for _ in range(6))
+                           + "    -              ")
+            for p in gpu["processes"]:
+                sm = "-" if gpu["mig_current"] else str(p.get("sm_util", 0))
+                mem = "-" if gpu["mig_current"] else str(p.get("mem_util", 0))
+                name = str(p["name"]).rsplit("/", 1)[-1][:15]
+                out.append(f"{gpu['index']:>5} {p['pid']:>10} {'C':>5} {sm:>6} {mem:>6} "
+                           + " ".join(f"{'-':>6}" for _ in range(4)) + f"    {name:<15}")
+
+
 HANDLERS = {
+    "help": do_mig_help, "table": do_table,
     "lgip": do_lgip, "lgipp": do_lgipp, "lgi": do_lgi, "lci": do_lci, "cgi": do_cgi, "cci": do_cci,
     "dci": do_dci, "dgi": do_dgi, "mig": do_mig_mode, "reset": do_reset, "L": do_list,
     "query-gpu": do_query, "query-compute-apps": do_query,
+    "query-accounted-apps": do_accounted, "pmon": do_pmon,
 }
 
 
@@ -711,6 +899,18 @@ def take_fault(state: dict[str, Any], argv: Sequence[str]) -> dict[str, Any] | N
     return None
 
 
+def spawn_process(state: dict[str, Any], fault: dict[str, Any], index: int | None) -> None:
+    """Fault `spawn: START`: a CUDA process appears on the GPU instance placed at START (its first CI)."""
+    for gpu in state["gpus"]:
+        if index is not None and gpu["index"] != index:
+            continue
+        for gi in gpu["gpu_instances"]:
+            if gi["start"] == int(fault["spawn"]) and gi["cis"]:
+                gpu["processes"].append({"pid": int(fault.get("pid", 4242)), "name": "late.py", "used_memory_mib": 512,
+                                         "gi": gi["id"], "ci": gi["cis"][0]["id"]})
+                return
+
+
 def run(state: dict[str, Any], argv: Sequence[str], inject: dict[str, Any] | None) -> tuple[list[str], int]:
     out: list[str] = []
     try:
@@ -750,7 +950,14 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
         stderr.write(fault.get("stderr", ""))
         return int(fault.get("exit", 0))
     with locked(path) as state:
+        if fault and fault.get("spawn"):  # a process starts on the GI at `spawn` start just before this command
+            spawn_process(state, fault, gpu_of(argv))
         lines, code = run(state, argv, fault if fault and "error" in fault else None)
+        raw, delay = latency_s(state, argv, lines)
+        if raw:
+            state["latency_modelled_s"] = round(state.get("latency_modelled_s", 0.0) + raw, 6)
+    if delay:
+        time.sleep(delay)  # outside the state lock: other commands on this host are not held up by it
     if fault and fault.get("drop") == "after":
         return 255  # the command took effect, but its output and status never arrived
     stdout.write("".join(line + "\n" for line in lines))  # nvidia-smi writes its errors to stdout too (unverified)

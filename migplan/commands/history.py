@@ -1,0 +1,305 @@
+"""Profiles from history and backtests: read the history (CSV file or on-host store), roll it up, write.
+
+  profiles build [--history PATH | --csv FILE] [--window 7d] [--until T] --out DIR
+  profiles import FILE.csv [--window 7d] [--until T] --out DIR   (the same, from a CSV file)
+  backtest (--csv FILE | --history PATH) --train 7d --test 7d --policy max+10% ...
+
+The window ends at `--until`, else at the history's last sample. For a CSV file that last sample
+is found without a second pass where the file is in time order: the last MiB of the file is read first
+and its latest time taken as the end; the pass then checks that no row was later, and when one was
+(a file not in time order) the file is read a second time with the true end (a note says so).
+
+The CSV file is read in binary, one line at a time with a bounded `readline`, so a line without a
+newline for a gigabyte costs MAX_LINE_BYTES of memory and is rejected, not loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from migplan import files
+from migplan.catalog import Catalog
+from migplan.commands import Report, quiet
+from migplan.commands.context import Context
+from migplan.documents import dump
+from migplan.errors import InputError
+from migplan.history import csv_series
+from migplan.history.backtest import Backtest, SizingRule, backtest, parse_rule
+from migplan.history.csv_series import CsvSeries, CsvStats, RowError
+from migplan.history.rollup import Rollup, Window, last_timestamp, rollup
+from migplan.history.samples import Sample
+from migplan.planner import Policy
+
+TAIL_BYTES = 1 << 20
+_DURATION = re.compile(r"(?a)([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float | None:
+    """`7d`, `12h`, `30m`, `90s`, `2w` -> seconds; `all` -> None (no limit)."""
+    t = text.strip().lower()
+    if t == "all":
+        return None
+    m = _DURATION.fullmatch(t)
+    if m is None or float(m.group(1)) <= 0:
+        raise InputError(f"{text!r} is not a duration", key=option,
+                         hint="write a number and a unit: 90s, 30m, 12h, 7d, 2w (or 'all')")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def parse_time(text: str, option: str) -> float:
+    try:
+        return csv_series.parse_timestamp(text)
+    except RowError as err:
+        raise InputError(str(err), key=option, hint="unix seconds or ISO 8601 such as 2026-11-01T00:00:00Z") from None
+
+
+# --- reading a CSV file ---------------------------------------------------------------------------
+
+def _check_regular(path: str, option: str) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", source=path, key=option, hint="check the path") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file (a directory, device or FIFO)", source=path, key=option,
+                         hint="give the path of a CSV file")
+
+
+PROGRESS_BYTES = 256 << 20  # a progress line per 256 MiB read
+
+
+def csv_lines(path: str, report: Report = quiet) -> Iterator[bytes]:
+    """The file's lines as bytes; a line longer than MAX_LINE_BYTES is cut to MAX_LINE_BYTES + 1 bytes
+    (the parser rejects it) and the rest of it skipped without being held in memory. A large file
+    reports its progress every PROGRESS_BYTES."""
+    limit = csv_series.MAX_LINE_BYTES + 1
+    with open(path, "rb") as fh:
+        total = os.fstat(fh.fileno()).st_size
+        done, mark = 0, PROGRESS_BYTES
+        while True:
+            line = fh.readline(limit)
+            if not line:
+                return
+            done += len(line)
+            if done >= mark:
+                report(f"{path}: read {done >> 20} of {total >> 20} MiB")
+                mark += PROGRESS_BYTES
+            if len(line) == limit and not line.endswith(b"\n"):
+                while True:  # skip to the end of the overlong line
+                    rest = fh.readline(limit)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+            yield line
+
+
+@dataclass
+class CsvSource:
+    """A CSV file as a re-readable history: each `samples()` call is a new pass with fresh statistics."""
+
+    path: str
+    stats: CsvStats | None = None
+    report: Report = quiet
+
+    def samples(self) -> Iterator[Sample]:
+        parser = CsvSeries(self.path)
+        self.stats = parser.stats
+        return parser.samples(csv_lines(self.path, self.report))
+
+    def tail_latest(self) -> float | None:
+        """The latest timestamp in the file's last MiB (the end of a file in time order)."""
+        parser = CsvSeries(self.path)
+        with open(self.path, "rb") as fh:
+            first = fh.readline(csv_series.MAX_LINE_BYTES + 1)
+            parser.read_header(first, 1)
+            size = fh.seek(0, os.SEEK_END)
+            start = max(len(first), size - TAIL_BYTES)
+            fh.seek(start)
+            chunk = fh.read(TAIL_BYTES)
+        lines = chunk.split(b"\n")
+        if start > len(first):
+            lines = lines[1:]  # the first piece may be the end of a line
+        best = None
+        for raw in lines:
+            s = parser.parse_line(raw, 0)
+            if s is not None and (best is None or s.timestamp > best):
+                best = s.timestamp
+        return best
+
+
+# --- the history a command reads ------------------------------------------------------------------
+
+@dataclass
+class History:
+    """Where samples come from: `passes()` is one fresh pass; `csv` keeps the CSV statistics."""
+
+    label: str
+    passes: Callable[[], Iterable[Sample]]
+    csv: CsvSource | None = None
+    latest_hint: Callable[[], float | None] | None = None
+
+
+def open_history(history: str | None, csv: str | None, report: Report = quiet) -> History:
+    if (history is None) == (csv is None):
+        raise InputError("give exactly one of --history PATH and --csv FILE",
+                         hint="--csv reads a CSV time series (docs/profiles.md); --history the on-host store")
+    if csv is not None:
+        _check_regular(csv, "--csv")
+        src = CsvSource(csv, report=report)
+        return History(csv, src.samples, src, src.tail_latest)
+    assert history is not None
+    return History(history, _store_reader(history))
+
+
+def _store_reader(path: str) -> Callable[[], Iterable[Sample]]:
+    """The on-host history store (migplan.adapters.history_store: a host's SQLite file, or a directory of
+    stores fetched from hosts), read oldest first; opened once here so that a bad path fails early."""
+    from migplan.adapters.history_store import open_history as open_store
+    from migplan.adapters.history_store import read_samples
+
+    store = open_store(path)
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
+    return lambda: read_samples(path)
+
+
+def _latest(h: History, report: Report) -> float | None:
+    """The history's last sample time: the file's tail for a CSV, else one pass."""
+    if h.latest_hint is not None:
+        try:
+            hint = h.latest_hint()
+        except InputError:
+            hint = None
+        if hint is not None:
+            return hint
+    report(f"finding the end of {h.label} (one pass)")
+    return last_timestamp(h.passes())
+
+
+# --- profiles build / import ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BuildRequest:
+    history: str | None = None
+    csv: str | None = None
+    window: str = "7d"
+    until: str | None = None
+    out: str | None = None  # None: nothing written (the summary and documents are still returned)
+
+
+@dataclass
+class BuildResult:
+    rollup: Rollup
+    source: str
+    csv: CsvStats | None = None
+    written: list[tuple[str, int]] = field(default_factory=list)  # (file, workloads)
+    stale: list[str] = field(default_factory=list)  # other .yaml files in --out that this build did not write
+    notes: list[str] = field(default_factory=list)
+
+
+def window_for(h: History, length: float | None, until: str | None, report: Report) -> tuple[Window, float | None]:
+    end = parse_time(until, "--until") if until else None
+    if length is None and end is None:
+        return Window(), None
+    if end is None:
+        end = _latest(h, report)
+        if end is None:
+            return Window(), None
+    return Window(None if length is None else end - length, end), end
+
+
+def build_profiles(ctx: Context, req: BuildRequest, *, report: Report = quiet) -> BuildResult:
+    h = open_history(req.history, req.csv, report)
+    length = parse_duration(req.window, "--window")
+    win, guessed = window_for(h, length, req.until, report)
+    result = _rollup_pass(h, ctx.catalog, win, report)
+    notes = []
+    if req.until is None and guessed is not None and h.csv is not None and h.csv.stats is not None \
+            and h.csv.stats.last is not None and h.csv.stats.last > guessed:
+        notes.append(f"{h.label} is not in time order (its last MiB ends before its latest row): read it twice")
+        win = dataclasses.replace(win, start=None if length is None else h.csv.stats.last - length,
+                                  end=h.csv.stats.last)
+        result = _rollup_pass(h, ctx.catalog, win, report)
+    out = BuildResult(result, h.label, h.csv.stats if h.csv else None, notes=notes)
+    if req.out:
+        _write(out, req.out, [p for p in (req.csv, req.history) if p])
+    return out
+
+
+def _rollup_pass(h: History, catalog: Catalog, win: Window, report: Report) -> Rollup:
+    report(f"reading {h.label}")
+    return rollup(h.passes(), catalog, win)
+
+
+def _write(out: BuildResult, directory: str, inputs: list[str]) -> None:
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InputError("--out must be a directory (one profiles file per host is written in it)",
+                         source=directory, key="--out")
+    docs = out.rollup.documents()
+    for host, doc in docs.items():
+        path = d / f"{host}.yaml"
+        files.write_atomic(path, dump(doc, "yaml"), forbid=inputs)
+        out.written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
+    mine = {f"{h}.yaml" for h in docs}
+    out.stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)
+
+
+# --- backtest -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BacktestRequest:
+    history: str | None = None
+    csv: str | None = None
+    train: str = "7d"
+    test: str = "7d"
+    until: str | None = None
+    policies: tuple[str, ...] = ()
+    gpu_model: str | None = None
+    compute_percentile: str | None = None
+
+
+def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet) -> Backtest:
+    from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
+
+    h = open_history(req.history, req.csv, report)
+    train = parse_duration(req.train, "--train")
+    test = parse_duration(req.test, "--test")
+    if train is None or test is None:
+        raise InputError("--train and --test need a length, not 'all'", key="--train/--test")
+    base: Policy = planner_policy(ctx, {"compute_percentile": req.compute_percentile})
+    rules: list[SizingRule] = [parse_rule(p, base) for p in (req.policies or ("max+10%", "max+25%", "p99+10%"))]
+    end = parse_time(req.until, "--until") if req.until else _latest(h, report)
+    if end is None:
+        raise InputError("the history has no samples", source=h.label)
+    test_w = Window(end - test, end)
+    train_w = Window(end - test - train, end - test, end_open=True)
+    if req.gpu_model is not None:
+        ctx.catalog.get(req.gpu_model)
+    solver = planner_solver(ctx, ProposeRequest(), base)
+    report(f"training on {h.label}: {len(rules)} rule(s)")
+    result = backtest(h.passes(), _Lazy(h, report), ctx.catalog, rules, solver, train_window=train_w,
+                      test_window=test_w, base=base, default_model=req.gpu_model)
+    last = h.csv.stats.last if h.csv is not None and h.csv.stats is not None else None
+    if req.until is None and last is not None and last > end:  # not in time order: the tail was not the end
+        report(f"{h.label} is not in time order: reading it again with the windows ending at its latest row")
+        return run_backtest(ctx, dataclasses.replace(req, until=repr(last)), report=report)
+    return result
+
+
+class _Lazy:
+    """The second pass, started only when the backtest iterates it (after the training pass ended)."""
+
+    def __init__(self, h: History, report: Report) -> None:
+        self.h, self.report = h, report
+
+    def __iter__(self) -> Iterator[Sample]:
+        self.report(f"replaying the test window of {self.h.label}")
+        return iter(self.h.passes())

@@ -1,0 +1,392 @@
+"""Roll samples up into workload profiles over a window (pure): what `migplan profiles build` writes.
+
+Per workload: memory p50/p95/p99/max in whole MiB, compute p50/p95/p99/max as a share of the whole
+GPU, sample counts, first and last seen, every place it ran on, and notes (few samples, unknown
+compute). A workload seen on several hosts is one profile; its `observed` place is where its latest
+sample ran (where it runs now, which the planner keeps it on), and `observed.places` lists them all.
+
+Percentiles are exact, by nearest rank: the p-th percentile of n values is the ceil(p/100 x n)-th
+smallest (1-based), the max is the largest. Memory is rounded UP to a whole MiB per sample first
+(rounding up is monotone, so this equals rounding the percentile up). Compute is kept as SMs on a
+grid of 1/100 SM, each sample rounded up, then divided by the SM count of the reference model and
+rounded up to 1/10000 of a GPU: exact on that grid, never below the measured value by more than 0 and
+above it by at most 0.0001 of a GPU plus 0.01 SM.
+
+Streamable with bounded memory: each workload keeps counts per distinct value (`Counts`: sorted
+value and count arrays, 8 bytes per distinct value, compacted from an 8192-value buffer), so the memory
+grows with the number of distinct MiB values a workload used, not with the number of samples.
+
+Compute conversion (`Sample.util_pct` is of the place it ran on): SMs used = util/100 x SMs of the
+place (the MIG profile's SM count from the catalog, or its compute-slice share of the GPU's SMs when
+the catalog lists no SM count; the whole GPU's SMs with MIG off); the profile's share is SMs used /
+SMs of the reference model (the model of the `observed` place, else the model seen most), at most 1.
+A sample without util, or on a GPU model the catalog does not know, leaves compute unknown (never an
+invented number); a profile with no compute sample at all omits `compute` (profiles.UNKNOWN_COMPUTE).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from migplan.catalog import Catalog
+from migplan.catalog.geometry import GpuModel
+from migplan.history.samples import Place, Sample
+from migplan.profiles import PROFILES_VERSION, UNKNOWN_COMPUTE, ComputeStats, MemoryStats, Observation, Workload
+
+DAY_S = 86_400.0
+DEFAULT_WINDOW_S = 7 * DAY_S
+FEW_SAMPLES = 60  # fewer memory samples than this (an hour at one a minute): the profile says so
+SM_GRID = 100  # compute kept in 1/100 SM
+SHARE_GRID = 10_000  # shares written in 1/10000 of a GPU
+PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))
+NO_HOST = "no-host"  # the file for workloads whose samples name no host
+_BUFFER = 8192
+
+
+class Counts:
+    """Exact counts of non-negative integers, compact: sorted distinct values with their counts."""
+
+    __slots__ = ("_buf", "_cnts", "_vals", "n")
+
+    def __init__(self) -> None:
+        self._vals = array("Q")
+        self._cnts = array("Q")
+        self._buf = array("Q")
+        self.n = 0
+
+    def add(self, value: int) -> None:
+        self._buf.append(value)
+        self.n += 1
+        if len(self._buf) >= _BUFFER:
+            self._compact()
+
+    def add_many(self, value: int, count: int) -> None:
+        self._merge(((value, count),))
+        self.n += count
+
+    def _compact(self) -> None:
+        if self._buf:
+            new = sorted(Counter(self._buf).items())
+            self._buf = array("Q")
+            self._merge(new)
+
+    def _merge(self, pairs: Iterable[tuple[int, int]]) -> None:
+        vals, cnts = self._vals, self._cnts
+        for v, c in pairs:
+            i = bisect.bisect_left(vals, v)
+            if i < len(vals) and vals[i] == v:
+                cnts[i] += c
+            else:
+                vals.insert(i, v)
+                cnts.insert(i, c)
+
+    def distinct(self) -> int:
+        self._compact()
+        return len(self._vals)
+
+    def items(self) -> list[tuple[int, int]]:
+        self._compact()
+        return list(zip(self._vals, self._cnts, strict=True))
+
+    def nearest_rank(self, pcts: Iterable[float]) -> list[int]:
+        """The nearest-rank percentiles (each 0 < p <= 100) of the values added; n must be > 0."""
+        self._compact()
+        ranks = [max(1, math.ceil(round(p / 100 * self.n, 9))) for p in pcts]
+        out, seen, i = [], 0, 0
+        for rank in ranks:  # ascending ranks: one walk of the cumulative counts
+            while seen + self._cnts[i] < rank:
+                seen += self._cnts[i]
+                i += 1
+            out.append(int(self._vals[i]))
+        return out
+
+    def max(self) -> int:
+        self._compact()
+        return int(self._vals[-1])
+
+
+@dataclass
+class _PlaceAcc:
+    samples: int = 0
+    first: float = math.inf
+    last: float = -math.inf
+
+
+@dataclass
+class _Acc:
+    memory: Counts = field(default_factory=Counts)
+    compute: dict[str, Counts] = field(default_factory=dict)  # model id -> SMs used (1/100 SM)
+    samples: int = 0
+    compute_unknown: int = 0  # no util in the sample
+    compute_unconverted: int = 0  # util on a model the catalog does not know
+    unknown_models: Counter[str] = field(default_factory=Counter)
+    first: float = math.inf
+    last: float = -math.inf
+    latest_place: Place = Place()
+    places: dict[Place, _PlaceAcc] = field(default_factory=dict)
+    # the previous sample's place (by identity: sources hand the same Place object for a repeated place),
+    # its accumulator and model, so a run of samples at one place hashes no Place
+    prev: tuple[Place, _PlaceAcc, tuple[GpuModel, float] | None] | None = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """Samples with start <= timestamp <= end (None: unbounded); `end_open` makes it start <= t < end."""
+
+    start: float | None = None
+    end: float | None = None
+    end_open: bool = False
+
+    def __contains__(self, ts: float) -> bool:
+        if self.start is not None and ts < self.start:
+            return False
+        if self.end is None:
+            return True
+        return ts < self.end if self.end_open else ts <= self.end
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One workload's rolled-up history: the profile document entry and the planner's `Workload`."""
+
+    name: str
+    host: str  # the file it goes in: the host of its latest sample, or NO_HOST
+    document: dict[str, object]
+    workload: Workload
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Rollup:
+    profiles: list[Profile]
+    window: Window
+    samples_seen: int = 0
+    samples_in_window: int = 0
+    skipped: list[str] = field(default_factory=list)  # workloads with no memory sample in the window
+
+    def by_host(self) -> dict[str, list[Profile]]:
+        out: dict[str, list[Profile]] = {}
+        for p in self.profiles:
+            out.setdefault(p.host, []).append(p)
+        return dict(sorted(out.items()))
+
+    def documents(self) -> dict[str, dict[str, object]]:
+        """One profiles document per host (file name stem -> document)."""
+        return {host: {"version": PROFILES_VERSION, "kind": "migplan/profiles",
+                       "workloads": [p.document for p in ps]} for host, ps in self.by_host().items()}
+
+
+def iso(ts: float) -> str:
+    """Unix seconds as ISO 8601 UTC (`2026-11-01T00:00:00Z`), whole seconds unless fractional."""
+    when = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    if when.microsecond == 0:
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.isoformat().replace("+00:00", "Z")
+
+
+def place_sm(catalog: Catalog, place: Place) -> tuple[GpuModel, float] | None:
+    """The catalog model of the place and the SMs of the place (instance or whole GPU); None if unknown."""
+    if place.gpu_model is None:
+        return None
+    model = catalog.find(place.gpu_model)
+    if model is None:
+        return None
+    if place.mig_profile is None:
+        return model, float(model.sm_total)
+    if not model.has_profile(place.mig_profile):
+        return None
+    prof = model.profile(place.mig_profile)
+    if prof.sm_count > 0:
+        return model, float(prof.sm_count)
+    return model, model.sm_total * prof.compute_slices / model.compute_slices
+
+
+class _Models:
+    """catalog lookups per place, cached (a history repeats the same few places)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._cache: dict[Place, tuple[GpuModel, float] | None] = {}
+
+    def __call__(self, place: Place) -> tuple[GpuModel, float] | None:
+        if place not in self._cache:
+            self._cache[place] = place_sm(self.catalog, place)
+        return self._cache[place]
+
+
+def accumulate(samples: Iterable[Sample], catalog: Catalog, window: Window) -> tuple[dict[str, _Acc], int, int]:
+    """One pass over the samples: per-workload accumulators, samples seen, samples in the window."""
+    accs: dict[str, _Acc] = {}
+    models = _Models(catalog)
+    seen = kept = 0
+    for s in samples:
+        seen += 1
+        if s.timestamp not in window:
+            continue
+        kept += 1
+        acc = accs.get(s.workload)
+        if acc is None:
+            acc = accs[s.workload] = _Acc()
+        _add(acc, s, models)
+    return accs, seen, kept
+
+
+def _add(acc: _Acc, s: Sample, models: _Models) -> None:
+    acc.samples += 1
+    ts = s.timestamp
+    if ts < acc.first:
+        acc.first = ts
+    if ts >= acc.last:
+        acc.last = ts
+        acc.latest_place = s.place
+    prev = acc.prev
+    if prev is not None and prev[0] is s.place:
+        pa, where = prev[1], prev[2]
+    else:
+        found = acc.places.get(s.place)
+        if found is None:
+            found = acc.places[s.place] = _PlaceAcc()
+        pa, where = found, models(s.place)
+        acc.prev = (s.place, pa, where)
+    pa.samples += 1
+    if ts < pa.first:
+        pa.first = ts
+    if ts > pa.last:
+        pa.last = ts
+    if s.memory_mib is not None:
+        acc.memory.add(math.ceil(s.memory_mib))
+    if s.util_pct is None:
+        acc.compute_unknown += 1
+        return
+    if where is None:
+        acc.compute_unconverted += 1
+        if s.place.gpu_model is not None:
+            acc.unknown_models[s.place.gpu_model] += 1
+        return
+    model, sms = where
+    counts = acc.compute.get(model.id)
+    if counts is None:
+        counts = acc.compute[model.id] = Counts()
+    counts.add(math.ceil(round(s.util_pct / 100 * sms * SM_GRID, 6)))
+
+
+def _reference(acc: _Acc, catalog: Catalog) -> GpuModel | None:
+    """The model compute shares are written for: the latest place's, else the one with most samples."""
+    latest = acc.latest_place.gpu_model
+    model = catalog.find(latest) if latest else None
+    if model is not None:
+        return model
+    known = Counter[str]()
+    for place, pa in acc.places.items():
+        m = catalog.find(place.gpu_model) if place.gpu_model else None
+        if m is not None:
+            known[m.id] += pa.samples
+    return catalog.get(known.most_common(1)[0][0]) if known else None
+
+
+def _compute_stats(acc: _Acc, ref: GpuModel | None) -> tuple[ComputeStats, int]:
+    """The compute shares of the reference model (merged from every model's SM counts), and how many samples."""
+    if ref is None or not acc.compute:
+        return UNKNOWN_COMPUTE, 0
+    merged = Counts()
+    scale = SHARE_GRID / (SM_GRID * ref.sm_total)
+    for counts in acc.compute.values():
+        for v, c in counts.items():
+            merged.add_many(min(SHARE_GRID, math.ceil(round(v * scale, 6))), c)
+    p50, p95, p99 = merged.nearest_rank(p for _, p in PERCENTILES)
+    top = merged.max()
+    return ComputeStats(p50=p50 / SHARE_GRID, p95=p95 / SHARE_GRID, p99=p99 / SHARE_GRID,
+                        max=top / SHARE_GRID), merged.n
+
+
+def _place_doc(place: Place, pa: _PlaceAcc, catalog: Catalog) -> dict[str, object]:
+    model = catalog.find(place.gpu_model) if place.gpu_model else None
+    doc: dict[str, object] = {k: v for k, v in (
+        ("host", place.host), ("gpu", place.gpu), ("gpu_model", model.id if model else place.gpu_model),
+        ("mig_profile", place.mig_profile), ("mig_start", place.mig_start)) if v is not None}
+    doc.update(samples=pa.samples, first_seen=iso(pa.first), last_seen=iso(pa.last))
+    return doc
+
+
+def _notes(acc: _Acc, compute_n: int, ref: GpuModel | None) -> list[str]:
+    notes = []
+    if acc.memory.n < FEW_SAMPLES:
+        notes.append(f"rests on few samples: {acc.memory.n} memory samples (fewer than {FEW_SAMPLES}); "
+                     "its observed peak may be below its real one")
+    if compute_n == 0:
+        why = "no sample measured utilisation" if not acc.compute else "no known GPU model to convert it to"
+        notes.append(f"compute unknown: {why}; sized by memory alone")
+    elif compute_n < acc.samples:
+        notes.append(f"compute measured in {compute_n} of {acc.samples} samples")
+    for name, n in sorted(acc.unknown_models.items()):
+        notes.append(f"GPU model {name!r} is not in the catalog: compute of its {n} samples is unknown")
+    if ref is not None and len(acc.compute) > 1:
+        notes.append(f"ran on {len(acc.compute)} GPU models: compute is a share of {ref.id}")
+    return notes
+
+
+def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window) -> Profile:
+    p50, p95, p99 = acc.memory.nearest_rank(p for _, p in PERCENTILES)
+    memory = MemoryStats(p50=p50, p95=p95, p99=p99, max=acc.memory.max())
+    ref = _reference(acc, catalog)
+    compute, compute_n = _compute_stats(acc, ref)
+    notes = _notes(acc, compute_n, ref)
+    lp = acc.latest_place
+    lp_model = catalog.find(lp.gpu_model) if lp.gpu_model else None
+    model_id = lp_model.id if lp_model else (ref.id if ref else None)
+    start = window.start if window.start is not None else acc.first
+    end = window.end if window.end is not None else acc.last
+    observed: dict[str, object] = {k: v for k, v in (
+        ("host", lp.host), ("gpu", lp.gpu), ("gpu_model", model_id), ("mig_profile", lp.mig_profile),
+        ("mig_start", lp.mig_start)) if v is not None}
+    observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.n,
+                    compute_samples=compute_n, first_seen=iso(acc.first), last_seen=iso(acc.last),
+                    places=[_place_doc(p, pa, catalog) for p, pa in
+                            sorted(acc.places.items(), key=lambda kv: (-kv[1].last, _place_key(kv[0])))])
+    if notes:
+        observed["notes"] = notes
+    doc: dict[str, object] = {"name": name, "observed": observed,
+                              "memory_mib": {"p50": memory.p50, "p95": memory.p95, "p99": memory.p99,
+                                             "max": memory.max}}
+    if compute.known:
+        doc["compute"] = {"p50": compute.p50, "p95": compute.p95, "p99": compute.p99, "max": compute.max}
+    obs = Observation(host=lp.host, gpu=lp.gpu, gpu_model=model_id, mig_profile=lp.mig_profile,
+                      mig_start=lp.mig_start, window_start=iso(start), window_end=iso(end), samples=acc.memory.n,
+                      first_seen=iso(acc.first), last_seen=iso(acc.last), compute_samples=compute_n,
+                      notes=tuple(notes))
+    workload = Workload(name=name, observed=obs, memory=memory, compute=compute, source="rollup")
+    return Profile(name, lp.host or NO_HOST, doc, workload, tuple(notes))
+
+
+def _place_key(p: Place) -> tuple[str, int, str, str, int]:
+    return (p.host or "", p.gpu if p.gpu is not None else -1, p.gpu_model or "", p.mig_profile or "",
+            p.mig_start if p.mig_start is not None else -1)
+
+
+def rollup(samples: Iterable[Sample], catalog: Catalog, window: Window | None = None) -> Rollup:
+    """Profiles of every workload with at least one memory sample in the window, sorted by name."""
+    win = window or Window()
+    accs, seen, kept = accumulate(samples, catalog, win)
+    out = Rollup([], win, seen, kept)
+    for name in sorted(accs):
+        acc = accs[name]
+        if acc.memory.n == 0:
+            out.skipped.append(name)
+            continue
+        out.profiles.append(profile_of(name, acc, catalog, win))
+    return out
+
+
+def last_timestamp(samples: Iterable[Sample]) -> float | None:
+    """The latest sample time (one pass), to end a window at the end of a history."""
+    last: float | None = None
+    for s in samples:
+        if last is None or s.timestamp > last:
+            last = s.timestamp
+    return last

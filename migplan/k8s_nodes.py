@@ -1,0 +1,253 @@
+"""An inventory from `kubectl get nodes -o json`: GPUs and MIG state from NVIDIA's node labels (pure).
+
+The labels read (docs/kubernetes.md) are the ones GPU feature discovery (GFD, in NVIDIA/k8s-device-plugin
+@1b826ac `internal/lm/resource.go`, `mig-strategy.go`) and the GPU Operator's MIG manager set:
+
+  nvidia.com/gpu.product         the GPU name, spaces as '-' (`NVIDIA-A100-SXM4-40GB`); with
+                                 mig.strategy=single on MIG GPUs `<name>-MIG-<profile>`, or
+                                 `<name>-MIG-INVALID` for a layout single cannot describe; `-SHARED` when
+                                 time-sliced
+  nvidia.com/gpu.count           GPUs of that name (single strategy on MIG GPUs: the MIG devices)
+  nvidia.com/gpu.memory          MiB of one GPU (single strategy on MIG GPUs: of one MIG device)
+  nvidia.com/mig.strategy        none | single | mixed
+  nvidia.com/mig-<p>.count       mixed: MIG devices of profile <p> on the node ('+' written '.')
+  status.capacity/allocatable    `nvidia.com/gpu` (whole GPUs, or single-strategy MIG devices) and
+                                 `nvidia.com/mig-<p>` (mixed); capacity is preferred over the labels
+  nvidia.com/mig.config          the mig-parted config the MIG manager applies
+  nvidia.com/mig.config.state    pending | rebooting | success | failed
+
+What the labels cannot say: which GPU holds which instance, and where. Per-GPU layouts are therefore
+inferred: the node's MIG devices are split over its MIG-enabled GPUs (the lowest indices) and placed by
+a placement search (`mig_parted.split_counts`). `migplan discover` reads the truth over SSH. A node
+whose MIG manager is still working (state pending or rebooting) is held (its GPUs reserved).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from migplan import mig_parted, names
+from migplan.catalog import Catalog
+from migplan.catalog.geometry import GpuModel
+from migplan.inventory import DeclaredGpu, Host, Inventory
+from migplan.layout import Layout
+from migplan.yamldoc import Node
+
+PRODUCT = "nvidia.com/gpu.product"
+COUNT = "nvidia.com/gpu.count"
+MEMORY = "nvidia.com/gpu.memory"
+STRATEGY = "nvidia.com/mig.strategy"
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+GPU_RESOURCE = "nvidia.com/gpu"
+STRATEGIES = ("none", "single", "mixed")
+BUSY_STATES = ("pending", "rebooting")  # the MIG manager is changing the node
+_MIG_COUNT = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\.count\Z")
+_MIG_RESOURCE = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\Z")
+_UNSANITARY = re.compile(r"[^A-Za-z0-9._ -]")  # GFD `sanitise`: these characters are dropped
+_LIST_KINDS = ("List", "NodeList")
+_CATALOG_HINT = ("add the model with 'migplan catalog learn' or a --catalog file; list known models with "
+                 "'migplan catalog list'")
+
+
+def is_node_list(root: Node) -> bool:
+    """`kind: List` (kubectl) or `NodeList` (the API) whose items are Nodes, or one `kind: Node`."""
+    if not root.is_map:
+        return False
+    top = dict(root.items())
+    kind = top.get("kind")
+    if kind is None or not kind.is_scalar or kind.is_null:
+        return False
+    if kind.value() == "Node":
+        return True
+    if kind.value() not in _LIST_KINDS or "items" not in top or not top["items"].is_list:
+        return False
+    for item in top["items"].list():
+        k = dict(item.items()).get("kind") if item.is_map else None
+        if k is None or not k.is_scalar or k.value() != "Node":
+            return False
+    return True
+
+
+def product_key(name: str) -> str:
+    """Compare GPU names as GFD writes them: characters dropped, spaces as '-', case and 'NVIDIA-' ignored."""
+    key = "-".join(_UNSANITARY.sub("", name).split()).lower()
+    return key[len("nvidia-"):] if key.startswith("nvidia-") else key
+
+
+def match_product(catalog: Catalog, product: str, memory_mib: int | None) -> GpuModel | None:
+    key = product_key(product)
+    found = [m for m in catalog.models
+             if key in {product_key(n) for n in (m.id, *m.aliases, *m.smi_names)}]
+    if len(found) > 1 and memory_mib is not None:
+        found = [m for m in found if m.memory_mib <= memory_mib <= m.memory_mib * 1.1] or found
+    preferred = [m for m in found if m.id in catalog.overridden]
+    chosen = preferred or found
+    return chosen[0] if chosen else None
+
+
+def _split_product(product: str) -> tuple[str, str | None]:
+    """`NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED` -> ('NVIDIA-A100-SXM4-40GB', '1g.5gb')."""
+    if product.endswith("-SHARED"):
+        product = product[: -len("-SHARED")]
+    base, sep, profile = product.rpartition("-MIG-")
+    return (base, profile) if sep else (product, None)
+
+
+def _count(node: Node, what: str, host: str) -> int:
+    text = node.str().strip()
+    if not names.is_ascii_digits(text) or len(text) > 6:
+        node.fail(f"node {host!r}: {what} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def _profile(model: GpuModel, label_form: str) -> str | None:
+    """A profile from its resource form (`1g.10gb.me` for `1g.10gb+me`): '+' is written '.' there."""
+    for p in model.profiles:
+        if label_form in (p.name, p.name.replace("+", ".")):
+            return p.name
+    return None
+
+
+def _map(node: Node | None) -> dict[str, Node]:
+    if node is None or node.is_null:
+        return {}
+    if not node.is_map:
+        node.fail("expected a mapping")
+    return dict(node.items())
+
+
+def _address(name: str, status: Mapping[str, Node]) -> str:
+    """The node's InternalIP, else its Hostname address, else its name."""
+    found: dict[str, str] = {}
+    if "addresses" in status and status["addresses"].is_list:
+        for a in status["addresses"].list():
+            f = _map(a)
+            if "type" in f and "address" in f:
+                found.setdefault(f["type"].str(), f["address"].str())
+    for kind in ("InternalIP", "Hostname", "ExternalIP"):
+        addr = found.get(kind)
+        if addr and names.ADDRESS.fullmatch(addr):
+            return addr
+    return name
+
+
+def _too_many(node: Node, name: str, gpus: int) -> None:
+    if gpus > names.MAX_GPUS_PER_HOST:
+        node.fail(f"node {name!r}: {gpus} GPUs is more than the {names.MAX_GPUS_PER_HOST} a host has")
+
+
+def _single(name: str, model: GpuModel, label_profile: str, count: int, labels: dict[str, Node]) -> list[Layout | None]:
+    """mig.strategy=single: every GPU in MIG mode with the same devices, and gpu.count counts MIG devices."""
+    profile = _profile(model, label_profile)
+    if profile is None:
+        labels[PRODUCT].fail(f"node {name!r}: {model.id} has no MIG profile {label_profile!r} (label {PRODUCT})")
+    per_gpu = mig_parted.max_per_gpu(model, profile)
+    if per_gpu == 0 or count % per_gpu:
+        labels[COUNT].fail(f"node {name!r}: {count} x {profile} (mig.strategy=single) is not a whole number of "
+                           f"GPUs of {per_gpu} x {profile}; the labels do not say how many GPUs there are",
+                           hint="use mig.strategy=mixed, or plan this host from 'migplan discover'")
+    _too_many(labels[COUNT], name, count // per_gpu)
+    layout = mig_parted.place_counts(model, {profile: per_gpu})
+    return [layout] * (count // per_gpu)
+
+
+def _mixed(item: Node, name: str, model: GpuModel, count: int, labels: dict[str, Node],
+           capacity: dict[str, Node]) -> list[Layout | None]:
+    """mig.strategy=mixed (or none): per-profile MIG device counts of the node, split over its MIG GPUs."""
+    _too_many(labels[COUNT], name, count)
+    mig_counts: dict[str, int] = {}
+    found = [(_MIG_COUNT.fullmatch(k), k, n) for k, n in labels.items()]
+    found += [(_MIG_RESOURCE.fullmatch(k), k, n) for k, n in capacity.items()]
+    for m, key, n in found:
+        if not m:
+            continue
+        profile = _profile(model, m.group(1))
+        if profile is None:
+            n.fail(f"node {name!r}: {model.id} has no MIG profile {m.group(1)!r} (label or resource {key})",
+                   hint=_CATALOG_HINT)
+        mig_counts[profile] = _count(n, key, name)  # capacity comes last: it wins over the label
+    mig_counts = {p: c for p, c in mig_counts.items() if c > 0}
+    whole = _count(capacity[GPU_RESOURCE], GPU_RESOURCE, name) if GPU_RESOURCE in capacity else (
+        0 if mig_counts else count)
+    if whole > count:
+        capacity[GPU_RESOURCE].fail(f"node {name!r}: {whole} whole GPUs but {COUNT}={count}")
+    mig_gpus = count - whole
+    split = mig_parted.split_counts(model, mig_counts, mig_gpus) if mig_counts or mig_gpus else []
+    if split is None:
+        what = ", ".join(f"{p} x{c}" for p, c in sorted(mig_counts.items()))
+        item.fail(f"node {name!r}: {what} cannot be split over {mig_gpus} MIG-enabled {model.id} GPU(s)",
+                  hint="check the node's labels, or plan this host from 'migplan discover'")
+    return [*split, *([None] * whole)]
+
+
+def _node(item: Node, catalog: Catalog) -> Host | None:
+    f = _map(item)
+    meta = _map(f.get("metadata"))
+    if "name" not in meta:
+        item.fail("a Node without metadata.name")
+    name = meta["name"].str()
+    if not names.HOST_NAME.fullmatch(name):
+        meta["name"].fail(f"node name {name!r} must be letters, digits, '.', '_' or '-'")
+    labels = _map(meta.get("labels"))
+    status = _map(f.get("status"))
+    capacity = _map(status.get("capacity"))
+    if PRODUCT not in labels:
+        if COUNT in labels or any(_MIG_RESOURCE.fullmatch(k) for k in capacity) or GPU_RESOURCE in capacity:
+            item.fail(f"node {name!r} has NVIDIA GPUs but no {PRODUCT} label",
+                      hint="run NVIDIA GPU feature discovery (the GPU Operator deploys it) so the node is labelled")
+        return None  # a node without GPUs: control plane, CPU workers
+    product_node = labels[PRODUCT]
+    base, single_profile = _split_product(product_node.str())
+    memory = _count(labels[MEMORY], MEMORY, name) if MEMORY in labels and single_profile is None else None
+    model = match_product(catalog, base, memory)
+    if model is None:
+        product_node.fail(f"node {name!r}: GPU {base!r} (label {PRODUCT}) is not in the MIG catalog",
+                          hint=_CATALOG_HINT)
+    strategy = labels[STRATEGY].str() if STRATEGY in labels else "none"
+    if strategy not in STRATEGIES:
+        labels[STRATEGY].fail(f"node {name!r}: unknown MIG strategy {strategy!r} (label {STRATEGY})",
+                              hint="GFD writes none, single or mixed")
+    if COUNT not in labels:
+        item.fail(f"node {name!r} has {PRODUCT} but no {COUNT} label", hint="check GPU feature discovery")
+    count = _count(labels[COUNT], COUNT, name)
+    if single_profile == "INVALID":
+        product_node.fail(f"node {name!r}: GFD reports an invalid MIG layout for mig.strategy=single "
+                          f"({PRODUCT}={product_node.str()}): MIG on some GPUs only, or more than one profile",
+                          hint="use mig.strategy=mixed, or plan this host from 'migplan discover'")
+    if single_profile is not None:
+        layouts = _single(name, model, single_profile, count, labels)
+    else:
+        layouts = _mixed(item, name, model, count, labels, capacity)
+        if strategy == "none" and all(lay is None for lay in layouts):
+            layouts = [None] * count  # MIG devices are not listed under 'none': taken as MIG disabled
+    state = labels[MIG_STATE].str() if MIG_STATE in labels else None
+    held = state in BUSY_STATES
+    gpus = tuple(DeclaredGpu(index=i, model=model.id, mig_enabled=lay is not None, layout=lay, reserved=held)
+                 for i, lay in enumerate(layouts))
+    if not gpus:
+        return None
+    kv = [("k8s.mig.strategy", strategy)]
+    if MIG_CONFIG in labels:
+        kv.append(("k8s.mig.config", labels[MIG_CONFIG].str()))
+    if state is not None:
+        kv.append(("k8s.mig.config.state", state))
+    return Host(name=name, address=_address(name, status), groups=("kubernetes",), labels=tuple(sorted(kv)),
+                gpus=gpus, reserved_gpus=tuple(g.index for g in gpus) if held else ())
+
+
+def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
+    """The GPU nodes of a node list as inventory hosts (nodes without NVIDIA labels are left out)."""
+    top = dict(root.items())
+    items = [root] if top["kind"].value() == "Node" else top["items"].list()
+    hosts = [h for h in (_node(i, catalog) for i in items) if h is not None]
+    if not hosts:
+        root.fail(f"none of the {len(items)} node(s) has NVIDIA GPU labels ({PRODUCT})",
+                  hint="deploy NVIDIA GPU feature discovery (the GPU Operator does), or list the hosts in an inventory")
+    seen: set[str] = set()
+    for h in hosts:
+        if h.name in seen:
+            root.fail(f"node {h.name!r} is listed twice")
+        seen.add(h.name)
+    return Inventory(root.source, tuple(hosts))

@@ -1,0 +1,199 @@
+"""`migplan apply --last`: MIG instances vanish at a reboot (and Hopper's MIG mode with them); the layout
+applied last on a host is kept there (`last-applied.json`) and re-applied exactly, with the tasks' env files
+rewritten for the new MIG device UUIDs. Also the local copy of the fleet's assignments map."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from planner_fixtures import EXACT, profiles, wl  # noqa: E402
+from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402
+
+from migplan.adapters.runner import LocalRunner  # noqa: E402
+from migplan.adapters.solver import PulpSolver  # noqa: E402
+from migplan.catalog import Catalog, builtin_catalog  # noqa: E402
+from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last  # noqa: E402
+from migplan.commands.context import build_context  # noqa: E402
+from migplan.commands.fleet import FleetRequest  # noqa: E402
+from migplan.documents import write_plan  # noqa: E402
+from migplan.errors import InputError  # noqa: E402
+from migplan.fleet.discover import discover_host  # noqa: E402
+from migplan.fleet.snapshot import Snapshot  # noqa: E402
+from migplan.inventory import Host  # noqa: E402
+from migplan.layout import Layout  # noqa: E402
+from migplan.planner import plan  # noqa: E402
+
+CAT = builtin_catalog()
+
+
+def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """A two-GPU host (GPU 0 partitioned, GPU 1 MIG off), a plan for it, and an inventory (connection local)."""
+    st = host_state(model, 2, hostname="h1", layouts=[None, None])
+    st["gpus"][1].update(mig_current=False, mig_pending=False)
+    state = write_state(tmp / "h.json", st)
+    for k, v in sim_env(state).items():
+        monkeypatch.setenv(k, v)
+    inv = tmp / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
+        "connection": "local", "discover": True, "lock_file": str(tmp / "apply.lock"),
+        "state_dir": str(tmp / "etc")}}}))
+    host = Host(name="h1", address="h1")
+    snap = Snapshot((discover_host(LocalRunner(host="h1"), host, CAT),))
+    big = CAT.get(model).profile("3g.40gb" if model.startswith("H100") else "3g.20gb").memory_mib - 2000
+    fs = snap.fleet_state(catalog=CAT)
+    p = plan(fs, profiles(wl("a", big, model=model), wl("b", 4000, model=model),
+                                                    wl("c", big, model=model), wl("d", big, model=model),
+                                                    wl("e", 4000, model=model)),
+             Catalog((*CAT.models, *fs.models)), EXACT, PulpSolver(time_limit=30))  # as propose: the host's table
+    plan_file = tmp / "plan.json"
+    write_plan(plan_file, p)
+    return state, inv, plan_file
+
+
+def _layouts(state: Path) -> dict[int, Layout | None]:
+    return {g.index: g.layout for g in discover_host(LocalRunner(host="h1", env=sim_env(state)),
+                                                      Host(name="h1", address="h1"), CAT).gpus}
+
+
+def _connect(h: Host) -> LocalRunner:
+    return LocalRunner(host=h.name)
+
+
+@pytest.mark.parametrize("model", ["A100-SXM4-40GB", "H100-SXM5-80GB"])
+def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, model: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    state, inv, plan_file = _setup(tmp_path, model, monkeypatch)
+    ctx = build_context(None, None, None)
+    res = apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))), connect=_connect)
+    assert res.exit_code == 0, res.to_dict()
+    planned = {g.index: g.target for g in res.plan.gpus}  # type: ignore[union-attr]
+    assert any(t is not None and len(t) for t in planned.values())
+    assert _layouts(state) == planned
+    etc = tmp_path / "etc"
+    last = json.loads((etc / "last-applied.json").read_text())
+    assert last["kind"] == "migplan/last-applied" and last["host"] == "h1"
+    before = json.loads((etc / "assignments.json").read_text())["workloads"]
+
+    after_boot = reboot(state)
+    assert all(not g["gpu_instances"] for g in after_boot["gpus"])
+    if model.startswith("H100"):
+        assert not any(g["mig_current"] for g in after_boot["gpus"])  # Hopper: MIG mode is gone too
+    res2 = apply_last(ctx, LastRequest(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    assert res2.exit_code == 0, res2.to_dict()
+    assert _layouts(state) == planned  # exactly the layout applied before, placement for placement
+    now = json.loads((etc / "assignments.json").read_text())["workloads"]
+    assert [(w["name"], w["gpu"], w["instance"]) for w in now] == [(w["name"], w["gpu"], w["instance"]) for w in before]
+    moved = [w for w in now if w["instance"] is not None]
+    assert moved and all(w["device"].startswith("MIG-") for w in moved)
+    old = {w["name"]: w["device"] for w in before}
+    assert all(old[w["name"]] != w["device"] for w in moved)  # new MIG devices after the reboot, and the env
+    live = {ci["uuid"] for g in read_state(state)["gpus"] for gi in g["gpu_instances"] for ci in gi["cis"]}
+    assert {w["device"] for w in moved} <= live  # files name the devices that exist now
+
+    again = apply_last(ctx, LastRequest(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    assert {g.outcome.value for g in again.hosts[0].gpus} == {"unchanged"}
+
+
+def test_the_fleet_map_is_also_written_locally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+    local = tmp_path / "local"
+    res = apply(build_context(None, None, None), ApplyRequest(plan=str(plan_file), fleet=FleetRequest(
+        inventory=str(inv)), state_dir=str(local)), connect=_connect)
+    assert res.exit_code == 0 and res.local_assignments == str(local / "assignments.json")
+    doc = json.loads((local / "assignments.json").read_text())
+    on_host = json.loads((tmp_path / "etc" / "assignments.json").read_text())
+    assert doc["kind"] == "migplan/fleet-assignments" and doc["hosts"]["h1"] == on_host["workloads"]
+
+
+def test_apply_last_without_a_last_layout_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read the last applied layout"):
+        apply_last(build_context(None, None, None), LastRequest(state_dir=str(tmp_path), lock_file=str(
+            tmp_path / "l")), connect=_connect)
+
+
+def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+    ctx = build_context(None, None, None)
+    assert apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))),
+                 connect=_connect).exit_code == 0
+    path = tmp_path / "etc" / "last-applied.json"
+    doc = json.loads(path.read_text())
+    doc["gpus"][0]["layout"] = ["7g.40gb@0", "1g.5gb@0"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"gpus\[0\]\.layout"):
+        apply_last(ctx, LastRequest(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")), connect=_connect)
+
+
+def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    state, inv, plan_file = _setup(tmp_path, "H100-SXM5-80GB", monkeypatch)
+    cli = CliRunner()
+    r = cli.invoke(app, ["apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    planned = _layouts(state)
+    reboot(state)
+    r = cli.invoke(app, ["apply", "--last", "--state-dir", str(tmp_path / "etc"), "--lock-file",
+                         str(tmp_path / "apply.lock"), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert _layouts(state) == planned
+    r = cli.invoke(app, ["apply", "--last", str(plan_file)])
+    assert r.exit_code == 2 and "--last" in r.output
+
+
+def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan was made with the host's own (smaller) profile table; --last re-applies with that table too,
+    instead of refusing the GPU for having less memory than the catalog."""
+    from test_host_table import LOWMEM
+
+    cat = tmp_path / "sim-catalog.yaml"
+    cat.write_text(LOWMEM)
+    state = write_state(tmp_path / "h.json", host_state("A100-LOWMEM", 1, hostname="h1", catalog_files=[str(cat)]))
+    for k, v in sim_env(state).items():
+        monkeypatch.setenv(k, v)
+    snap = Snapshot((discover_host(LocalRunner(host="h1"), Host(name="h1", address="h1"), CAT),))
+    fs = snap.fleet_state(catalog=CAT)
+    assert fs.models  # the host's table differs from the catalog
+    p = plan(fs, profiles(wl("w", 4800), wl("v", 9000)), Catalog((*CAT.models, *fs.models)), EXACT,
+             PulpSolver(time_limit=30))
+    write_plan(tmp_path / "plan.json", p)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
+        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"),
+        "state_dir": str(tmp_path / "etc")}}}))
+    ctx = build_context(None, None, None)
+    assert apply(ctx, ApplyRequest(plan=str(tmp_path / "plan.json"), fleet=FleetRequest(inventory=str(inv))),
+                 connect=_connect).exit_code == 0
+    planned = _layouts(state)
+    assert planned[0] is not None and len(planned[0])
+    reboot(state)
+    res = apply_last(ctx, LastRequest(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "apply.lock")),
+                     connect=_connect)
+    assert res.exit_code == 0, res.to_dict()
+    assert _layouts(state) == planned
+
+
+def test_last_applied_holds_what_is_on_the_host_after_a_partial_apply(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+    st = read_state(state)
+    st["gpus"][1]["processes"] = [{"pid": 9, "name": "late.py", "used_memory_mib": 100, "gi": None, "ci": None}]
+    write_state(state, st)  # a process started on the MIG-disabled GPU 1 after planning: it is refused
+    res = apply(build_context(None, None, None), ApplyRequest(plan=str(plan_file), fleet=FleetRequest(
+        inventory=str(inv))), connect=_connect)
+    outcomes = {g.gpu: g.outcome.value for g in res.hosts[0].gpus}
+    assert outcomes.get(1) == "refused", res.to_dict()
+    last = {g["index"]: g["layout"] for g in json.loads((tmp_path / "etc" / "last-applied.json").read_text())["gpus"]}
+    now = _layouts(state)
+    assert last == {i: (lay.as_list() if lay is not None else None) for i, lay in now.items()}
+    assert last[1] is None  # GPU 1 is still MIG-disabled: --last must not partition it
