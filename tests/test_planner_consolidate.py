@@ -394,3 +394,17 @@ def test_a_whole_gpu_workload_makes_way_for_one_that_needs_the_whole_gpu() -> No
     assert placed(p)["s"][:2] == ("h", 1) and placed(p)["t"] == ("h", 1, "1g.5gb@0")
     assert [(m.workload, m.make_before_break) for m in p.migrations] == [("s", True)]
     replay_plan(p)
+
+
+def test_a_busy_whole_gpu_whose_processes_are_its_profiled_workload_can_be_freed() -> None:
+    """Discovery marks a MIG-off GPU with processes as busy; when a profiled workload runs there, those processes
+    are its own: consolidating moves it (one move), and the GPU is freed, not kept for fear of stopping them."""
+    gpus = [gpu("h", i, whole_gpu_busy=True) for i in range(3)]
+    ws = [wl(f"w{i}", 4000 + 1000 * i, host="h", gpu_idx=i) for i in range(3)]
+    policy = dataclasses.replace(EXACT, allow_disrupt=True, consolidate=True)
+    p = run(fleet(*gpus), profiles(*ws), policy)
+    assert p.summary.gpus_used == 1 and p.summary.busy_disrupted == 0, p.summary
+    assert len(p.migrations) >= 2 and all(m.workload.startswith("w") for m in p.migrations)
+    # without a profiled workload on it, a busy whole GPU stays as it is unless the disruption is worth it
+    lone = run(fleet(gpu("h", 0, whole_gpu_busy=True), gpu("h", 1)), profiles(wl("x", 4000)), policy)
+    assert targets(lone)[("h", 0)] is None, targets(lone)

@@ -29,6 +29,12 @@ def replan(
     metrics_file: Annotated[Optional[str], typer.Option("--metrics-file", help="Write node_exporter textfile "  # noqa: UP045
                                                         "metrics here (e.g. /var/lib/node_exporter/textfile/"
                                                         "migplan.prom).", show_default=False)] = None,
+    store: Annotated[Optional[str], typer.Option("--history-store", help="Profiles from this history instead of "  # noqa: UP045
+                                                 "--profiles: a host's store or a directory of <host>.sqlite "
+                                                 "('migplan collect --inventory --out DIR').",
+                                                 show_default=False)] = None,
+    window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
+                                        "from now (e.g. 7d, 24h).")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Show the last runs and why each applied or not; "
                                           "run nothing.")] = False,
@@ -59,8 +65,13 @@ def replan(
         if not quiet or line.startswith(("warning", "error")):
             info(line)
 
+    from migplan.commands.history import parse_duration
+
+    span = parse_duration(window, "--window")  # None: 'all'
+    span = float("inf") if span is None else span
     res = run_replan(ctx, ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where,
-                                        metrics_file=metrics_file, dry_run=dry_run), report=report)
+                                        metrics_file=metrics_file, dry_run=dry_run, history=store, window_s=span),
+                     report=report)
     level = "info" if res.exit_code in (0, 5) else "warning" if res.exit_code == 4 else "error"
     if not quiet or level != "info":
         info(f"{level}: event=replan result={res.result} exit={res.exit_code} {res.line}")

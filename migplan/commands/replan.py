@@ -33,6 +33,7 @@ from migplan.fleet.state import FleetState, GpuKey
 from migplan.inventory import Host
 from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.problem import build_problem
+from migplan.profiles import ProfileSet, check_models
 from migplan.replan import metrics
 from migplan.replan.decide import Decision, decide, in_cooldown, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window
@@ -51,6 +52,10 @@ class ReplanRequest:
     state_dir: str | None = None  # None: config `replan.state_dir`, else /var/lib/migplan
     metrics_file: str | None = None  # node_exporter textfile (None: config `replan.metrics_file`, else none)
     dry_run: bool = False  # decide, then record the commands apply would run instead of running them
+    # Profiles rolled up from this history (a host's store, or a directory of <host>.sqlite that
+    # 'migplan collect --inventory' fetched) over the last `window_s` seconds up to now, instead of files.
+    history: str | None = None
+    window_s: float = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,22 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
     return result
 
 
+def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
+    if req.history is None:
+        return ctx.profiles(req.profiles)
+    from migplan.adapters.history_store import read_samples
+    from migplan.history.rollup import Window, rollup
+
+    end = now.timestamp()
+    start = None if req.window_s == float("inf") else end - req.window_s
+    rolled = rollup(read_samples(req.history, since=start, until=end + 1), ctx.catalog, Window(start, end))
+    report(f"info: event=profiles source={req.history} workloads={len(rolled.profiles)} "
+           f"samples={rolled.samples_in_window}")
+    pset = ProfileSet(tuple(p.workload for p in rolled.profiles), (req.history,))
+    check_models(pset, ctx.catalog)
+    return pset
+
+
 def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
                 connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
     run_id = _run_id(now)
@@ -137,7 +158,7 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
         report(f"warning: event=discover-failed host={h.name} {h.error}")
     state = snap.fleet_state(source="discovery", catalog=ctx.catalog)
     catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
-    profiles = ctx.profiles(req.profiles)
+    profiles = _profiles(ctx, req, now, report)
     disrupt = rp.may_disrupt(now)
     # moving running work is allowed only inside a window: then the planner consolidates within the budget
     overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,

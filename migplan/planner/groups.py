@@ -158,9 +158,13 @@ def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str]
     busy = frozenset(key(model, i) for i in gpu.busy)
     hard = {k for k in s.hard.get(gpu.key, set()) if k is not None}
     hard_whole = None in s.hard.get(gpu.key, set()) or (gpu.whole_busy and not problem.policy.allow_disrupt)
-    busy_whole = gpu.whole_busy and problem.policy.allow_disrupt
     soft = tuple(sorted((k, c) for k, c in s.soft.get(gpu.key, []) if k is not None))
     soft_whole = next((c for k, c in s.soft.get(gpu.key, []) if k is None), -1)
+    # The processes on a MIG-disabled GPU where a profiled workload runs are taken to be that workload's
+    # (discovery sees processes, not whose they are): its move is charged as a move, not a second time as
+    # stopping unprofiled work, which would make freeing such a GPU never worth it.
+    explained = soft_whole >= 0 or any(it.running_on is None for it in s.running.get(gpu.key, []))
+    busy_whole = gpu.whole_busy and problem.policy.allow_disrupt and not explained
     if not problem.policy.allow_disrupt:
         hard |= busy
     soft_busy = busy if problem.policy.allow_disrupt else frozenset()

@@ -89,13 +89,15 @@ def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
 
 def _busy_disrupted(problem: Problem, gpus: tuple[GpuPlan, ...]) -> int:
     """Busy instances the targets drop, plus busy MIG-disabled GPUs the targets put in MIG mode."""
+    # a MIG-disabled GPU where a profiled workload runs: its processes are that workload's (groups.py)
+    whole_running = {it.running for it in problem.items if it.running is not None and it.running_on is None}
     n = 0
     for g in gpus:
         pg = problem.gpu((g.host, g.index))
         if pg is None:
             continue
         n += sum(1 for i in pg.busy if g.target is None or i not in g.target.instances)
-        n += int(pg.whole_busy and g.target is not None)
+        n += int(pg.whole_busy and g.target is not None and pg.key not in whole_running)
     return n
 
 
