@@ -175,8 +175,9 @@ def test_48_hours_of_replan_fed_by_the_collector(tmp_path: Path, monkeypatch: py
                           facts=lambda pid: ProcessFacts(pid, env={"MIGPLAN_WORKLOAD": names[pid]}),
                           now=lambda fake=fake: fake.now)
         now = dt.datetime.fromtimestamp(T0 + hour * 3600 + 3599, dt.timezone.utc)
-        r = replan(ctx, ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state"),
-                                      history=str(history), window_s=24 * 3600.0),
+        # the hourly run collects first: the host's store is fetched (here through the local runner)
+        r = replan(ctx, ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state"), collect=True,
+                                      remote_history=str(history / "history.sqlite"), window_s=24 * 3600.0),
                    now=now, connect=lambda h: LocalRunner(host=h.name))
         assert r.exit_code in (EXIT_APPLIED, EXIT_NOTHING), (hour, r.line, r.applied and r.applied.to_dict())
         if r.exit_code == EXIT_APPLIED:

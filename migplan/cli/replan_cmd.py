@@ -33,6 +33,8 @@ def replan(
                                                  "--profiles: a host's store or a directory of <host>.sqlite "
                                                  "('migplan collect --inventory --out DIR').",
                                                  show_default=False)] = None,
+    collect: Annotated[bool, typer.Option("--collect", help="First fetch every host's history (as 'migplan collect "
+                                          "--inventory') into STATE_DIR/fetched and plan from it.")] = False,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
                                         "from now (e.g. 7d, 24h).")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
@@ -70,7 +72,8 @@ def replan(
     span = parse_duration(window, "--window")  # None: 'all'
     span = float("inf") if span is None else span
     res = run_replan(ctx, ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where,
-                                        metrics_file=metrics_file, dry_run=dry_run, history=store, window_s=span),
+                                        metrics_file=metrics_file, dry_run=dry_run, history=store, window_s=span,
+                                        collect=collect),
                      report=report)
     level = "info" if res.exit_code in (0, 5) else "warning" if res.exit_code == 4 else "error"
     if not quiet or level != "info":

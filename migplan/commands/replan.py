@@ -56,6 +56,10 @@ class ReplanRequest:
     # 'migplan collect --inventory' fetched) over the last `window_s` seconds up to now, instead of files.
     history: str | None = None
     window_s: float = 7 * 86400.0
+    # Collect first: fetch every host's history store (or take a short nvidia-smi sample where there is
+    # none) into STATE_DIR/fetched, as 'migplan collect --inventory' does, and plan from it.
+    collect: bool = False
+    remote_history: str | None = None  # the store's path on the hosts (None: collect's default)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,35 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
     return result
 
 
+def _collect(ctx: Context, req: ReplanRequest, inventory: Any, sd: StateDir, report: Report,
+             connect: Callable[[Host], CommandRunner] | None) -> str:
+    """Every host's history into STATE_DIR/fetched (hosts that fail are reported; their last copy stays)."""
+    from migplan.adapters.pool import for_each_host
+    from migplan.commands.collect import FleetCollect, collect_host
+
+    out = sd.path / "fetched"
+    out.mkdir(parents=True, exist_ok=True)
+    what = FleetCollect(out=str(out)) if req.remote_history is None else FleetCollect(
+        out=str(out), remote_history=req.remote_history)
+
+    def one(h: Host, runner: CommandRunner) -> object:
+        return collect_host(runner, h, ctx.catalog, what, req.fleet.timeout)
+
+    if connect is None:
+        from migplan.adapters.ssh import SshFleet
+
+        with SshFleet(req.fleet.ssh) as ssh:
+            results = for_each_host(list(inventory.hosts), lambda h: one(h, runner_for(ssh, h)),
+                                    parallel=req.fleet.parallel)
+    else:
+        results = for_each_host(list(inventory.hosts), lambda h: one(h, connect(h)), parallel=req.fleet.parallel)
+    for r in results:
+        if r.error is not None:
+            report(f"warning: event=collect-failed host={r.host} {r.error}")
+    report(f"info: event=collected hosts={sum(1 for r in results if r.error is None)}/{len(results)}")
+    return str(out)
+
+
 def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
     if req.history is None:
         return ctx.profiles(req.profiles)
@@ -158,6 +191,8 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
         report(f"warning: event=discover-failed host={h.name} {h.error}")
     state = snap.fleet_state(source="discovery", catalog=ctx.catalog)
     catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
+    if req.collect:
+        req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
     profiles = _profiles(ctx, req, now, report)
     disrupt = rp.may_disrupt(now)
     # moving running work is allowed only inside a window: then the planner consolidates within the budget
