@@ -164,6 +164,8 @@ REPLAN_SETTINGS: dict[str, Setting] = {
     "allow_disrupt": Setting("bool", "Let replan move running workloads (inside maintenance windows)."),
     "max_moves": Setting("int", "At most N running workloads moved per run.", minimum=0, maximum=1_000_000),
     "keep_runs": Setting("int", "Runs and plans kept in the state directory.", minimum=1, maximum=100_000),
+    "time_limit_s": Setting("number", "Solver time limit of one run, seconds (planner.time_limit wins).",
+                            minimum=0.1, maximum=86400.0),
 }
 
 

@@ -160,3 +160,37 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     # verify also reports on units it loads as dependencies that this container lacks: only our files count
     ours = [ln for ln in (done.stdout + done.stderr).splitlines() if any(n in ln for n in units)]
     assert not ours, ours
+
+
+def test_schedule_show_prints_each_file_and_refuses_a_bad_cadence() -> None:
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    r = CliRunner().invoke(app, ["schedule", "show", "--with", "cron", "--every", "15m", "--at-boot", "--",
+                                 "-i", "/etc/migplan/inventory.yaml"])
+    assert r.exit_code == 0, r.output
+    assert "# /etc/cron.d/migplan\n" in r.output and "# /etc/systemd/system/migplan-restore.service\n" in r.output
+    assert "*/15 * * * * root " in r.output and " replan --quiet -i /etc/migplan/inventory.yaml\n" in r.output
+    bad = CliRunner().invoke(app, ["schedule", "show", "--every", "7m"])
+    assert bad.exit_code == 2 and "divisor" in bad.output
+
+
+def test_replan_history_lists_the_runs_newest_first(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from migplan.adapters.state_dir import StateDir
+    from migplan.cli.app import app
+
+    sd = StateDir(tmp_path)
+    sd.record("20261101T000000-000000", {"id": "a", "at": "2026-11-01T00:00:00Z", "result": "applied",
+                                          "line": "applied: frees 2 GPU(s) (threshold 1)"}, None, 10)
+    sd.record("20261101T010000-000000", {"id": "b", "at": "2026-11-01T01:00:00Z", "result": "nothing_to_do",
+                                          "line": "nothing to do: the plan changes no GPU"}, None, 10)
+    r = CliRunner().invoke(app, ["replan", "--history", "--state-dir", str(tmp_path), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert [x["id"] for x in json.loads(r.stdout)] == ["b", "a"]
+    t = CliRunner().invoke(app, ["replan", "--history", "--state-dir", str(tmp_path)])
+    assert t.exit_code == 0 and t.output.index("nothing_to_do") < t.output.index("applied: frees 2")

@@ -199,16 +199,19 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
                                  "max_moves": rp.max_moves if disrupt else None}
     policy = planner_policy(ctx, overrides)
-    solver = planner_solver(ctx, ProposeRequest(), policy)
+    limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
+    solver = planner_solver(ctx, ProposeRequest(time_limit=limit), policy)
     now_standing = standing_now(build_problem(state, profiles, catalog, policy))
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
     started = time.monotonic()
+    # no budget curve: it is for an operator choosing --max-moves, and costs a re-solve per point
     chosen = plan_problem(build_problem(_hold(state, cooling), profiles, catalog, policy), solver,
-                          source="discovery")
+                          source="discovery", curve=False)
     decision = decide(now_standing, standing_planned(chosen), chosen, rp)
     planned = standing_planned(chosen)
     if cooling and (planned.left_out or planned.outgrown):
-        free = plan_problem(build_problem(state, profiles, catalog, policy), solver, source="discovery")
+        free = plan_problem(build_problem(state, profiles, catalog, policy), solver, source="discovery",
+                            curve=False)
         urgent = decide(now_standing, standing_planned(free), free, rp)
         better = standing_planned(free)
         if urgent.urgent and (better.left_out, better.outgrown) < (planned.left_out, planned.outgrown):

@@ -77,6 +77,9 @@ class ReplanPolicy:
     max_moves: int | None = None  # the consolidation move budget when disruption is allowed
     windows: tuple[Window, ...] = ()  # disruption only inside these (none: whenever allow_disrupt)
     keep_runs: int = 50  # plans and results kept in the state directory
+    # Solver time limit of a run unless `planner.time_limit` is set: a run from cron must end, and a
+    # consolidation reaches the GPU bound long before CBC proves the fewest moves (bench/replan_fleet.py).
+    time_limit_s: float = 20.0
 
     def may_disrupt(self, when: dt.datetime) -> bool:
         if not self.allow_disrupt:
