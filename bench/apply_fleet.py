@@ -47,7 +47,7 @@ from sim.fleet import call_sim, host_state, read_state, write_state  # noqa: E40
 from sim.nvidia_smi_sim import LATENCY_DEFAULTS  # noqa: E402
 
 from migplan.adapters.pool import for_each_host  # noqa: E402
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, LocalRunner  # noqa: E402
+from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, LocalRunner, run_many  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.commands.apply import HostReport, _Journal, apply_one_host  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
@@ -68,8 +68,8 @@ CORES = os.cpu_count() or 1
 class Counting:
     """Counts every call that costs a round trip to the host, by kind; passes them to `inner`."""
 
-    def __init__(self, inner: Any, counts: Counter[str]) -> None:
-        self.inner, self.counts = inner, counts
+    def __init__(self, inner: Any, counts: Counter[str], batched: Counter[str], one_by_one: bool = False) -> None:
+        self.inner, self.counts, self.batched, self.one_by_one = inner, counts, batched, one_by_one
         self._lock = threading.Lock()
 
     @property
@@ -83,6 +83,17 @@ class Counting:
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
         self._count(_kind(argv))
         done: Completed = self.inner.run(argv, timeout=timeout, stdin=stdin)
+        return done
+
+    def run_batch(self, argvs: Sequence[Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT) -> list[Completed]:
+        """One round trip (one SSH exec) for several read-only commands; what was in it is counted apart."""
+        if self.one_by_one:  # --no-batch: as a runner without run_batch would (each read its own exec)
+            return [self.run(a, timeout=timeout) for a in argvs]
+        self._count(f"reads batch ({len(argvs)})")
+        with self._lock:
+            for a in argvs:
+                self.batched[_kind(a)] += 1
+        done: list[Completed] = run_many(self.inner, argvs, timeout=timeout)
         return done
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -170,9 +181,27 @@ def _plans(name: str, state: dict[str, Any]) -> list[GpuPlan]:
     return out
 
 
-def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, root: Path) -> dict[str, Any]:
+def _plain_shell_server() -> Any:
+    from fleet.sshd import SshServer  # tests/fleet
+
+    class PlainShellServer(SshServer):  # type: ignore[misc]
+        """The test sshd with SHLVL=1 in each host's environment: bash then skips ~/.bashrc for the commands sshd
+        runs (bash sources it for a top-level shell started by sshd, SSH_SOURCE_BASHRC; `shell_level < 2`), so
+        the login user's rc file (here root's, with `pyenv init`: ~100 processes, ~130 ms per command) is not
+        measured with migplan. Real hosts' rc files are whatever they are; `--plain-shell` says which was used."""
+
+        def _config(self, *args: Any) -> str:
+            text: str = super()._config(*args)
+            return text.replace("  SetEnv PATH=", "  SetEnv SHLVL=1 PATH=")
+
+    return PlainShellServer
+
+
+def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, root: Path,
+        plain_shell: bool = False, no_batch: bool = False) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
+    batched: Counter[str] = Counter()
     sim_cpu: list[float] = []
     hosts, plans, states = [], {}, {}
     server = None
@@ -180,10 +209,12 @@ def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, 
     if transport == "sshd":
         from fleet.sshd import SshServer, ensure_sshd  # tests/fleet
 
+        _PlainShellServer = _plain_shell_server()
+
         sshd, why = ensure_sshd()
         if sshd is None:
             raise SystemExit(f"--transport sshd: {why}")
-        server = SshServer(root / "sshd", sshd, count=n_hosts)
+        server = (_PlainShellServer if plain_shell else SshServer)(root / "sshd", sshd, count=n_hosts)
         server.start()
     try:
         for i in range(n_hosts):
@@ -208,7 +239,8 @@ def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, 
 
         def one(host: Host, runner: Any) -> HostReport:
             last = LastApplied(host.name, "sha256:" + "0" * 64, stamp, (), ())
-            return apply_one_host(host, Counting(runner, counts), plans[host.name], CAT, fingerprint=last.plan,
+            return apply_one_host(host, Counting(runner, counts, batched, no_batch), plans[host.name], CAT,
+                                  fingerprint=last.plan,
                                   items=(), last=last, migrations=(), dry_run=False, options=options,
                                   journal=journal, stamp=stamp)
 
@@ -227,6 +259,7 @@ def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, 
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     finally:
         if server is not None:
+            time.sleep(1.0)  # the closed sessions' sshd processes exit and are reaped, so their CPU is counted
             server.stop()  # sshd waited for: its sessions' and the simulator processes' CPU is now counted
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     host_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
@@ -245,7 +278,9 @@ def run(n_hosts: int, n_gpus: int, parallel: int, scale: float, transport: str, 
             "cpu_s": cpu, "sim_cpu_s": sum(sim_cpu) if transport == "inprocess" else host_cpu,
             "migplan_cpu_s": mig_cpu, "changed": changed,
             "outcomes": dict(outcomes), "round_trips": sum(counts.values()), "by_kind": dict(counts),
-            "modelled_s_per_host": modelled / n_hosts, "scaled_s_per_host": modelled * scale / n_hosts}
+            "batched": dict(batched),
+            "modelled_s_per_host": modelled / n_hosts, "scaled_s_per_host": modelled * scale / n_hosts,
+            "plain_shell": plain_shell, "no_batch": no_batch}
 
 
 def _user() -> str:
@@ -265,12 +300,17 @@ def report(one: dict[str, Any], many: dict[str, Any], scale: float) -> str:
     per_gpu_kinds = {k: v / max(1, many["changed"]) for k, v in sorted(many["by_kind"].items(), key=lambda kv: -kv[1])}
     lines = [
         f"## Apply to a fleet (`python -m bench.apply_fleet --hosts {many['hosts']} --parallel {many['parallel']} "
-        f"--scale {scale:g}`)", "",
+        f"--scale {scale:g}" + (f" --transport {many['transport']}" if many["transport"] != "inprocess" else "")
+        + (" --plain-shell" if many.get("plain_shell") else "") + (" --no-batch" if many.get("no_batch") else "")
+        + "`)", "",
         f"{many['hosts']} simulated hosts x {many['gpus']} A100-SXM4-40GB GPUs, every GPU changed "
         f"({many['gpus'] - 2} re-partitioned: 1 instance destroyed, 2 created, 1 kept; 2 MIG off -> on with a "
         f"one-GPU reset), `--parallel {many['parallel']}`, transport **{many['transport']}**"
         + (" (the simulator in this process behind the runner protocol, no SSH)" if many["transport"] == "inprocess"
-           else " (a real OpenSSH sshd on loopback)") + f", {CORES} CPU cores.", "",
+           else " (a real OpenSSH sshd on loopback, one simulator process per nvidia-smi command; the login "
+                "shell's ~/.bashrc " + ("skipped: --plain-shell" if many.get("plain_shell") else
+                                        "sourced per exec, as bash does for sshd") + ")")
+        + f", {CORES} CPU cores.", "",
         f"Simulated MIG latency per host (modelled on real hardware, not measured: "
         f"{LATENCY_DEFAULTS['gi_created_s']:g} s per GPU instance created, {LATENCY_DEFAULTS['reset_s']:g} s per "
         f"reset, {LATENCY_DEFAULTS['gi_destroyed_s']:g} s per instance destroyed, {LATENCY_DEFAULTS['mode_s']:g} s "
@@ -303,9 +343,62 @@ def report(one: dict[str, Any], many: dict[str, Any], scale: float) -> str:
            f"({many['wall_s'] / run_floor:.2f}x the floor)." if many["transport"] == "inprocess" else ""),
         f"- Round trips per changed GPU: **{rt:.2f}** (target <= 4: "
         f"**{'met' if rt <= 4 else 'NOT met'}**). Per changed GPU, by kind: "
-        + ", ".join(f"`{k}` {v:.2f}" for k, v in per_gpu_kinds.items()) + ".",
+        + ", ".join(f"`{k}` {v:.2f}" for k, v in per_gpu_kinds.items()) + "."
+        + (" In the read batches (one round trip each), per host: "
+           + ", ".join(f"`{k}` {v / many['hosts']:g}" for k, v in sorted(many["batched"].items(), key=lambda kv:
+                                                                          -kv[1])) + "." if many["batched"] else ""),
     ]
     return "\n".join(lines) + "\n"
+
+
+def exec_cost(n_hosts: int, per_host: int = 20) -> str:
+    """What one SSH exec costs on this machine's test sshd, apart from migplan and the simulator: `true`,
+    `per_host` times on each host, one host alone and `n_hosts` at once, the login shell's rc file sourced
+    (bash does for sshd) or not (SHLVL=1). CPU: this process (paramiko) and the sshd side (reaped children)."""
+    from fleet.sshd import SshServer, ensure_sshd  # tests/fleet
+
+    from migplan.adapters.ssh import SshFleet
+    from migplan.adapters.ssh_options import SshOptions
+
+    sshd, why = ensure_sshd()
+    if sshd is None:
+        raise SystemExit(f"--exec-cost: {why}")
+    rows = []
+    for plain in (False, True):
+        for hosts in (1, n_hosts):
+            with tempfile.TemporaryDirectory(prefix="migplan-bench-exec-") as tmp:
+                server = (_plain_shell_server() if plain else SshServer)(Path(tmp) / "sshd", sshd, count=hosts)
+                children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                server.start()
+                try:
+                    opts = SshOptions(known_hosts=str(server.known_hosts), ssh_config=None, connect_timeout=10.0,
+                                      allow_agent=False, look_for_keys=False)
+                    inv = [Host(name=f"h{i}", address=h.address, port=server.port, user=_user(),
+                                key_file=str(server.client_key)) for i, h in enumerate(server.hosts)]
+                    with SshFleet(opts) as ssh:
+                        for h in inv:
+                            ssh.runner(h).run(["true"], timeout=60)  # connected: only execs are timed
+                        cpu0, wall0 = time.process_time(), time.perf_counter()
+                        for_each_host(inv, lambda h: [ssh.runner(h).run(["true"], timeout=120)
+                                                      for _ in range(per_host)], parallel=hosts)
+                        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+                finally:
+                    time.sleep(1.0)
+                    server.stop()
+                children = resource.getrusage(resource.RUSAGE_CHILDREN)
+                host_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
+                n = hosts * per_host
+                rows.append(f"| {'no (SHLVL=1)' if plain else 'yes'} | {hosts} | {n} | {wall:.2f} | "
+                            f"{wall / per_host * 1000:.0f} | {wall / n * 1000:.0f} | {cpu / n * 1000:.1f} | "
+                            f"{host_cpu / n * 1000:.0f} |")
+    return "\n".join([
+        f"## One SSH exec on this machine (`python -m bench.apply_fleet --exec-cost --hosts {n_hosts}`)", "",
+        f"`true` run {per_host} times per host over the test sshd (tests/fleet/sshd.py) after connecting, each host "
+        "on its own thread; the login user is root, whose ~/.bashrc runs `pyenv init` (with `pyenv rehash`, which "
+        "takes a lock file in ~/.pyenv/shims shared by every session of the machine).", "",
+        "| ~/.bashrc sourced | hosts at once | execs | wall s | ms per exec (one host's view) | ms per exec "
+        "(machine) | migplan CPU ms per exec | sshd-side CPU ms per exec |", "|---|---|---|---|---|---|---|---|",
+        *rows]) + "\n"
 
 
 def main() -> None:
@@ -315,14 +408,28 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=100)
     ap.add_argument("--scale", type=float, default=0.05)
     ap.add_argument("--transport", choices=("inprocess", "sshd"), default="inprocess")
+    ap.add_argument("--plain-shell", action="store_true",
+                    help="sshd: SHLVL=1 so bash skips the login user's ~/.bashrc per command (see _plain_shell_server)")
+    ap.add_argument("--no-batch", action="store_true", help="each read its own round trip (as before the batches)")
+    ap.add_argument("--exec-cost", action="store_true",
+                    help="sshd only: time one `true` per exec, one host alone and --hosts at once, with and without "
+                         "the login shell's rc file, instead of an apply")
     ap.add_argument("--out", default=None, help="write the results section here (markdown)")
     ap.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     args = ap.parse_args()
+    if args.exec_cost:
+        text = exec_cost(args.hosts)
+        print(text)
+        if args.out:
+            out = Path(args.out)
+            out.write_text((out.read_text() + "\n" if args.append and out.exists() else "# Apply benchmark\n\n") + text)
+        return
     with tempfile.TemporaryDirectory(prefix="migplan-bench-apply-") as tmp:
-        one = run(1, args.gpus, 1, args.scale, args.transport, Path(tmp) / "one")
+        one = run(1, args.gpus, 1, args.scale, args.transport, Path(tmp) / "one", args.plain_shell, args.no_batch)
         print(f"1 host: {one['wall_s']:.2f} s wall, {one['migplan_cpu_s']:.2f} s CPU, {one['round_trips']} round "
               f"trips, {one['outcomes']}", file=sys.stderr)
-        many = run(args.hosts, args.gpus, args.parallel, args.scale, args.transport, Path(tmp) / "many")
+        many = run(args.hosts, args.gpus, args.parallel, args.scale, args.transport, Path(tmp) / "many",
+                   args.plain_shell, args.no_batch)
     text = report(one, many, args.scale)
     print(text)
     if args.out:

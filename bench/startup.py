@@ -34,7 +34,10 @@ TARGETS = {"migplan --help": 0.25, "migplan propose (example fleet)": 0.5}
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGPLAN_")}
+    # PYTHONDONTWRITEBYTECODE (set on the development VM) would make every edited module be compiled
+    # again in every run; an installed migplan has its bytecode (pip compiles at install), so the
+    # warm-up run is allowed to write it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIGPLAN_") and k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
     env.update(extra)
     return env

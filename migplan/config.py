@@ -19,7 +19,7 @@ from pathlib import Path
 
 from migplan import yamldoc
 from migplan.errors import InputError
-from migplan.planner.milp import SOLVERS
+from migplan.solvers import SOLVERS  # not migplan.planner.milp: that imports the whole planner
 from migplan.yamldoc import Node
 
 CONFIG_VERSION = 1

@@ -17,6 +17,7 @@ the already occupied memory slices"):
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ MAX_LAYOUTS = 200_000
 MAX_ENUMERATION_STEPS = 1_500_000
 
 
+_PARSED_MAX = 4096  # parsed instance texts kept (Instance is immutable, so one object serves every use)
+
+
 @dataclass(frozen=True, order=True)
 class Instance:
     """A GPU instance: a profile placed at a start memory slice."""
@@ -48,6 +52,17 @@ class Instance:
     @classmethod
     def parse(cls, text: str) -> Instance:
         """`3g.20gb@4` -> Instance(4, '3g.20gb'). The start is ASCII digits (not `²` or `٣`), 0..MAX_START."""
+        if cls is Instance:  # an inventory of 70,000 GPUs spells the same few instances again and again
+            known = _PARSED.get(text)
+            if known is None:
+                known = cls._parse(text)
+                if len(_PARSED) < _PARSED_MAX:
+                    _PARSED[text] = known
+            return known
+        return cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Instance:
         name, sep, start = text.strip().partition("@")
         name, start = name.strip(), start.strip()
         if not sep or not name or not is_ascii_digits(start) or not name.isascii() or any(c.isspace() for c in name):
@@ -58,11 +73,27 @@ class Instance:
         return cls(int(start), name)
 
 
+_PARSED: dict[str, Instance] = {}
+
+
 @dataclass(frozen=True)
 class Layout:
     """The set of GPU instances on one GPU, kept sorted so equal layouts compare equal."""
 
     instances: tuple[Instance, ...] = ()
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.instances,))
+
+    def __hash__(self) -> int:
+        """The dataclass hash, computed once: the planner keys dicts and groups by layout (each hash of a
+        layout hashed every instance through the dataclass's Python `__hash__`; bench/large_inputs.py)."""
+        return self._hash
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the cached hash: string hashes differ from one process to the next."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @classmethod
     def of(cls, instances: Iterable[Instance]) -> Layout:

@@ -136,3 +136,21 @@ def test_the_backtest_benchmark_runs_on_a_tiny_history() -> None:
 
     rows = run(history("spikes", 2, seed=1))
     assert [r["rule"] for r in rows] == list(RULES) and all(r["workloads"] == 2 for r in rows)
+
+
+def test_each_workload_is_sized_on_the_model_it_was_measured_on() -> None:
+    """A fleet of two models: the planner must not size an A100 workload on an H100 instance (which packs
+    better) or the other way round; the instance it would have got is on its own GPU model."""
+    h100 = Place(host="h2", gpu=0, gpu_model="H100-SXM5-80GB")
+    s = []
+    for i in range(100):
+        s.append(Sample(T0 + i * 60, "chat", 18000.0, None, A100))
+        s.append(Sample(T0 + i * 60, "infer", 36000.0, None, h100))
+        s.append(Sample(TEST0 + i * 60, "chat", 18000.0, None, A100))
+        s.append(Sample(TEST0 + i * 60, "infer", 36000.0, None, h100))
+    r = backtest(s, s, builtin_catalog(), [parse_rule("max+10%")], PulpSolver(),
+                 train_window=Window(T0, TEST0, end_open=True), test_window=Window(TEST0, None))
+    got = {w.workload: (w.model, w.instance) for w in r.workloads}
+    assert got["chat"][0] == "A100-SXM4-40GB" and got["infer"][0] == "H100-SXM5-80GB", got
+    assert got["chat"][1] is not None and got["infer"][1] is not None  # each on an instance of its own model
+    assert all(w.oom_samples == 0 for w in r.workloads)

@@ -737,3 +737,160 @@ def test_migplan_collect_prometheus_through_the_real_command_line(prom: PromServ
     prof = {p["name"]: p for p in doc["profiles"]}
     assert prof["prod/embed-0"]["memory_mib"]["max"] == math.ceil(max(d.expected(r["embed.mem"], "max").values()))
     assert doc["written"] == []
+
+
+# --- Prometheus as the history of `profiles build` and `backtest` ----------------------------------------------
+
+def _window_args(d: Dataset) -> list[str]:
+    """The dataset's whole query range as `--until END --window LENGTH`."""
+    return ["--until", str(d.query_end), "--window", f"{d.query_end - d.query_start}s"]
+
+
+def test_profiles_build_from_real_prometheus_matches_the_generator(prom: PromServer,
+                                                                   data: tuple[Dataset, dict[str, Raw]],
+                                                                   tmp_path: Path) -> None:
+    from migplan.cli.app import app
+    from migplan.profiles import load_profiles
+
+    d, r = data
+    out = tmp_path / "profiles"
+    res = CliRunner().invoke(app, ["profiles", "build", "--prometheus", prom.url, *_window_args(d), "--step", "60s",
+                                   "--out", str(out), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    assert f"querying {prom.url}" in res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["source"] == prom.url and sorted(w["file"] for w in doc["written"]) == sorted(
+        str(out / f) for f in ("gpu-node-a.yaml", "gpu-node-b.yaml"))
+    by = {w.name: w for w in load_profiles(str(out))}
+    assert sorted(by) == ["prod/chat-7d9f8c6b5d-x2x4z", "prod/embed-0", "research/infer", "research/train-job-0"]
+    for name, raw in (("prod/chat-7d9f8c6b5d-x2x4z", "chat.mem"), ("prod/embed-0", "embed.mem"),
+                      ("research/train-job-0", "train.mem"), ("research/infer", "infer.mem")):
+        mem = list(d.expected(r[raw], "max").values())
+        w = by[name]
+        assert (w.memory.p50, w.memory.p99, w.memory.max) == (math.ceil(_nearest_rank(mem, 50)),
+                                                              math.ceil(_nearest_rank(mem, 99)), math.ceil(max(mem)))
+        assert w.observed.samples == len(mem)
+    # whole GPU, activity from GR_ENGINE_ACTIVE (0..1 of the GPU): the profile's compute max is its max
+    assert by["research/infer"].compute.max == pytest.approx(max(d.expected(r["infer.act"], "avg").values()),
+                                                             abs=1e-3)
+    assert (by["prod/embed-0"].observed.host, by["prod/embed-0"].observed.mig_profile) == ("gpu-node-a", "1g.5gb")
+
+
+def test_profiles_build_from_prometheus_asks_only_for_the_window(prom: PromServer,
+                                                                 data: tuple[Dataset, dict[str, Raw]]) -> None:
+    from migplan.cli.app import app
+
+    d, r = data
+    until = d.query_start + 1800  # the first half hour only
+    res = CliRunner().invoke(app, ["profiles", "build", "--prometheus", prom.url, "--until", str(until),
+                                   "--window", "30m", "--dry-run", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    prof = {p["name"]: p for p in doc["profiles"]}
+    want = [v for t, v in d.expected(r["train.mem"], "max").items() if until - 1800 <= t <= until]
+    assert prof["research/train-job-0"]["memory_mib"]["max"] == math.ceil(max(want))
+    assert prof["research/train-job-0"]["observed"]["samples"] == len(want)
+    assert doc["window"] == {"start": until - 1800, "end": until}
+
+
+def test_backtest_from_real_prometheus_counts_what_the_generator_says(prom: PromServer,
+                                                                      data: tuple[Dataset, dict[str, Raw]]) -> None:
+    from migplan.cli.app import app
+
+    d, r = data
+    test_s = 3600
+    train_s = d.query_end - d.query_start - test_s
+    res = CliRunner().invoke(app, ["backtest", "--prometheus", prom.url, "--until", str(d.query_end),
+                                   "--train", f"{train_s}s", "--test", f"{test_s}s", "--policy", "p50",
+                                   "--policy", "max+10%", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    split = d.query_end - test_s
+    assert doc["train"]["start"] == d.query_start and doc["test"] == {"start": split, "end": d.query_end}
+    rows = {(w["workload"], w["rule"]): w for w in doc["workloads"]}
+    for name, raw in (("research/infer", "infer.mem"), ("prod/chat-7d9f8c6b5d-x2x4z", "chat.mem"),
+                      ("research/train-job-0", "train.mem")):
+        exp = d.expected(r[raw], "max")
+        train = [v for t, v in exp.items() if t < split]
+        test = [v for t, v in exp.items() if t >= split]
+        for rule in ("p50", "max+10%"):
+            w = rows[(name, rule)]
+            assert w["status"] == "placed", w
+            assert w["train_peak_mib"] == math.ceil(max(train)) and w["train_samples"] == len(train)
+            assert w["test_samples"] == len(test) and w["test_peak_mib"] == math.ceil(max(test))
+            assert w["oom_samples"] == sum(1 for v in test if v > w["instance_mib"]), (name, rule, w)
+    totals = {t["rule"]: t for t in doc["totals"]}
+    assert totals["p50"]["test_samples"] == sum(w["test_samples"] for (_, rule), w in rows.items() if rule == "p50")
+
+
+@pytest.fixture(scope="module")
+def growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PromServer, Dataset, dict[str, Raw]]]:
+    """A workload whose memory grows from 5,000 to 12,000 MiB halfway through the two hours (an OOM for an
+    instance sized on the first hour), and a steady one."""
+    import time
+
+    d = Dataset(int((time.time() - 5 * 3600) // STEP * STEP))
+    h100 = {"modelName": "NVIDIA H100 80GB HBM3", "UUID": "GPU-77777777-0000-1111-2222-333344445555",
+            "hostname": "gpu-node-g", "job": "dcgm-honor", "instance": "10.0.0.7:9400", "namespace": "ml"}
+    grow = {**h100, "gpu": "0", "pod": "grow-0"}
+    steady = {**h100, "gpu": "1", "pod": "steady-0"}
+    r = {"grow.mem": d.add("DCGM_FI_DEV_FB_USED", grow, lambda i: 5000.0 + (7000.0 if i >= 120 else 0.0) + i % 7),
+         "grow.act": d.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", grow, lambda i: 0.05),
+         "steady.mem": d.add("DCGM_FI_DEV_FB_USED", steady, lambda i: 3000.0 + i % 11),
+         "steady.act": d.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", steady, lambda i: 0.05)}
+    server = _server(tmp_path_factory.mktemp("prom-growth"), d)
+    try:
+        yield server, d, r
+    finally:
+        server.stop()
+
+
+def test_backtest_from_real_prometheus_finds_the_oom_the_generator_planted(
+        growth: tuple[PromServer, Dataset, dict[str, Raw]]) -> None:
+    from migplan.cli.app import app
+
+    server, d, r = growth
+    test_s = 3600
+    split = d.query_end - test_s
+    res = CliRunner().invoke(app, ["backtest", "--prometheus", server.url, "--until", str(d.query_end),
+                                   "--train", f"{d.query_end - d.query_start - test_s}s", "--test", f"{test_s}s",
+                                   "--policy", "max+10%", "--policy", "max+150%", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    rows = {(w["workload"], w["rule"]): w for w in doc["workloads"]}
+    exp = d.expected(r["grow.mem"], "max")
+    train = [v for t, v in exp.items() if t < split]
+    test = [v for t, v in exp.items() if t >= split]
+    assert max(train) < 5100 and max(test) > 12000  # what the generator planted
+    small, large = rows[("ml/grow-0", "max+10%")], rows[("ml/grow-0", "max+150%")]
+    assert small["status"] == large["status"] == "placed"
+    assert small["train_peak_mib"] == math.ceil(max(train)) and small["test_peak_mib"] == math.ceil(max(test))
+    assert small["instance_mib"] < max(test)  # sized on the first hour: too small for the second
+    want = sum(1 for v in test if v > small["instance_mib"])
+    assert want > 30 and small["oom_samples"] == want
+    assert small["oom_minutes"] == pytest.approx(want * STEP / 60)  # one step per sample
+    assert large["instance_mib"] >= max(test) and large["oom_samples"] == 0
+    assert rows[("ml/steady-0", "max+10%")]["oom_samples"] == 0
+    totals = {t["rule"]: t for t in doc["totals"]}
+    assert (totals["max+10%"]["oom_workloads"], totals["max+10%"]["oom_samples"]) == (1, want)
+    assert (totals["max+150%"]["oom_workloads"], totals["max+150%"]["oom_samples"]) == (0, 0)
+
+
+def test_history_commands_take_one_source_and_a_window_for_prometheus(tmp_path: Path) -> None:
+    from migplan.cli.app import app
+
+    csv = tmp_path / "s.csv"
+    csv.write_text("timestamp,workload,memory_used_mib\n1793491000,a,100\n")
+    res = CliRunner().invoke(app, ["profiles", "build", "--csv", str(csv), "--prometheus", "http://127.0.0.1:1",
+                                   "--dry-run"])
+    assert res.exit_code == 2 and "not --csv and --prometheus" in res.stderr, res.output
+    res = CliRunner().invoke(app, ["backtest", "--history", str(tmp_path), "--prometheus", "http://127.0.0.1:1"])
+    assert res.exit_code == 2 and "not --history and --prometheus" in res.stderr, res.output
+    res = CliRunner().invoke(app, ["profiles", "build", "--prometheus", "http://127.0.0.1:1", "--window", "all",
+                                   "--dry-run"])
+    assert res.exit_code == 2 and "give it a length" in res.stderr, res.output
+    res = CliRunner().invoke(app, ["backtest", "--prometheus", "http://127.0.0.1:1", "--train", "1h", "--test", "1h"])
+    assert res.exit_code == 1 and "127.0.0.1:1" in res.stderr and "Traceback" not in res.output, res.output
+    # the range options belong to `collect --prometheus`; here the command's own window says what is asked
+    res = CliRunner().invoke(app, ["backtest", "--prometheus", "http://127.0.0.1:1", "--start", "0"])
+    assert res.exit_code == 2 and "--start" in res.stderr

@@ -342,3 +342,130 @@ def test_a_host_error_names_the_host_once() -> None:
 
     err = as_host_error("h1", InputError("h1: key_file /tmp does not exist or is not a file", hint="fix it"))
     assert str(err).startswith("h1: key_file /tmp") and "h1: h1:" not in str(err) and err.code == "input"
+
+
+# --- batches of reads: several argv in one exec, cut apart by a random boundary -------------------------
+
+def _run_line(line: str) -> tuple[int, bytes, bytes]:
+    """What an SSH server does with a command line: the login shell runs it (here /bin/sh)."""
+    done = subprocess.run(["/bin/sh", "-c", line], capture_output=True, timeout=30, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_batch_gives_each_command_its_own_output_and_exit_code() -> None:
+    from migplan.adapters.runner import batch_line, batch_token, command_line, split_batch
+
+    argvs = [["printf", "%s", "no newline"], ["sh", "-c", "echo out; echo err >&2; exit 3"],
+             ["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"], ["true"], ["printf", "two\\n\\n"]]
+    token = batch_token()
+    _, out, err = _run_line(batch_line([command_line(a) for a in argvs], token))
+    parts = split_batch("h", out, err, token, len(argvs))
+    assert parts == [(0, b"no newline", b""), (3, b"out\n", b"err\n"), (0, b"a b|$(touch /tmp/never)|it's|", b""),
+                     (0, b"", b""), (0, b"two\n\n", b"")]
+    assert not os.path.exists("/tmp/never")
+
+
+def test_a_batch_whose_output_forges_a_boundary_is_refused() -> None:
+    from migplan.adapters.runner import HostError, batch_line, batch_token, command_line, split_batch
+
+    token = batch_token()
+    # the command learns the token from its shell's command line (it cannot know it before the exec) and
+    # prints a boundary of its own: one marker too many, so nothing of the batch is used
+    sneaky = ["sh", "-c", 'tr "\\000" "\\n" < /proc/$PPID/cmdline | grep -o "migplan-batch-[0-9a-f]\\{32\\}" '
+              '| head -n 1 | { read t; printf "\\n%s 1 0\\n" "$t"; }']
+    _, out, err = _run_line(batch_line([command_line(sneaky), command_line(["echo", "real"])], token))
+    assert out.startswith(b"\n" + token.encode() + b" 1 0\n")  # it did print the real token
+    with pytest.raises(HostError, match="boundaries"):
+        split_batch("h", out, err, token, 2)
+
+
+@pytest.mark.parametrize("out,err", [
+    (b"", b""),  # the shell did not run the script
+    (b"\nTOKEN 0 0\n", b""),  # no stderr markers
+    (b"\nTOKEN 1 0\n\nTOKEN 0 0\n", b"\nTOKEN 1\n\nTOKEN 0\n"),  # out of order
+    (b"\nTOKEN 0 0\n\nTOKEN 1 0\nafter", b"\nTOKEN 0\n\nTOKEN 1\n"),  # text after the last boundary
+    (b"\nTOKEN 0\n\nTOKEN 1\n", b"\nTOKEN 0\n\nTOKEN 1\n"),  # stdout markers without exit codes
+])
+def test_a_batch_without_exactly_the_boundaries_sent_is_refused(out: bytes, err: bytes) -> None:
+    from migplan.adapters.runner import HostError, batch_token, split_batch
+
+    token = batch_token()
+    with pytest.raises(HostError):
+        split_batch("h", out.replace(b"TOKEN", token.encode()), err.replace(b"TOKEN", token.encode()), token, 2)
+
+
+def test_batch_line_takes_only_validated_lines_and_a_real_token() -> None:
+    from migplan.adapters.runner import batch_line, batch_token
+
+    with pytest.raises(BadCommand):
+        batch_line(["true"], "migplan-batch-short")
+    with pytest.raises(BadCommand):
+        batch_line([], batch_token())
+    assert batch_token() != batch_token()
+
+
+class _FakeHost:
+    """Answers argv from a table and counts what reached it; `run_batch` is one call (an independent fake)."""
+
+    def __init__(self, fail_batches: bool = False) -> None:
+        self.calls: list[object] = []
+        self.fail_batches = fail_batches
+        self.n = 0
+
+    @property
+    def host(self) -> str:
+        return "h"
+
+    def run(self, argv: list[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> object:
+        from migplan.adapters.runner import Completed
+
+        self.calls.append(tuple(argv))
+        self.n += 1
+        return Completed(tuple(argv), 0, f"{' '.join(argv)} #{self.n}", "")
+
+    def run_batch(self, argvs: list[list[str]], *, timeout: float = DEFAULT_TIMEOUT) -> list[object]:
+        from migplan.adapters.runner import Completed, ConnectionLost
+
+        if self.fail_batches:
+            raise ConnectionLost("h", "gone")
+        self.calls.append(("batch", *map(tuple, argvs)))
+        self.n += 1
+        return [Completed(tuple(a), 0, f"{' '.join(a)} #{self.n}", "") for a in argvs]
+
+    def put_file(self, *a: object, **kw: object) -> None:
+        self.calls.append("put")
+
+    def get_file(self, *a: object, **kw: object) -> bytes:
+        return b""
+
+
+def test_prefetched_reads_are_answered_until_another_command_runs() -> None:
+    from migplan.adapters.smi_session import BatchedReads
+
+    fake = _FakeHost()
+    reads = BatchedReads(fake)  # type: ignore[arg-type]
+    assert reads.prefetch([["nvidia-smi", "-L"], ["nvidia-smi", "mig", "-i", "3", "-lgi"]])
+    assert fake.calls == [("batch", ("nvidia-smi", "-L"), ("nvidia-smi", "mig", "-lgi"))]  # one host-wide -lgi
+    assert reads.run(["nvidia-smi", "mig", "-i", "0", "-lgi"]).stdout == "nvidia-smi mig -lgi #1"
+    assert reads.run(["nvidia-smi", "-L"]).stdout == "nvidia-smi -L #1" and len(fake.calls) == 1
+    reads.run(["nvidia-smi", "mig", "-i", "0", "-dgi", "-gi", "1"])  # a change: what was read is forgotten
+    assert not reads.has([["nvidia-smi", "-L"]])
+    assert reads.run(["nvidia-smi", "-L"]).stdout == "nvidia-smi -L #3"
+
+
+def test_a_failed_prefetch_leaves_each_read_to_the_host() -> None:
+    from migplan.adapters.smi_session import BatchedReads
+
+    fake = _FakeHost(fail_batches=True)
+    reads = BatchedReads(fake)  # type: ignore[arg-type]
+    assert not reads.prefetch([["nvidia-smi", "-L"], ["nvidia-smi", "-h"]])
+    assert reads.run(["nvidia-smi", "-L"]).stdout == "nvidia-smi -L #1" and fake.calls == [("nvidia-smi", "-L")]
+
+
+def test_a_dry_run_sends_read_only_batches_and_records_the_rest() -> None:
+    fake = _FakeHost()
+    rec = RecordingRunner(fake, read_only=lambda a: a[0] == "nvidia-smi")  # type: ignore[arg-type]
+    done = rec.run_batch([["nvidia-smi", "-L"], ["nvidia-smi", "-h"]])
+    assert [d.stdout for d in done] == ["nvidia-smi -L #1", "nvidia-smi -h #1"] and not rec.commands
+    rec.run_batch([["nvidia-smi", "-L"], ["mkdir", "-p", "/x"]])
+    assert [str(c) for c in rec.commands] == ["mkdir -p /x"] and fake.calls[-1] == ("nvidia-smi", "-L")

@@ -3,8 +3,9 @@
 It wraps a real runner (or none). A command the caller's `read_only(argv)` predicate accepts runs
 on the real host, so a dry run sees the real state; every other command, and every `put_file`, is
 recorded in order and NOT run: it returns a successful `Completed` with empty output. `get_file`
-is a read and goes to the real host. Without an inner runner everything is recorded (and
-`get_file` fails: there is nothing to read from).
+is a read and goes to the real host; `run_batch` of read-only commands goes to it as one batch, as in
+a real run. Without an inner runner everything is recorded (and `get_file` fails: there is nothing to
+read from).
 
 `commands` is the recorded list (a copy), each a `RecordedAction` whose `str()` is one printable
 line: the exact command line an SSH server would get, or `put PATH (N bytes, mode 0644)`.
@@ -26,6 +27,7 @@ from migplan.adapters.runner import (
     check_mode,
     check_remote_path,
     command_line,
+    run_many,
 )
 
 ReadOnly = Callable[[Sequence[str]], bool]
@@ -82,6 +84,16 @@ class RecordingRunner:
         with self._lock:
             self._actions.append(RecordedAction("run", tokens, data=None if stdin is None else bytes(stdin)))
         return Completed(tokens, 0, "", "", 0.0)
+
+    def run_batch(self, argvs: Sequence[Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT) -> list[Completed]:
+        """Read-only commands go to the host in one batch, as in a real run (`runner.run_many`); a batch with any
+        other command is taken one by one, so that one is recorded in its place."""
+        tokens = [tuple(a) for a in argvs]
+        for t in tokens:
+            command_line(t)
+        if self._inner is not None and all(self._read_only(t) for t in tokens):
+            return run_many(self._inner, tokens, timeout=timeout)
+        return [self.run(t, timeout=timeout) for t in tokens]
 
     def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
                  timeout: float = DEFAULT_TIMEOUT) -> None:

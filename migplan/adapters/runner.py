@@ -25,6 +25,7 @@ is replaced, not followed (unlike `write_atomic` for local files).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shlex
 import stat
@@ -81,6 +82,18 @@ class CommandRunner(Protocol):
 
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes: ...
+
+
+def run_many(runner: CommandRunner, argvs: Sequence[Sequence[str]], *,
+             timeout: float = DEFAULT_TIMEOUT) -> list[Completed]:
+    """Several READ-ONLY commands, in one round trip where the runner can (`run_batch`: `SshRunner` sends them
+    in one SSH exec), else one by one. Never for mutating commands: a batch that times out may leave the rest of
+    its commands running on the host, and one command's failure does not stop the next."""
+    batch = getattr(runner, "run_batch", None)
+    if batch is None or len(argvs) < 2:
+        return [runner.run(list(a), timeout=timeout) for a in argvs]
+    done: list[Completed] = batch([list(a) for a in argvs], timeout=timeout)
+    return done
 
 
 class Held(Protocol):
@@ -186,6 +199,51 @@ def command_line(argv: Sequence[str]) -> str:
         if len(token) > _MAX_TOKEN or any(ord(c) < 0x20 or c == "\x7f" for c in token):
             raise BadCommand(f"command token {printable(token, 60)!r} has control characters or is too long")
     return " ".join(shlex.quote(t) for t in argv)
+
+
+BATCH_MARK = "migplan-batch-"  # + 32 random hex digits per exec: a boundary remote output cannot know beforehand
+
+
+def batch_token() -> str:
+    return BATCH_MARK + secrets.token_hex(16)
+
+
+def batch_line(lines: Sequence[str], token: str) -> str:
+    """One `sh -c` line running each command line (already built by `command_line`) in turn; after command N it
+    prints `\\nTOKEN N EXIT\\n` on stdout and `\\nTOKEN N\\n` on stderr, so `split_batch` can cut both streams
+    apart. `sh -c` (not the login shell's own syntax): `$?`, `;` and `>&2` are POSIX; the script is quoted
+    whole with shlex.quote, as any token."""
+    if not lines or not re.fullmatch(BATCH_MARK + "[0-9a-f]{32}", token):
+        raise BadCommand("a batch needs commands and a batch token")
+    script = "; ".join(f'{line}; printf "\\n%s %d %d\\n" {token} {n} "$?"; printf "\\n%s %d\\n" {token} {n} >&2'
+                       for n, line in enumerate(lines))
+    return "sh -c " + shlex.quote(script)
+
+
+def split_batch(host: str, out: bytes, err: bytes, token: str, count: int) -> list[tuple[int, bytes, bytes]]:
+    """(exit code, stdout, stderr) of each command of a `batch_line`. The markers must be exactly those the shell
+    printed: `count` of them per stream, numbered 0..count-1 in order, nothing after the last. Anything else (a
+    command that printed the token, which it cannot know before the exec; a shell that did not run the script)
+    is a HostError, never a guess at which output belongs to which command."""
+    cut_out = _cut(out, token, count, True)
+    cut_err = _cut(err, token, count, False)
+    if cut_out is None or cut_err is None:
+        raise HostError(host, "the output of a batch of reads does not have the boundaries migplan sent (not a POSIX "
+                        "sh on the host, or a command printed them); nothing of it is used")
+    return [(code, o, e) for (code, o), (_, e) in zip(cut_out, cut_err, strict=True)]
+
+
+def _cut(data: bytes, token: str, count: int, with_code: bool) -> list[tuple[int, bytes]] | None:
+    parts: list[tuple[int, bytes]] = []
+    at = 0
+    for m in re.finditer(rb"\n" + re.escape(token.encode()) + rb" ([0-9]+)(?: ([0-9]+))?\n", data):
+        if int(m.group(1)) != len(parts) or (m.group(2) is None) == with_code:
+            return None
+        parts.append((int(m.group(2)) if with_code else 0, data[at:m.start()]))
+        at = m.end()
+    if len(parts) != count or data[at:]:
+        return None
+    return parts
 
 
 def check_remote_path(path: str) -> str:

@@ -7,7 +7,9 @@ the typed `SmiError` that `smi.classify_failure` picks from NVIDIA's text; a "no
 
 `BatchedReads` wraps a runner so that the per-GPU listings (`mig -i N -lgi/-lci/-lgip/-lgipp`) cost one read
 per host, not one per GPU: without `-i` they list every MIG-enabled GPU (docs/nvidia-smi.md §3, §4, §6, §9)
-and every row carries its GPU index, which the parsers filter on. apply uses it (round trips per GPU).
+and every row carries its GPU index, which the parsers filter on; and `prefetch` runs the reads a step needs
+(discovery and the pre-flight help; the read-back, memory and MIG device UUIDs) in one round trip. apply uses
+it (round trips per changed GPU, bench/results/apply.md).
 """
 
 from __future__ import annotations
@@ -16,32 +18,71 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from migplan import smi
-from migplan.adapters.runner import DEFAULT_TIMEOUT, MAX_TRANSFER_BYTES, CommandRunner, Completed, HostError
+from migplan.adapters.runner import (
+    DEFAULT_TIMEOUT,
+    MAX_TRANSFER_BYTES,
+    CommandRunner,
+    Completed,
+    HostError,
+    run_many,
+)
 
 _Row = TypeVar("_Row", smi.GpuInstanceRow, smi.ComputeInstanceRow)
 _HOST_WIDE = ("-lgi", "-lci", "-lgip", "-lgipp")
 
 
 class BatchedReads:
-    """A runner whose `nvidia-smi mig -i N <listing>` reads are answered from one host-wide read of that listing
-    (the text of every MIG GPU: callers keep GPU N's rows). Any other command forgets what was read, so a read
-    after a change goes to the host again. Files and the lock pass through."""
+    """A runner whose reads are answered from reads made together: `nvidia-smi mig -i N <listing>` from one
+    host-wide read of that listing (the text of every MIG GPU: callers keep GPU N's rows), and any command
+    `prefetch` ran (in one round trip where the runner can: `runner.run_many`). Any other command forgets what
+    was read, so a read after a change goes to the host again. Files and the lock pass through."""
 
     def __init__(self, inner: CommandRunner) -> None:
         self.inner = inner
-        self._read: dict[str, Completed] = {}
+        self._read: dict[tuple[str, ...], Completed] = {}
 
     @property
     def host(self) -> str:
         return self.inner.host
 
+    @staticmethod
+    def key(argv: Sequence[str]) -> tuple[str, ...]:
+        """The command that answers `argv`: `nvidia-smi mig <listing>` for `nvidia-smi mig -i N <listing>`."""
+        a = tuple(argv)
+        if len(a) == 5 and a[0] == smi.NVIDIA_SMI and a[1:3] == ("mig", "-i") and a[3].isascii() \
+                and a[3].isdigit() and a[4] in _HOST_WIDE:
+            return (smi.NVIDIA_SMI, "mig", a[4])
+        return a
+
+    def prefetch(self, argvs: Sequence[Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Run these READ-ONLY commands together now and answer them from that until the next other command.
+        False (and nothing kept) when the batch failed as a whole (a dropped connection, a refusing become
+        prefix, a timeout): each read then goes to the host on its own when asked, and fails there as it would
+        have without the batch."""
+        keys = list(dict.fromkeys(self.key(a) for a in argvs))
+        self._read.clear()
+        try:
+            done = run_many(self.inner, keys, timeout=timeout)
+        except HostError:
+            return False
+        self._read = dict(zip(keys, done, strict=True))
+        return True
+
+    def cached(self, argv: Sequence[str]) -> Completed | None:
+        """What answers `argv` now without a round trip (None: it would go to the host)."""
+        return self._read.get(self.key(argv))
+
+    def has(self, argvs: Sequence[Sequence[str]]) -> bool:
+        return all(self.key(a) in self._read for a in argvs)
+
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
-        a = list(argv)
-        if stdin is None and len(a) == 5 and a[0] == smi.NVIDIA_SMI and a[1:3] == ["mig", "-i"] \
-                and a[3].isascii() and a[3].isdigit() and a[4] in _HOST_WIDE:
-            if a[4] not in self._read:
-                self._read[a[4]] = self.inner.run([smi.NVIDIA_SMI, "mig", a[4]], timeout=timeout)
-            return self._read[a[4]]
+        k = self.key(argv)
+        if stdin is None and k in self._read:
+            return self._read[k]
+        if stdin is None and len(k) == 3 and k[:2] == (smi.NVIDIA_SMI, "mig") and k[2] in _HOST_WIDE:
+            # a listing (a per-GPU one is read for every GPU at once): kept for the other GPUs' questions
+            self._read[k] = self.inner.run(list(k), timeout=timeout)
+            return self._read[k]
         self._read.clear()
         return self.inner.run(argv, timeout=timeout, stdin=stdin)
 

@@ -42,6 +42,8 @@ variable is integer with an integer cost, the bound is rounded up to the next at
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import math
 import os
 import re
@@ -55,10 +57,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pulp
+# Import PuLP without letting it import highspy (and numpy with it): ~0.1 s of every CBC run's start-up.
+# PuLP 3.3 imports highspy whenever it is installed, even for a CBC solve: `pulp/__init__.py` preloads
+# highspy's `_core*.so` (found with `importlib.util.find_spec`) and `pulp.apis.highs_api` runs
+# `import highspy` in the body of `class HiGHS`. A `None` in `sys.modules` makes both see "not
+# installed" (find_spec returns None, the import raises ImportError); the entry is removed right after,
+# so a later `import highspy` works, and `_highs_class` re-runs `highs_api` when HiGHS is asked for.
+# When highspy is already imported (or hidden by someone else) nothing is hidden.
+_HIDE_HIGHSPY = "highspy" not in sys.modules
+if _HIDE_HIGHSPY:
+    sys.modules["highspy"] = None  # type: ignore[assignment]
+try:
+    import pulp
+finally:
+    if _HIDE_HIGHSPY and "highspy" in sys.modules and sys.modules["highspy"] is None:
+        del sys.modules["highspy"]
 
-from migplan.errors import InputError
-from migplan.planner.milp import SOLVERS, Milp, SolveResult, SolveStatus
+from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
+from migplan.planner.milp import SOLVERS, Milp, SolveResult, SolveStatus  # noqa: E402
 
 EPS = 1e-6  # objective and bound closer than this: proven optimal
 
@@ -66,15 +82,36 @@ if hasattr(pulp, "set_v4_migration_warnings"):
     pulp.set_v4_migration_warnings(False)
 
 
+def _highs_class() -> Any:
+    """PuLP's `HiGHS` solver class with highspy really imported (None when highspy is not installed).
+
+    `pulp.apis.highs_api` decided at its import whether highspy exists; if it was imported while highspy
+    was hidden (above) its `HiGHS` is the "not available" stub, so the module is run again now that the
+    import is allowed. PuLP's own `pulp.HiGHS` name is rebound to the new class too."""
+    api = sys.modules["pulp.apis.highs_api"]
+    if getattr(api, "highspy", None) is None:
+        if importlib.util.find_spec("highspy") is None:
+            return None
+        api = importlib.reload(api)
+        for holder in (pulp, sys.modules.get("pulp.apis")):
+            if holder is not None and hasattr(holder, "HiGHS"):
+                setattr(holder, "HiGHS", api.HiGHS)  # noqa: B010 - a module attribute, not a typed one
+    return api.HiGHS if getattr(api, "highspy", None) is not None else None
+
+
+def is_available(name: str) -> bool:
+    """Whether one solver is usable here; asking about cbc never imports highspy."""
+    if name == "cbc":
+        return bool(pulp.PULP_CBC_CMD(_skip_v4_deprecation=True).available() or pulp.COIN_CMD().available())
+    if name == "highs":
+        highs = _highs_class()
+        return highs is not None and bool(highs().available())
+    return False
+
+
 def available() -> list[str]:
     """Solvers usable here: cbc (bundled with PuLP 3.x) and highs (when highspy is installed)."""
-    names = set(pulp.listSolvers(onlyAvailable=True))
-    out = []
-    if names & {"PULP_CBC_CMD", "COIN_CMD"}:
-        out.append("cbc")
-    if "HiGHS" in names:
-        out.append("highs")
-    return out
+    return [name for name in SOLVERS if is_available(name)]
 
 
 def _status(status: int, sol_status: int) -> SolveStatus:
@@ -158,6 +195,77 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+_SENSE_MPS = {"<=": "L", ">=": "G", "==": "E"}
+
+
+def _mps_bounds(name: str, lo: float | None, up: float | None, integer: bool) -> list[str]:
+    """PuLP's `writeMPSBoundLines` for a MIP solver."""
+    if lo is not None and lo == up:
+        return [f" FX BND       {name:<8}  {lo: .12e}\n"]
+    if lo == 0 and up == 1 and integer:
+        return [f" BV BND       {name:<8}\n"]
+    out = []
+    if lo is not None:
+        if lo != 0 or (integer and up is None):
+            out.append(f" LO BND       {name:<8}  {lo: .12e}\n")
+    else:
+        out.append(f" {'MI' if up is not None else 'FR'} BND       {name:<8}\n")
+    if up is not None:
+        out.append(f" UP BND       {name:<8}  {up: .12e}\n")
+    return out
+
+
+def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
+    """The MPS file PuLP 3.3's `LpProblem.writeMPS(rename=1)` writes for the problem `_build` makes of `milp`,
+    byte for byte, without building that problem (at 70,000 GPUs `_build` and `writeMPS` took ~4 s of CPU),
+    and the `milp` index of each column `X0000000`, `X0000001`, ... in order.
+
+    PuLP's rules, followed here (pulp/mps_lp.py `writeMPS`, `writeMPSColumnLines`, `writeMPSBoundLines`;
+    pulp/pulp.py `variables`, `normalisedNames`): only variables that appear in the objective or a row are
+    columns, sorted by their PuLP name (`x0`, `x1`, `x10`, ...); rows are `C%07d` in order; a column lists its
+    row coefficients in row order, zeros included, then its objective coefficient; integers are bracketed by
+    MARKER lines; bounds as PuLP writes them for a MIP solver (PULP_CBC_CMD has mip=True even for an LP).
+    None when PuLP would add a dummy objective variable (an objective without variables): the caller then
+    lets PuLP write the file. tests/test_solver_mps.py checks the text against PuLP's own writer."""
+    if not milp.objective:
+        return None
+    used: set[int] = set(milp.objective)
+    for _, row, _, _ in milp.rows:
+        used.update(row)
+    order = sorted(used, key=str)  # PuLP sorts variables by name: "x10" before "x2"
+    column = {v: f"X{i:07d}" for i, v in enumerate(order)}
+    entries: dict[int, list[str]] = {v: [] for v in order}
+    rows, rhs = [], []
+    text_of: dict[float, str] = {}  # a model repeats a few coefficients (1, -1, a GPU's slices) many times
+    for k, (_, row, sense, value) in enumerate(milp.rows):
+        cname = f"C{k:07d}"
+        rows.append(f" {_SENSE_MPS[sense]}  {cname}\n")
+        for v, c in row.items():
+            num = text_of.get(c) if c else None  # 0.0 and -0.0 are one key but print apart: not kept
+            if num is None:
+                num = f"{c: .12e}"
+                if c:
+                    text_of[c] = num
+            entries[v].append(f"    {column[v]:<8}  {cname:<8}  {num}\n")
+        rhs.append(f"    RHS       {cname:<8}  {value if value != 0 else 0: .12e}\n")
+    integer = [milp.integer[v] and not relax for v in range(len(milp.names))]
+    cols, bounds = [], []
+    objective = milp.objective
+    for v in order:
+        name = column[v]
+        if integer[v]:
+            cols.append("    MARK      'MARKER'                 'INTORG'\n")
+        cols.extend(entries[v])
+        if v in objective:
+            cols.append(f"    {name:<8}  OBJ       {objective[v]: .12e}\n")
+        if integer[v]:
+            cols.append("    MARK      'MARKER'                 'INTEND'\n")
+        bounds.extend(_mps_bounds(name, milp.lower[v], milp.upper[v], integer[v]))
+    text = "".join(["*SENSE:Minimize\n", "NAME          MODEL\n", "ROWS\n", " N  OBJ\n", *rows, "COLUMNS\n", *cols,
+                    "RHS\n", *rhs, "BOUNDS\n", *bounds, "ENDATA\n"])
+    return text, order
+
+
 class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
     """PULP_CBC_CMD with files in `workdir` and a child process this adapter owns (see the module docstring)."""
 
@@ -178,11 +286,31 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
         args += ["-solve" if self.mip else "-initialSolve", "-printingOptions", "all", "-solution", sol]
         return args
 
-    def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # noqa: N802 - PuLP's name
+    def run_mps(self, text: str, columns: list[int], count: int) -> tuple[int, int, list[float]]:
+        """Solve the MPS `text` (from `mps_text`): (PuLP status, PuLP solution status, a value per variable,
+        0.0 for one that is no column), read as PuLP's `readsol_MPS` and `assignVarsVals` would."""
         if not self.executable(self.path):
             raise pulp.PulpSolverError(f"cannot execute {self.path}")
         mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
-        vs, var_names, con_names, _ = lp.writeMPS(mps, rename=1)
+        with open(mps, "w") as fh:
+            fh.write(text)
+        self._run(mps, sol)
+        status, sol_status = self.get_status(sol)
+        index = {f"X{i:07d}": v for i, v in enumerate(columns)}
+        values = [0.0] * count
+        with open(sol) as fh:
+            for line in fh:  # PuLP's readsol_MPS: "index name value reduced-cost", "**" before infeasible ones
+                if len(line) <= 2:
+                    break
+                parts = line.split()
+                if parts[0] == "**":
+                    parts = parts[1:]
+                v = index.get(parts[1])
+                if v is not None:
+                    values[v] = float(parts[2])
+        return status, sol_status, values
+
+    def _run(self, mps: str, sol: str) -> None:
         with open(self.log_path, "wb") as log:
             proc: subprocess.Popen[bytes] | None = None
             try:
@@ -197,6 +325,13 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
             raise pulp.PulpSolverError(f"cbc exited with status {self.returncode}")
         if not os.path.exists(sol):
             raise pulp.PulpSolverError("cbc wrote no solution file")
+
+    def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # noqa: N802 - PuLP's name
+        if not self.executable(self.path):
+            raise pulp.PulpSolverError(f"cannot execute {self.path}")
+        mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
+        vs, var_names, con_names, _ = lp.writeMPS(mps, rename=1)
+        self._run(mps, sol)
         status, values, _dj, _pi, slacks, sol_status = self.readsol_MPS(sol, lp, vs, var_names, con_names)
         lp.assignVarsVals(values)
         lp.assignConsSlack(slacks, activity=True)
@@ -231,7 +366,7 @@ class PulpSolver:
     def __post_init__(self) -> None:
         if self.name not in SOLVERS:
             raise InputError(f"unknown solver {self.name!r}", hint=f"use one of: {', '.join(SOLVERS)}")
-        if self.name not in available():
+        if not is_available(self.name):
             raise InputError(f"solver {self.name!r} is not available here",
                              hint="install HiGHS with 'pip install highspy'" if self.name == "highs" else None)
 
@@ -250,15 +385,15 @@ class PulpSolver:
 
     def _backend(self, workdir: str) -> pulp.LpSolver:
         if self.name == "highs":
-            return pulp.HiGHS(msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
+            return _highs_class()(msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
                               threads=self.threads, random_seed=7)
         # threads=None: no "-threads" option, CBC's serial search (see the module docstring)
         return _OwnedCbc(workdir, msg=self.msg, timeLimit=self.time_limit, gapRel=self.gap, gapAbs=self.gap_abs,
                          threads=self.threads if self.threads > 1 else None)
 
-    def _raw_bound(self, prob: pulp.LpProblem, log: str, objective: float) -> tuple[float | None, float]:
+    def _raw_bound(self, prob: pulp.LpProblem | None, log: str, objective: float) -> tuple[float | None, float]:
         """(a proven lower bound or None, how precisely it is known)."""
-        if self.name == "highs":
+        if self.name == "highs" and prob is not None:
             try:
                 info = prob.solverModel.getInfo()  # its own objective may lack PuLP's constant: use the difference
                 return objective - max(0.0, float(info.objective_function_value) - float(info.mip_dual_bound)), 0.0
@@ -272,7 +407,7 @@ class PulpSolver:
         # CBC's numbers may leave out the objective constant: take its gap, not its absolute bound
         return objective - max(0.0, (obj_log if obj_log is not None else objective) - bound), _printed_resolution(log)
 
-    def _judge(self, milp: Milp, prob: pulp.LpProblem, log: str, status: SolveStatus,
+    def _judge(self, milp: Milp, prob: pulp.LpProblem | None, log: str, status: SolveStatus,
                objective: float) -> tuple[SolveStatus, float | None, str]:
         """(status, bound, note): OPTIMAL only when the objective meets a proven bound."""
         bound, resolution = self._raw_bound(prob, log, objective)
@@ -290,6 +425,9 @@ class PulpSolver:
         return SolveStatus.FEASIBLE, bound, f"{why} within gap {gap:g} of the bound {bound:g} ({rel:.4%})"
 
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
+        mps = mps_text(milp, relax) if self.name == "cbc" else None
+        if mps is not None:
+            return self._solve_cbc(milp, relax, *mps)
         prob, xs = self._build(milp, relax)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
@@ -300,20 +438,44 @@ class PulpSolver:
                 with _stdout_to_stderr():
                     prob.solve(backend)
             except pulp.PulpSolverError as err:
-                tail = _read(backend.log_path, 400) if isinstance(backend, _OwnedCbc) else ""
-                return SolveResult(SolveStatus.ERROR, solver=self.name, time_s=time.perf_counter() - t0,
-                                   message=f"{err}" + (f"; cbc log ends: {tail}" if tail else ""))
+                return self._error(err, backend, t0)
             except KeyError as err:
                 # PuLP 3.3's HiGHS status map lacks statuses newer highspy returns (kSolutionLimit,
                 # kMemoryLimit, kHighsInterrupt; docs/sources.md §3): report, never crash.
                 return SolveResult(SolveStatus.ERROR, solver=self.name, message=f"unknown solver status {err}")
             log = _read(backend.log_path) if isinstance(backend, _OwnedCbc) else ""
         elapsed = float(prob.solutionTime or 0.0) or time.perf_counter() - t0
-        status = _status(prob.status, prob.sol_status)
-        message = f"pulp status={pulp.LpStatus[prob.status]} sol_status={prob.sol_status}"
+        values = tuple(float(x.varValue or 0.0) for x in xs)
+        return self._result(milp, relax, prob.status, prob.sol_status, values, elapsed, log, prob)
+
+    def _solve_cbc(self, milp: Milp, relax: bool, text: str, columns: list[int]) -> SolveResult:
+        """CBC on the MPS text of `mps_text`: the same file, command and reading as PuLP's path, no LpProblem."""
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            backend = self._backend(tmp)
+            assert isinstance(backend, _OwnedCbc)
+            try:
+                with _stdout_to_stderr():
+                    status, sol_status, values = backend.run_mps(text, columns, len(milp.names))
+            except pulp.PulpSolverError as err:
+                return self._error(err, backend, t0)
+            log = _read(backend.log_path)
+        elapsed = time.perf_counter() - t0
+        return self._result(milp, relax, status, sol_status, tuple(values), elapsed, log, None)
+
+    def _error(self, err: Exception, backend: pulp.LpSolver, t0: float) -> SolveResult:
+        tail = _read(backend.log_path, 400) if isinstance(backend, _OwnedCbc) else ""
+        return SolveResult(SolveStatus.ERROR, solver=self.name, time_s=time.perf_counter() - t0,
+                           message=f"{err}" + (f"; cbc log ends: {tail}" if tail else ""))
+
+    def _result(self, milp: Milp, relax: bool, pulp_status: int, sol_status: int, values: tuple[float, ...],
+                elapsed: float, log: str, prob: pulp.LpProblem | None) -> SolveResult:
+        status = _status(pulp_status, sol_status)
+        message = f"pulp status={pulp.LpStatus[pulp_status]} sol_status={sol_status}"
         if not status.has_solution:
             return SolveResult(status, (), None, None, elapsed, self.name, message)
-        values = tuple(float(x.varValue or 0.0) for x in xs)
         objective = milp.evaluate(list(values))
         if relax:  # an LP: the solver's optimum is its own bound
             return SolveResult(status, values, objective, objective, elapsed, self.name, message)

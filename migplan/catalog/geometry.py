@@ -38,6 +38,7 @@ def profile_variant(name: str) -> str:
     return name[min(cut):] if cut else ""
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet names a few drivers, asked per profile and GPU
 def driver_version(text: str) -> tuple[int, ...]:
     """`470` (a driver branch, R470) or `525.85.12` -> (525, 85, 12); CatalogError for anything else."""
     t = text.strip()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -160,6 +161,13 @@ def root(
 
 
 def main() -> None:
+    # `collect --local` (cron, every minute) runs without typer's start-up: migplan/cli/entry.py, which is
+    # also the console script; every other command line comes back here to typer.
+    from migplan.cli.entry import fast_path
+
+    code = fast_path(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
     app()
 
 

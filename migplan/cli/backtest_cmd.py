@@ -1,4 +1,8 @@
-"""`migplan backtest`: what a sizing rule would have cost on this history (docs/profiles.md, "backtest")."""
+"""`migplan backtest`: what a sizing rule would have cost on this history (docs/profiles.md, "backtest").
+
+The history is the on-host store (`--history`), a CSV file (`--csv`) or Prometheus (`--prometheus URL` with
+the options of `collect --prometheus` but its time range: `--train` + `--test` ending at `--until` or now).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from migplan.cli import prometheus_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
@@ -41,9 +46,11 @@ def _table(bt: Any, all_workloads: bool) -> str:
 
 
 @handle_errors
+@prometheus_cmd.prometheus_options(without=prometheus_cmd.RANGE_AND_OUT)
 def backtest(
     csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False)] = None,
-    history: Annotated[_S, typer.Option("--history", help="The on-host history store.", show_default=False)] = None,
+    history: Annotated[_S, typer.Option("--history", help="The on-host history store (or a directory of stores "
+                                        "fetched by 'collect --inventory').", show_default=False)] = None,
     train: Annotated[str, typer.Option("--train", help="Training window length (sized from it).")] = "7d",
     test: Annotated[str, typer.Option("--test", help="Test window length, ending at --until (replayed).")] = "7d",
     until: Annotated[_S, typer.Option("--until", help="End of the test window: unix seconds or ISO 8601.",
@@ -57,12 +64,15 @@ def backtest(
                                                    show_default="p95")] = None,
     all_workloads: Annotated[bool, typer.Option("--all-workloads", help="List every workload in the table.")] = False,
     output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
+    *,
+    prom: prometheus_cmd.PromOptions,
 ) -> None:
     """Backtest sizing rules: size from a training window, replay the next, count OOMs and waste."""
     from migplan.commands.history import BacktestRequest, run_backtest
 
     ctx = build_context(config, catalog, output)
     req = BacktestRequest(history=history, csv=csv, train=train, test=test, until=until,
-                          policies=tuple(policy or ()), gpu_model=gpu_model, compute_percentile=compute_percentile)
+                          policies=tuple(policy or ()), gpu_model=gpu_model, compute_percentile=compute_percentile,
+                          prometheus=prometheus_cmd.history_request(prom))
     bt = run_backtest(ctx, req, report=info)
     emit(bt.to_dict(), ctx.output, lambda: _table(bt, all_workloads))

@@ -49,7 +49,7 @@ def _fail_hosts(outcomes: list[Any]) -> None:
 
 @app.callback(invoke_without_command=True)
 @handle_errors
-@prometheus_cmd.prometheus_options
+@prometheus_cmd.prometheus_options()
 @fleet_options()
 def collect(
     ctx: typer.Context,

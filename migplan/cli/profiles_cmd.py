@@ -5,7 +5,9 @@ column "GPU SHARE p95"; `compute.p99` is null in the JSON when the profile does 
 `compute` is null (the table shows "?") when compute was never measured.
 
 `build` and `import` roll a history up into one profiles file per host (docs/profiles.md); their
-logic is in migplan.commands.history, imported when they run.
+logic is in migplan.commands.history, imported when they run. `build` reads the on-host store, a CSV
+file or Prometheus (`--prometheus URL` with the options of `collect --prometheus`, the time range being
+`--window` back from `--until` or now).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from migplan.cli import prometheus_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt, ProfilesOpt
 from migplan.cli.render import emit, grid, handle_errors
 from migplan.commands.context import build_context
@@ -146,7 +149,8 @@ def _build_table(r: BuildResult) -> str:
 
 
 def _run_build(history: str | None, csv: str | None, window: str, until: str | None, out: str | None,
-               dry_run: bool, output: Any, config: str | None, catalog: list[str] | None) -> None:
+               dry_run: bool, output: Any, config: str | None, catalog: list[str] | None,
+               prom: prometheus_cmd.PromOptions | None = None) -> None:
     from migplan.cli.render import info
     from migplan.commands.history import BuildRequest, build_profiles
     from migplan.errors import InputError
@@ -155,7 +159,9 @@ def _run_build(history: str | None, csv: str | None, window: str, until: str | N
         raise InputError("--out DIR is required (or --dry-run to write nothing)", key="--out")
     ctx = build_context(config, catalog, output)
     result = build_profiles(ctx, BuildRequest(history=history, csv=csv, window=window, until=until,
-                                              out=None if dry_run else out), report=info)
+                                              out=None if dry_run else out,
+                                              prometheus=prometheus_cmd.history_request(prom) if prom else None),
+                            report=info)
     emit(_build_data(result), ctx.output, lambda: _build_table(result))
     if result.csv is not None and result.csv.rows_rejected:
         info(f"warning: {result.csv.rows_rejected} rows of {result.csv.source} rejected (listed above)")
@@ -166,15 +172,18 @@ def _run_build(history: str | None, csv: str | None, window: str, until: str | N
 
 @app.command("build")
 @handle_errors
+@prometheus_cmd.prometheus_options(without=prometheus_cmd.RANGE_AND_OUT)
 def build(
     history: Annotated[_S, typer.Option("--history", help="The on-host history store (written by 'migplan collect "
                                         "--local').", show_default=False)] = None,
     csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False)] = None,
     window: WindowOpt = "7d", until: UntilOpt = None, out: OutDirOpt = None, dry_run: DryRunOpt = False,
     output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
+    *,
+    prom: prometheus_cmd.PromOptions,
 ) -> None:
     """Roll a history up into workload profiles: one file per host."""
-    _run_build(history, csv, window, until, out, dry_run, output, config, catalog)
+    _run_build(history, csv, window, until, out, dry_run, output, config, catalog, prom)
 
 
 @app.command("import")

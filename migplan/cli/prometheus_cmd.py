@@ -1,7 +1,9 @@
 """`migplan collect --prometheus URL`: the Prometheus options, declared once, and the command.
 
-`prometheus_options` adds the options to any command (the `collect` command delegates to `run` when
-`--prometheus` is given); `collect_prometheus` is the same as a command of its own.
+`prometheus_options()` adds the options to any command (the `collect` command delegates to `run` when
+`--prometheus` is given; `profiles build` and `backtest` read Prometheus as their history, with
+`without=RANGE_AND_OUT`: their own window options say what time range is asked for, and `build` has its
+own `--out`); `collect_prometheus` is the same as a command of its own.
 Credentials only from files: there is deliberately no option that takes a password or token.
 """
 
@@ -82,18 +84,31 @@ _PARAMS = (
 )
 
 
-def prometheus_options(fn: F) -> F:
-    """Add the Prometheus options to a command; it receives `prom: PromOptions` instead."""
-    sig = inspect.signature(fn, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.name != "prom"]
+# The options a command with its own time window (and --out) leaves out: profiles build, backtest.
+RANGE_AND_OUT = ("start", "end", "window", "out")
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        kwargs["prom"] = PromOptions(**{p.name: kwargs.pop(p.name) for p in _PARAMS})
-        return fn(*args, **kwargs)
 
-    wrapper.__signature__ = sig.replace(parameters=[*own, *_PARAMS])  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+def prometheus_options(*, without: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the Prometheus options (all but `without`) to a command; it receives `prom: PromOptions`
+    instead (the options left out keep their defaults there)."""
+    unknown = set(without) - {p.name for p in _PARAMS}
+    if unknown:
+        raise ValueError(f"no such Prometheus option: {sorted(unknown)}")
+    params = [p for p in _PARAMS if p.name not in without]
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "prom"]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs["prom"] = PromOptions(**{p.name: kwargs.pop(p.name) for p in params})
+            return fn(*args, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def request(prom: PromOptions) -> cp.PromRequest:
@@ -105,6 +120,11 @@ def request(prom: PromOptions) -> cp.PromRequest:
                           selector=prom.selector, basic_auth_file=prom.basic_auth_file,
                           bearer_token_file=prom.bearer_token_file, ca_file=prom.ca_file, timeout=prom.http_timeout,
                           unattributed=prom.unattributed, naming=prom.workload_name)
+
+
+def history_request(prom: PromOptions) -> cp.PromRequest | None:
+    """The Prometheus request of a command that reads a history (`--prometheus` given), else None."""
+    return None if prom.prometheus is None else request(prom)
 
 
 def _iso(ts: float | None) -> str:
@@ -178,7 +198,7 @@ def run(prom: PromOptions, *, output: Any = None, config: str | None = None, cat
 
 
 @handle_errors
-@prometheus_options
+@prometheus_options()
 def collect_prometheus(prom: PromOptions, output: OutputOpt = None, config: ConfigOpt = None,
                        catalog: CatalogOpt = None) -> None:
     """Workload samples from Prometheus (dcgm-exporter or nvidia_gpu_prometheus_exporter metrics)."""

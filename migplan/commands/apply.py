@@ -167,10 +167,15 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
 
 
 def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placement], fingerprint: str,
-                       catalog: Catalog, options: ApplyOptions, stamp: str) -> tuple[tuple[Assignment, ...], Any]:
-    """Read the host once more (the MIG device UUIDs are new) and write where each workload's device is; the
-    read (a DiscoveredHost) is returned too."""
-    record = device_record(SmiSession(runner, timeout=options.timeout), host.name)
+                       catalog: Catalog, options: ApplyOptions, stamp: str,
+                       record: Any = None) -> tuple[tuple[Assignment, ...], Any]:
+    """Write where each workload's device is, from `record` (the apply's last read, under the lock: the MIG
+    device UUIDs are new), or read the host once more when the apply could not; the read is returned too.
+    `mkdir -p`, then one put for assignments.json and one per workload's env file: each env file is its own file,
+    and writing several from one upload would need a script on the host (a shell loop, or an archive unpacked
+    there), which migplan does not run."""
+    if record is None:
+        record = device_record(SmiSession(runner, timeout=options.timeout), host.name)
     found = assignments_for(items, record)
     env_dir = f"{host.state_dir}/env"
     mkdir = runner.run(["mkdir", "-p", "--", env_dir], timeout=options.timeout)
@@ -292,7 +297,8 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
     written: tuple[Assignment, ...] = ()
     if not dry_run:
         try:
-            written, record = _write_assignments(target, host, items, fingerprint, catalog, options, stamp)
+            written, record = _write_assignments(target, host, items, fingerprint, catalog, options, stamp,
+                                                 res.devices)
             if last is not None and any(g.outcome in GOOD for g in res.gpus):
                 target.put_file(f"{host.state_dir}/{LAST_APPLIED_FILE}",
                                 last_applied_document(_as_read(last, record)).encode(), mode=0o644,

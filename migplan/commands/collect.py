@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,7 +161,8 @@ def build_samples(reading: nv.HostReading, names: Mapping[int, str], pids: Mappi
         out.notes.extend(g.notes)
         model = _model(catalog, g)
         if model is None and (g.mig or g.processes):
-            out.notes.append(f"GPU {g.index} ({g.name}) is not a catalog model: samples carry no gpu_model")
+            out.notes.append(f"GPU {g.index} ({printable(g.name, 100)}) is not a catalog model: samples carry no "
+                             "gpu_model")
         migs = {m.gi_id: m for m in g.migs}
         whole = Place(host, g.index, model.id if model else None)
         groups: dict[tuple[str, Place], list[nv.NvmlProcess]] = {}
@@ -311,6 +309,9 @@ def collect_host(runner: CommandRunner, host: Host, catalog: Catalog, what: Flee
 
 
 def _fetch(runner: CommandRunner, host: Host, what: FleetCollect, target: Path, timeout: float) -> HostCollected:
+    import shutil
+    import tempfile
+
     from migplan.adapters.runner import HostError, RemoteFileMissing
 
     limit = what.max_mb * 1024 * 1024 + (64 << 20)
@@ -451,6 +452,8 @@ def _safe(path: str, what: str) -> str:
 
 def sampler_files(req: InstallRequest) -> dict[str, str]:
     """What `install` writes on each host (path -> content); every token validated, the command quoted."""
+    import shlex
+
     exe, history = _safe(req.migplan, "--migplan-path"), _safe(req.history, "--history")
     argv = [exe, "collect", "--local", "--quiet", "--history", history]
     if not req.timer:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from migplan import files
 from migplan.adapters.prometheus import (
     DEFAULT_TIMEOUT_S,
     Credentials,
@@ -24,8 +22,7 @@ from migplan.adapters.prometheus import (
 )
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
-from migplan.commands.history import History
-from migplan.documents import dump
+from migplan.commands.history import History, check_out_dir, write_profiles
 from migplan.errors import InputError
 from migplan.history import prom_series as ps
 from migplan.history.rollup import Rollup, Window, rollup
@@ -186,7 +183,7 @@ def collect_prometheus(p: Plan, *, report: Report = quiet, keep_samples: bool = 
             yield from batch
 
     if out is not None:
-        _check_out_dir(out)
+        check_out_dir(out)  # before the queries
     if catalog is not None:
         rolled: Rollup | None = rollup(stream(), catalog, Window(p.start, p.end))
     else:
@@ -201,27 +198,8 @@ def collect_prometheus(p: Plan, *, report: Report = quiet, keep_samples: bool = 
                f"({', '.join(q.metric for q in ps.QUERIES)})")
     result = PromResult(p.start, p.end, p.step, tally, summary, kept, rolled)
     if out is not None and rolled is not None:
-        result.written = write_profiles(rolled, out)
+        result.written, _stale = write_profiles(rolled, out)
     return result
-
-
-def _check_out_dir(directory: str) -> None:
-    d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise InputError("--out must be a directory (one profiles file per host is written in it)",
-                         source=directory, key="--out")
-
-
-def write_profiles(rolled: Rollup, directory: str) -> list[tuple[str, int]]:
-    """One profiles document per host, `DIR/HOST.yaml`, each written atomically (as `profiles build`)."""
-    _check_out_dir(directory)
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    written = []
-    for host, doc in rolled.documents().items():
-        path = Path(directory) / f"{host}.yaml"
-        files.write_atomic(path, dump(doc, "yaml"))
-        written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
-    return written
 
 
 def history(p: Plan, report: Report = quiet) -> History:

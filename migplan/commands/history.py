@@ -1,10 +1,14 @@
-"""Profiles from history and backtests: read the history (CSV file or on-host store), roll it up, write.
+"""Profiles from history and backtests: read the history (CSV file, on-host store or Prometheus), roll it up,
+write.
 
-  profiles build [--history PATH | --csv FILE] [--window 7d] [--until T] --out DIR
+  profiles build [--history PATH | --csv FILE | --prometheus URL] [--window 7d] [--until T] --out DIR
   profiles import FILE.csv [--window 7d] [--until T] --out DIR   (the same, from a CSV file)
-  backtest (--csv FILE | --history PATH) --train 7d --test 7d --policy max+10% ...
+  backtest (--csv FILE | --history PATH | --prometheus URL) --train 7d --test 7d --policy max+10% ...
 
-The window ends at `--until`, else at the history's last sample. For a CSV file that last sample
+The window ends at `--until`, else at the history's last sample; for Prometheus, which has no "last
+sample" to find, at `--until` or now, and only the window is asked for (build: `--window` back from
+the end; backtest: `--train` + `--test`), through migplan.commands.collect_prometheus (chunked
+`query_range`, bounded memory; each pass asks again). For a CSV file that last sample
 is found without a second pass where the file is in time order: the last MiB of the file is read first
 and its latest time taken as the end; the pass then checks that no row was later, and when one was
 (a file not in time order) the file is read a second time with the true end (a note says so).
@@ -19,9 +23,11 @@ import dataclasses
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from migplan import files
 from migplan.catalog import Catalog
@@ -32,9 +38,12 @@ from migplan.errors import InputError
 from migplan.history import csv_series
 from migplan.history.backtest import Backtest, SizingRule, backtest, parse_rule
 from migplan.history.csv_series import CsvSeries, CsvStats, RowError
-from migplan.history.rollup import Rollup, Window, last_timestamp, rollup
+from migplan.history.rollup import Rollup, Window, iso, last_timestamp, rollup
 from migplan.history.samples import Sample
 from migplan.planner import Policy
+
+if TYPE_CHECKING:  # imported when --prometheus is given
+    from migplan.commands.collect_prometheus import PromRequest
 
 TAIL_BYTES = 1 << 20
 _DURATION = re.compile(r"(?a)([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)")
@@ -145,16 +154,48 @@ class History:
     latest_hint: Callable[[], float | None] | None = None
 
 
-def open_history(history: str | None, csv: str | None, report: Report = quiet) -> History:
-    if (history is None) == (csv is None):
-        raise InputError("give exactly one of --history PATH and --csv FILE",
-                         hint="--csv reads a CSV time series (docs/profiles.md); --history the on-host store")
+def check_one_source(history: str | None, csv: str | None, prometheus: PromRequest | None = None) -> None:
+    given = [n for n, v in (("--history", history), ("--csv", csv), ("--prometheus", prometheus)) if v is not None]
+    if len(given) != 1:
+        raise InputError("give exactly one of --history PATH and --csv FILE, or --prometheus URL alone"
+                         + (f" (not {' and '.join(given)})" if given else ""),
+                         hint="--csv reads a CSV time series (docs/profiles.md); --history the on-host store; "
+                              "--prometheus a Prometheus scraping dcgm-exporter (docs/collect-prometheus.md)")
+
+
+def open_history(history: str | None, csv: str | None, report: Report = quiet, *,
+                 prometheus: PromRequest | None = None, span: tuple[float, float] | None = None,
+                 catalog: Catalog | None = None) -> History:
+    """The one history a command reads. Prometheus needs the time `span` to ask for, and the catalog to
+    name the GPU models its `modelName` labels carry."""
+    check_one_source(history, csv, prometheus)
+    if prometheus is not None:
+        if span is None or catalog is None:
+            raise ValueError("a Prometheus history needs its time span and the catalog")
+        return prometheus_history(prometheus, span, catalog, report)
     if csv is not None:
         _check_regular(csv, "--csv")
         src = CsvSource(csv, report=report)
         return History(csv, src.samples, src, src.tail_latest)
     assert history is not None
     return History(history, _store_reader(history))
+
+
+def prometheus_history(req: PromRequest, span: tuple[float, float], catalog: Catalog,
+                       report: Report = quiet) -> History:
+    """Prometheus over `span` (start, end) as a History: the request's own --start/--end/--window are
+    replaced by the span; every pass runs the queries again (collect_prometheus.history)."""
+    from migplan.commands import collect_prometheus as cp
+
+    def model_of(name: str) -> str | None:
+        found = catalog.find(name)
+        return found.id if found is not None else None
+
+    start, end = span
+    p = cp.plan(dataclasses.replace(req, start=repr(start), end=repr(end), window=None), model_of=model_of,
+                report=report)
+    report(f"querying {p.client.base} from {iso(p.start)} to {iso(p.end)}, step {p.step:g}s")
+    return cp.history(p, report)
 
 
 def _store_reader(path: str) -> Callable[[], Iterable[Sample]]:
@@ -192,6 +233,7 @@ class BuildRequest:
     window: str = "7d"
     until: str | None = None
     out: str | None = None  # None: nothing written (the summary and documents are still returned)
+    prometheus: PromRequest | None = None
 
 
 @dataclass
@@ -215,9 +257,20 @@ def window_for(h: History, length: float | None, until: str | None, report: Repo
     return Window(None if length is None else end - length, end), end
 
 
-def build_profiles(ctx: Context, req: BuildRequest, *, report: Report = quiet) -> BuildResult:
-    h = open_history(req.history, req.csv, report)
+def build_profiles(ctx: Context, req: BuildRequest, *, report: Report = quiet,
+                   now: Callable[[], float] = time.time) -> BuildResult:
+    check_one_source(req.history, req.csv, req.prometheus)
     length = parse_duration(req.window, "--window")
+    span = None
+    if req.prometheus is not None:
+        if length is None:
+            raise InputError("Prometheus is asked for a window: give it a length", key="--window",
+                             hint="e.g. --window 7d (ending at --until, else now)")
+        end = parse_time(req.until, "--until") if req.until else now()
+        span = (end - length, end)
+    if req.out:
+        check_out_dir(req.out)  # before a long read
+    h = open_history(req.history, req.csv, report, prometheus=req.prometheus, span=span, catalog=ctx.catalog)
     win, guessed = window_for(h, length, req.until, report)
     result = _rollup_pass(h, ctx.catalog, win, report)
     notes = []
@@ -239,17 +292,33 @@ def _rollup_pass(h: History, catalog: Catalog, win: Window, report: Report) -> R
 
 
 def _write(out: BuildResult, directory: str, inputs: list[str]) -> None:
+    out.written, out.stale = write_profiles(out.rollup, directory, forbid=inputs)
+
+
+def check_out_dir(directory: str) -> None:
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise InputError("--out must be a directory (one profiles file per host is written in it)",
                          source=directory, key="--out")
-    docs = out.rollup.documents()
+
+
+def write_profiles(rolled: Rollup, directory: str, *,
+                   forbid: Iterable[str] = ()) -> tuple[list[tuple[str, int]], list[str]]:
+    """One profiles document per host, `DIR/HOST.yaml`, each written atomically (never over a file in
+    `forbid`: the inputs). Returns (written: (file, workloads), stale: the other profiles files in DIR,
+    which a later `--profiles DIR` would read with these)."""
+    check_out_dir(directory)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    docs = rolled.documents()
+    written = []
     for host, doc in docs.items():
         path = d / f"{host}.yaml"
-        files.write_atomic(path, dump(doc, "yaml"), forbid=inputs)
-        out.written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
+        files.write_atomic(path, dump(doc, "yaml"), forbid=list(forbid))
+        written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
     mine = {f"{h}.yaml" for h in docs}
-    out.stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)
+    stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)
+    return written, stale
 
 
 # --- backtest -------------------------------------------------------------------------------------
@@ -264,16 +333,23 @@ class BacktestRequest:
     policies: tuple[str, ...] = ()
     gpu_model: str | None = None
     compute_percentile: str | None = None
+    prometheus: PromRequest | None = None
 
 
-def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet) -> Backtest:
+def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet,
+                 now: Callable[[], float] = time.time) -> Backtest:
     from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
 
-    h = open_history(req.history, req.csv, report)
+    check_one_source(req.history, req.csv, req.prometheus)
     train = parse_duration(req.train, "--train")
     test = parse_duration(req.test, "--test")
     if train is None or test is None:
         raise InputError("--train and --test need a length, not 'all'", key="--train/--test")
+    span = None
+    if req.prometheus is not None:  # only the two windows are asked for, ending at --until or now
+        end_at = parse_time(req.until, "--until") if req.until else now()
+        span = (end_at - test - train, end_at)
+    h = open_history(req.history, req.csv, report, prometheus=req.prometheus, span=span, catalog=ctx.catalog)
     base: Policy = planner_policy(ctx, {"compute_percentile": req.compute_percentile})
     rules: list[SizingRule] = [parse_rule(p, base) for p in (req.policies or ("max+10%", "max+25%", "p99+10%"))]
     end = parse_time(req.until, "--until") if req.until else _latest(h, report)

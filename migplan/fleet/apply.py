@@ -21,6 +21,11 @@ order: a make-before-break move creates its target instance (when it fits next t
 its source is destroyed; a stop-first move destroys first. `on_move` is called around each move (the hooks).
 GPUs linked by a move that has not finished are rolled back together. Each GPU ends either as planned or as
 it was; the result says which. Nothing here knows SSH: the runner is passed in.
+
+Round trips (issue 10: at most 4 per changed GPU): the reads go in two batches per host (`FIRST_READS` before
+anything, the read-back with `DEVICE_READS` after; `BatchedReads.prefetch`, one SSH exec each where the runner
+can), so a host costs the lock, two batches and 3 commands per changed GPU, plus the files the caller writes.
+Only read-only commands are batched; every change is a command of its own, judged by its own exit code.
 """
 
 from __future__ import annotations
@@ -42,7 +47,16 @@ from migplan.errors import MigplanError
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredGpu, DiscoveredHost, DiscoveredInstance
 from migplan.fleet.state import GpuState, changes
-from migplan.fleet.steps import Step, StepError, StepKind, cancel_pending, create_steps, destroy_steps, steps
+from migplan.fleet.steps import (
+    Step,
+    StepError,
+    StepKind,
+    cancel_pending,
+    create_steps,
+    destroy_steps,
+    is_read_only,
+    steps,
+)
 from migplan.inventory import Host
 from migplan.layout import Instance, Layout, check_layout
 from migplan.planner.migration import Endpoint, Migration
@@ -302,6 +316,7 @@ class HostApplyResult:
     gpus: tuple[GpuResult, ...]
     preflight: str | None = None  # why the host was skipped before anything ran (None: it passed)
     placement_source: str = ""  # how `-cgi PROFILE:START` support was established
+    devices: DiscoveredHost | None = None  # the GPUs and MIG device UUIDs as read at the end (None: not read)
 
 
 def apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
@@ -361,6 +376,7 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
                 on_move: OnMove | None) -> HostApplyResult:
     reads = BatchedReads(runner)  # one -lgi/-lci/-lgip/-lgipp per host, not per GPU
     session = SmiSession(reads, timeout=options.timeout)
+    _read_together(reads, FIRST_READS, options, journal, "pre-flight and state")
     try:
         why = preflight(session, None, plans, catalog)
     except HostError as err:  # a refusing become prefix, nvidia-smi missing
@@ -405,12 +421,41 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
     moves = [m for m in sorted(migrations, key=lambda m: m.step) if _on_host(m, host.name, todo)] \
         if options.allow_disrupt else []
     _Run(todo, record, moves, on_move, options).go()
+    if todo and not options.dry_run:  # the read-back, the memory and the new MIG device UUIDs: one round trip
+        creates = any(g.plan.target is not None and g.checkpoint is not None and set(g.plan.target.instances)
+                      - set(g.checkpoint.layout.instances if g.checkpoint.layout is not None else ()) for g in
+                      todo.values())
+        _read_together(reads, (*DEVICE_READS, *((MIG_TABLE,) if creates else ())), options, journal, "read-back")
     verified = _verify_all(session, [g for g in todo.values() if g.failure is None], options)
     for index, g in todo.items():
         results[index] = _finish(g, options, verified.get(index))
+    devices = None
     if not options.dry_run:
         _check_memory(session, todo, results, catalog)
-    return HostApplyResult(host.name, tuple(results[i] for i in sorted(results)), placement_source=PLACEMENT_SOURCE)
+        if not reads.has(DEVICE_READS):  # a rollback ran since: the UUIDs are read again
+            _read_together(reads, DEVICE_READS, options, journal, "MIG devices")
+        table = reads.cached(MIG_TABLE)
+        try:
+            devices = device_record(session, host.name, table.stdout if table is not None and table.ok else None)
+        except _FAILURES as err:  # the caller reads them again, and reports it if that fails too
+            journal({"event": "devices-not-read", "error": str(err)})
+    return HostApplyResult(host.name, tuple(results[i] for i in sorted(results)), placement_source=PLACEMENT_SOURCE,
+                           devices=devices)
+
+
+def _read_together(reads: BatchedReads, argvs: Sequence[Sequence[str]], options: ApplyOptions, journal: Journal,
+                   purpose: str) -> None:
+    """Read-only commands in one round trip (`BatchedReads.prefetch`), journaled as one event with every
+    command and exit code. Never for a mutating command (a timed-out batch may leave the rest running)."""
+    assert all(is_read_only(a) for a in argvs), "only read-only commands are batched"
+    start = time.monotonic()
+    ok = reads.prefetch(argvs, timeout=options.timeout)
+    found = [reads.cached(a) for a in argvs]
+    journal({"event": "reads", "for": purpose, "batched": ok, "argv": [list(a) for a in argvs],
+             "exit_codes": [d.exit_code if d is not None else None for d in found],
+             "stdout": [d.stdout[-4000:] if d is not None else "" for d in found],
+             "stderr": [d.stderr[-4000:] if d is not None else "" for d in found],
+             "duration_s": round(time.monotonic() - start, 3)})
 
 
 def _on_host(m: Migration, host: str, todo: Mapping[int, _Gpu]) -> bool:
@@ -448,6 +493,16 @@ def _verify_all(session: SmiSession, gs: Sequence[_Gpu], options: ApplyOptions) 
 
 
 LIST_ALL_GI = (smi.NVIDIA_SMI, "mig", "-lgi")
+LIST_ALL_CI = (smi.NVIDIA_SMI, "mig", "-lci")
+MIG_TABLE = (smi.NVIDIA_SMI,)  # plain nvidia-smi: the MIG devices table with each device's memory (§12)
+# What a host's apply reads, in two round trips for the whole host (`_read_together`): before anything, the
+# pre-flight's help text and everything `discover_host` asks (the per-GPU listings answered by one host-wide
+# listing each); after the changes, the read-back (`--query-gpu` for the modes, `-lgi`), the memory table when
+# instances were created, and what `device_record` needs for the assignments (`-L`, `-lci`).
+FIRST_READS = (MIG_HELP, tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps()),
+               tuple(smi.query_driver_versions()), LIST_ALL_GI, LIST_ALL_CI, (smi.NVIDIA_SMI, "mig", "-lgip"),
+               (smi.NVIDIA_SMI, "mig", "-lgipp"))
+DEVICE_READS = (tuple(smi.query_gpus()), tuple(smi.list_gpus()), LIST_ALL_GI, LIST_ALL_CI)
 
 
 def _finish(g: _Gpu, options: ApplyOptions, read: _Live | BaseException | None = None) -> GpuResult:
@@ -715,21 +770,24 @@ def _fits_now(g: _Gpu, inst: Instance) -> bool:
     return not check_layout(g.model, Layout.of([*g.live.layout.instances, inst]))
 
 
-def device_record(session: SmiSession, host: str) -> DiscoveredHost:
+def device_record(session: SmiSession, host: str, table: str | None = None) -> DiscoveredHost:
     """The host's GPUs with their MIG devices, in four commands whatever the number of GPUs (`--query-gpu`,
-    `-L`, and `mig -lgi` / `mig -lci` for all GPUs): what the assignments need after an apply, where a full
-    discovery would also read every GPU's profile tables again."""
+    `-L`, and `mig -lgi` / `mig -lci` for all GPUs; apply reads them in its read-back batch): what the
+    assignments need after an apply, where a full discovery would also read every GPU's profile tables again.
+    `table`: plain `nvidia-smi`'s text when it was read anyway, whose MIG devices table names each device's GI
+    and CI id (§12), so a UUID is matched exactly instead of by `-L`'s order."""
+    mapped = _devices_table(table)
     infos = session.gpus()
     listing = {x.index: x for x in session.gpu_listing()}
     on = [i for i in infos if i.mig_current]
     gis = session.listing(LIST_ALL_GI, smi.parse_gpu_instances) if on else []
-    cis = session.listing((smi.NVIDIA_SMI, "mig", "-lci"), smi.parse_compute_instances) if gis else []
+    cis = session.listing(LIST_ALL_CI, smi.parse_compute_instances) if gis else []
     gpus = []
     for info in sorted(infos, key=lambda i: i.index):
         found = listing.get(info.index)
         uuids = _uuids_of(info.index, [r for r in gis if r.gpu == info.index], [r for r in cis if r.gpu ==
                                                                                   info.index],
-                          found.mig_devices if found is not None else ())
+                          found.mig_devices if found is not None else (), mapped.get(info.index))
         instances = tuple(DiscoveredInstance(Instance(r.start, r.profile_name), r.gi_id, tuple(
             ComputeInstance(c.ci_id, r.profile_name, uuids.get((r.gi_id, c.ci_id))) for c in cis
             if c.gpu == info.index and c.gi_id == r.gi_id)) for r in gis if r.gpu == info.index)
@@ -739,12 +797,32 @@ def device_record(session: SmiSession, host: str) -> DiscoveredHost:
     return DiscoveredHost(host, None, tuple(gpus))
 
 
+def _devices_table(text: str | None) -> dict[int, dict[int, tuple[int, int]]]:
+    """GPU -> MIG device index -> (GI id, CI id), from plain `nvidia-smi`'s MIG devices table (§12); {} when it
+    was not read or does not parse (the order rule below is used then)."""
+    if not text:
+        return {}
+    try:
+        rows = parse_mig_devices(text)
+    except _FAILURES:
+        return {}
+    out: dict[int, dict[int, tuple[int, int]]] = {}
+    for r in rows:
+        out.setdefault(r.gpu, {})[r.device] = (r.gi_id, r.ci_id)
+    return out
+
+
 def _uuids_of(gpu: int, gis: Sequence[smi.GpuInstanceRow], cis: Sequence[smi.ComputeInstanceRow],
-              devices: Sequence[smi.MigDevice]) -> dict[tuple[int, int], str]:
-    """(GI id, CI id) -> MIG device UUID: the old `MIG-GPU-.../gi/ci` form names them; the new one is in
-    ascending GI then CI id order (docs/nvidia-smi.md §11)."""
+              devices: Sequence[smi.MigDevice],
+              table: Mapping[int, tuple[int, int]] | None = None) -> dict[tuple[int, int], str]:
+    """(GI id, CI id) -> MIG device UUID: the old `MIG-GPU-.../gi/ci` form names them; with the new `MIG-<uuid>`
+    form, plain `nvidia-smi`'s table gives each device index its GI and CI (when it lists every device of `-L`),
+    else the devices are in ascending GI then CI id order (docs/nvidia-smi.md §11: observed, not documented)."""
     if devices and all(d.gi_id is not None and d.ci_id is not None for d in devices):
         return {(int(d.gi_id), int(d.ci_id)): d.uuid for d in devices}  # type: ignore[arg-type]
+    if devices and table and all(d.device in table for d in devices) \
+            and len({table[d.device] for d in devices}) == len(devices):
+        return {table[d.device]: d.uuid for d in devices}
     pairs = sorted((c.gi_id, c.ci_id) for c in cis if c.gpu == gpu)
     return dict(zip(pairs, (d.uuid for d in sorted(devices, key=lambda d: d.device)), strict=False))
 
@@ -752,6 +830,8 @@ def _uuids_of(gpu: int, gis: Sequence[smi.GpuInstanceRow], cis: Sequence[smi.Com
 def _device_uuids(g: _Gpu) -> dict[Instance, str]:
     """The MIG device UUID of each instance of this GPU now: `-lgi` (placement -> GI id), `-lci` (GI -> CI) and
     `-L` (devices in ascending GI then CI id, docs/nvidia-smi.md §11)."""
+    if isinstance(g.s.runner, BatchedReads) and not g.s.runner.has((LIST_ALL_GI, LIST_ALL_CI, tuple(smi.list_gpus()))):
+        g.s.runner.prefetch((LIST_ALL_GI, LIST_ALL_CI, tuple(smi.list_gpus())), timeout=g.s.timeout)  # one trip
     gis = {r.gi_id: Instance(r.start, r.profile_name) for r in g.s.gpu_instances(g.index)}
     pairs = sorted((r.gi_id, r.ci_id) for r in g.s.compute_instances(g.index))
     listing = next((x for x in g.s.gpu_listing() if x.index == g.index), None)

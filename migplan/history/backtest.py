@@ -43,7 +43,7 @@ from migplan.history.samples import Sample
 from migplan.layout import Instance, Layout
 from migplan.planner import Plan, Policy, Solver, plan
 from migplan.planner.demand import MEMORY_PERCENTILES, headroom_rule, sm_per_slice
-from migplan.profiles import Observation, ProfileSet, Workload
+from migplan.profiles import Observation, Pin, ProfileSet, Workload
 
 DEFAULT_RULES = ("max+10%", "max+25%", "p99+10%")
 DEFAULT_INTERVAL_S = 60.0  # a workload with one test sample: it stands for a minute
@@ -163,11 +163,28 @@ def _measured(rolled: Rollup, default_model: str | None, catalog: Catalog) -> li
     return out
 
 
+def model_host(model: str) -> str:
+    return f"backtest-{model}"
+
+
 def one_gpu_each(workloads: list[Workload]) -> FleetState:
-    """One empty MIG-enabled GPU per workload, of its measured model (hosts backtest-00000, ...)."""
-    gpus = tuple(GpuState(host=f"backtest-{i:05d}", index=0, model=str(w.observed.gpu_model), mig_enabled=True,
-                          layout=Layout()) for i, w in enumerate(sorted(workloads, key=lambda w: w.name)))
-    return FleetState(gpus, source="backtest")
+    """One empty MIG-enabled GPU per workload, of its measured model: the GPUs of a model on one host
+    (`backtest-MODEL`), so workloads of one model may share a GPU and `pinned` keeps each on its model."""
+    count: dict[str, int] = {}
+    gpus = []
+    for w in sorted(workloads, key=lambda w: w.name):
+        model = str(w.observed.gpu_model)
+        gpus.append(GpuState(host=model_host(model), index=count.get(model, 0), model=model, mig_enabled=True,
+                             layout=Layout()))
+        count[model] = count.get(model, 0) + 1
+    return FleetState(tuple(gpus), source="backtest")
+
+
+def pinned(workloads: list[Workload]) -> list[Workload]:
+    """Each workload pinned to the host of its measured model: sized on the GPU it was measured on, never on
+    another model's instance (the planner may otherwise put it wherever it packs best)."""
+    return [dataclasses.replace(w, pin=Pin(host=model_host(str(w.observed.gpu_model)))) if w.pin is None else w
+            for w in workloads]
 
 
 @dataclass(frozen=True)
@@ -305,7 +322,7 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
         raise InputError("no workload has a memory sample in the training window",
                          hint="check --train/--test against the history's time span")
     state = one_gpu_each(workloads)
-    profiles = ProfileSet(tuple(workloads))
+    profiles = ProfileSet(tuple(pinned(workloads)))
     given, totals_plans = {}, {}
     for rule in rules:
         policy = rule.policy(base or Policy())

@@ -21,6 +21,7 @@ user's `min_profile` (compute slices and memory).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -143,6 +144,7 @@ def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fal
     return Demand(memory_mib=need, compute_sm=share * base.sm_total, peak_mib=workload.memory.max)
 
 
+@functools.lru_cache(maxsize=256)  # per model (immutable, its hash cached): asked per workload and model
 def sm_per_slice(model: GpuModel) -> int:
     """SMs of the smallest one-slice profile (16 on H100 although 132/7 is 18.9): a conservative slice."""
     ones = [p.sm_count for p in model.plain_profiles if p.compute_slices == 1 and p.sm_count > 0]
@@ -167,7 +169,14 @@ def _at_least(model: GpuModel, prof: GiProfile, min_profile: str | None) -> bool
     return prof.compute_slices >= g and prof.memory_mib >= gb * 1000 * 0.9
 
 
-def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = None) -> tuple[str, ...]:
+@functools.lru_cache(maxsize=256)
+def _smallest_first(model: GpuModel) -> tuple[GiProfile, ...]:
+    """The model's plain profiles by (memory slices, compute slices, name): filtering keeps this order."""
+    return tuple(sorted(model.plain_profiles, key=lambda p: (p.memory_slices, p.compute_slices, p.name)))
+
+
+def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = None, *,
+                     slices: int | None = None) -> tuple[str, ...]:
     """Plain profiles of `model` that hold the demand, smallest first (memory slices, then compute), then
     WHOLE_GPU (MIG disabled, the workload alone on the GPU) where it is offered: for `min_profile: whole`
     only that; otherwise when the demand needs the full profile anyway (a lone 7g instance), because the
@@ -176,11 +185,11 @@ def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = 
     the catalog records no MIG-off total)."""
     if min_profile == WHOLE_GPU:
         return (WHOLE_GPU,) if whole_fits(demand, model) else ()
-    g = slices_needed(demand, model)
-    fits = [p for p in model.plain_profiles
-            if p.memory_mib >= demand.memory_mib and p.compute_slices >= g and _at_least(model, p, min_profile)]
-    fits.sort(key=lambda p: (p.memory_slices, p.compute_slices, p.name))
-    names = tuple(p.name for p in fits)
+    g = slices_needed(demand, model) if slices is None else slices  # `slices`: the caller's slices_needed
+    mib = demand.memory_mib
+    names = tuple(p.name for p in _smallest_first(model)
+                  if p.memory_mib >= mib and p.compute_slices >= g
+                  and (min_profile is None or _at_least(model, p, min_profile)))
     if whole_fits(demand, model) and (not names or names[0] == model.full_profile.name):
         names += (WHOLE_GPU,)
     return names

@@ -140,8 +140,12 @@ def _allowed(c: Klass, g: Group) -> bool:
 
 def _patterns(f: Formulation) -> None:
     p, m = f.problem, f.milp
+    made = f.split.patterns
     for g in f.split.groups:
-        f.patterns[g.idx] = group_patterns(p.models[g.model], g)
+        pats = made.get(g.idx)
+        if pats is None:
+            pats = made[g.idx] = group_patterns(p.models[g.model], g)
+        f.patterns[g.idx] = pats
         for pi, _ in enumerate(f.patterns[g.idx]):
             f.x[(g.idx, pi)] = m.var(f"x[{g.idx},{pi}]", ub=len(g.gpus))
 
@@ -537,10 +541,25 @@ def _objective(f: Formulation, w: Weights) -> None:
         cost = (sum(move[c] * n for c, n in info.displaced.items()) + w.disrupt * info.destroyed_busy
                 + w.gpu * info.used + w.change * info.change + w.fragment * n_inst)
         f.milp.cost(v, cost)
+    if not w.waste:  # the lower bound's weights: every placement costs 0.0, no waste to work out
+        for v in (*f.y_pool.values(), *f.y_group.values()):
+            f.milp.cost(v, 0.0)
+        return
+    least: dict[tuple[int, str], int] = {}  # (class, model) -> memory slices of its smallest fitting profile
     for (c, model_id, q), v in f.y_pool.items():
-        f.milp.cost(v, w.waste * waste(f.problem, classes[c], model_id, q))
+        f.milp.cost(v, w.waste * _waste(f.problem, classes[c], model_id, q, least))
     for (c, gi, q), v in f.y_group.items():
-        f.milp.cost(v, w.waste * waste(f.problem, classes[c], groups[gi].model, q))
+        f.milp.cost(v, w.waste * _waste(f.problem, classes[c], groups[gi].model, q, least))
+
+
+def _waste(problem: Problem, c: Klass, model_id: str, q: str, least: dict[tuple[int, str], int]) -> int:
+    """`waste`, with the smallest fitting memory kept per (class, model) in `least`."""
+    model = problem.models[model_id]
+    g, mem = _slices(model, q)
+    low = least.get((c.idx, model_id))
+    if low is None:
+        low = least[(c.idx, model_id)] = min(_slices(model, p)[1] for p in c.sample.profiles(model_id))
+    return max(0, g - c.sample.slices(model_id)) + (mem - low)
 
 
 _STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free", "moves")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
@@ -67,10 +68,13 @@ class Split:
     unplaced: dict[str, str]  # item -> reason, decided before solving
     forced: list[str]  # running items that must move (counted as disruptions)
     running: dict[GpuKey, list[Item]]  # items running per GPU
+    # formulation's candidate patterns per group index, made once and read (never changed) by every
+    # formulation of this split: the plan, the lower bound, refinement rounds and the consolidation curve
+    patterns: dict[int, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
 
 def class_key(it: Item) -> ClassKey:
-    return (it.fits, it.need, round(it.value, 6), it.pin_host, it.pin_gpu, it.groups)
+    return it.class_key
 
 
 def fits_where_it_runs(it: Item, gpu: GpuState, model_full: str) -> bool:

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from migplan.solvers import SOLVERS as SOLVERS  # the back ends `migplan.adapters.solver` implements (re-exported)
+
 Terms = dict[int, float]
-SOLVERS = ("cbc", "highs")  # the back ends `migplan.adapters.solver` implements
 
 
 @dataclass(frozen=True)

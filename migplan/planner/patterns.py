@@ -17,7 +17,12 @@ WHOLE = None  # pattern: MIG disabled, the GPU is one device
 
 
 def base(model: GpuModel, inst: Instance) -> str:
-    return model.profile(inst.profile).base_name if model.has_profile(inst.profile) else inst.profile
+    return _base(model, inst.profile)
+
+
+@functools.lru_cache(maxsize=4096)  # per (model, profile name): asked for every instance of every GPU
+def _base(model: GpuModel, profile: str) -> str:
+    return model.profile(profile).base_name if model.has_profile(profile) else profile
 
 
 def key(model: GpuModel, inst: Instance) -> Key:

@@ -50,6 +50,12 @@ class Item:
         size = min(g for _, g in self.need) if self.need else 1
         return max(float(self.priority), 0.01) * size
 
+    @functools.cached_property
+    def class_key(self) -> tuple[object, ...]:
+        """What makes two items interchangeable for the program (`groups.class_key`), made once per item:
+        the planner asks for it several times per item and hashes it each time."""
+        return (self.fits, self.need, round(self.value, 6), self.pin_host, self.pin_gpu, self.groups)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -92,12 +98,13 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
     fits, need = [], []
     demand = demand_of(w, policy, measured, models[0])
     for m in models:
-        d = demand_of(w, policy, measured, m)
-        demand = d if m is models[0] else demand
-        profs = fitting_profiles(d, m, w.min_profile)
+        # with a measured model the demand is the same for every model (the fallback is not used)
+        d = demand if measured is not None or m is models[0] else demand_of(w, policy, measured, m)
+        g = slices_needed(d, m)
+        profs = fitting_profiles(d, m, w.min_profile, slices=g)
         if profs:
             fits.append((m.id, profs))
-            need.append((m.id, slices_needed(d, m)))
+            need.append((m.id, g))
     groups = tuple(sorted(({f"aa:{w.anti_affinity}"} if w.anti_affinity else set())
                           | ({f"replicas:{w.name}"} if w.replicas > 1 else set())))
     running, running_on = _running(w, gpus)

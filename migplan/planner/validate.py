@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from migplan.fleet.diff import diff
 from migplan.fleet.state import GpuKey
-from migplan.layout import check_layout
+from migplan.layout import Layout, check_layout
 from migplan.planner.groups import fits_where_it_runs
 from migplan.planner.plan import GpuPlan, Plan, WorkloadPlan
 from migplan.planner.problem import Item, Problem
@@ -24,6 +24,7 @@ from migplan.profiles import WHOLE_GPU
 
 def _gpus(plan: Plan, problem: Problem) -> list[str]:
     out = []
+    layout_issues: dict[tuple[str, Layout], list[str]] = {}  # a fleet plans few distinct layouts per model
     for g in plan.gpus:
         pg = problem.gpu((g.host, g.index))
         if pg is None:
@@ -34,8 +35,11 @@ def _gpus(plan: Plan, problem: Problem) -> list[str]:
         if pg.hold and (g.target != pg.current or g.actions):
             out.append(f"gpu {g.host}/{g.index}: {pg.hold} GPU would be changed")
         if g.target is not None:
-            out += [f"gpu {g.host}/{g.index}: layout: {c.message}"
-                    for c in check_layout(problem.models[pg.model], g.target)]
+            issues = layout_issues.get((pg.model, g.target))
+            if issues is None:
+                issues = layout_issues[(pg.model, g.target)] = [
+                    c.message for c in check_layout(problem.models[pg.model], g.target)]
+            out += [f"gpu {g.host}/{g.index}: layout: {message}" for message in issues]
         if list(g.actions) != diff(g.current, g.target, gpu=g.key, architecture=problem.models[pg.model].architecture):
             out.append(f"gpu {g.host}/{g.index}: actions do not turn the current layout into the target")
     if len({(g.host, g.index) for g in plan.gpus}) != len(problem.gpus) or len(plan.gpus) != len(problem.gpus):

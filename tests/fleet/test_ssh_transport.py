@@ -239,3 +239,45 @@ def test_local_runner_runs_without_a_shell() -> None:
     done = LocalRunner().run(["echo", "$HOME;", "x"], timeout=5)
     assert done.stdout == "$HOME; x\n"
     assert LocalRunner().run(["definitely-not-a-command-xyz"], timeout=5).exit_code == 127
+
+
+def test_a_batch_of_reads_is_one_exec_with_each_output_and_exit_code_apart(fleet: Fleet) -> None:
+    with SshFleet(fleet.options()) as ssh:
+        runner = ssh.runner(host_for(fleet, 0, become=("sudo", "-n")))  # the pass-through sudo of the test sshd
+        runner.connect()
+        transport = runner._clients[-1].get_transport()
+        assert transport is not None
+        opened: list[object] = []
+        real_open = transport.open_session
+
+        def counting_open(*a: object, **kw: object) -> object:
+            opened.append(a)
+            return real_open(*a, **kw)  # type: ignore[arg-type]
+
+        transport.open_session = counting_open  # type: ignore[method-assign]
+        done = runner.run_batch([["printf", "%s", "no newline"], ["sh", "-c", "echo out; echo err >&2; exit 3"],
+                                 ["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"]], timeout=10)
+        assert len(opened) == 1  # one channel, one exec
+        assert [(d.exit_code, d.stdout, d.stderr) for d in done] == [
+            (0, "no newline", ""), (3, "out\n", "err\n"), (0, "a b|$(touch /tmp/never)|it's|", "")]
+        assert done[0].argv == ("sudo", "-n", "printf", "%s", "no newline")
+    assert not os.path.exists("/tmp/never")
+
+
+def test_a_batch_through_a_refusing_sudo_is_a_become_error(fleet: Fleet) -> None:
+    from sshd import REFUSING_SUDO
+
+    fleet.host(0).script("sudo", REFUSING_SUDO)
+    with SshFleet(fleet.options()) as ssh, pytest.raises(BecomeError):
+        ssh.runner(host_for(fleet, 0, become=("sudo", "-n"))).run_batch([["true"], ["true"]], timeout=10)
+
+
+def test_the_connection_does_not_wait_on_nagle(fleet: Fleet) -> None:
+    # each request is small and waits for its answer: without TCP_NODELAY a packet waits for the server's
+    # delayed ACK (~40 ms per exec on Linux, bench/results/apply.md)
+    with SshFleet(fleet.options()) as ssh:
+        runner = ssh.runner(host_for(fleet, 0))
+        runner.connect()
+        transport = runner._clients[-1].get_transport()
+        assert transport is not None
+        assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0  # type: ignore[union-attr]
