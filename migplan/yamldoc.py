@@ -746,10 +746,13 @@ class Node:
             return dict(self.items())  # the error `items` gives
         source, prefix = self.source, f"{self.path}." if self.path else ""
         out: dict[builtins.str, Node] = {}
+        scalar, text = yaml.ScalarNode, builtins.str
         for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode) or k.value in out:
+            key = k.value
+            if not isinstance(k, scalar) or key in out:
                 return dict(self.items())  # the error `items` gives, at the same entry
-            key = k.value if isinstance(k.value, builtins.str) else "?"
+            if not isinstance(key, text):
+                key = "?"
             out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
         return out
 
@@ -762,6 +765,9 @@ class Node:
                required: set[builtins.str] | frozenset[builtins.str] = frozenset()) -> dict[builtins.str, Node]:
         """A mapping's entries, checked against the allowed and required key sets."""
         out = self._entries()
+        keys = out.keys()
+        if keys <= allowed and required <= keys:  # the common case, checked in two set operations
+            return out
         for key in out:
             if key not in allowed:
                 known = ", ".join(sorted(allowed))
