@@ -56,7 +56,7 @@ class Instance:
             known = _PARSED.get(text)
             if known is None:
                 known = cls._parse(text)
-                if len(_PARSED) < _PARSED_MAX:
+                if len(text) <= 64 and len(_PARSED) < _PARSED_MAX:  # short texts only: a bounded cache
                     _PARSED[text] = known
             return known
         return cls._parse(text)

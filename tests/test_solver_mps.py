@@ -16,8 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from planner_fixtures import fleet, gpu, pin, profiles, run, wl
+from planner_fixtures import CAT, EXACT, fleet, gpu, pin, profiles, run, wl
 
+import migplan.planner.planner as planner_mod
 from migplan.adapters.solver import PulpSolver, _OwnedCbc, available, mps_text
 from migplan.planner.milp import Milp, SolveResult
 
@@ -72,9 +73,6 @@ class Recording:
 
 
 def _planner_models() -> list[tuple[Milp, bool]]:
-    import migplan.planner.planner as planner_mod
-    from planner_fixtures import CAT, EXACT
-
     st = fleet(gpu("h1", 0, layout=["3g.20gb@0", "2g.10gb@4", "1g.5gb@6"]), gpu("h1", 1), gpu("h2", 0),
                gpu("h2", 1, layout=["7g.40gb@0"]))
     ps = profiles(wl("a", 9000, host="h1", gpu_idx=0, inst="3g.20gb@0"), wl("b", 4000), wl("c", 4000, pin=pin("h2")),

@@ -18,6 +18,17 @@ _ADD_HINT = (
 
 def normalise_name(name: str) -> str:
     """Compare names as nvidia-smi prints them: R450 drivers omit the 'NVIDIA ' prefix."""
+    # a fleet names a few models, looked up per GPU and per workload: short names are kept (a hostile long
+    # name from a remote host is not)
+    return _normalised(name) if len(name) <= 128 else _normalise(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalised(name: str) -> str:
+    return _normalise(name)
+
+
+def _normalise(name: str) -> str:
     n = " ".join(name.strip().split()).lower()
     if n.startswith("nvidia "):
         n = n[len("nvidia ") :]
