@@ -24,8 +24,8 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from migplan import yamldoc
 from migplan.catalog import cache
 from migplan.catalog.catalog import Catalog
 from migplan.catalog.geometry import (
@@ -39,7 +39,9 @@ from migplan.catalog.geometry import (
 )
 from migplan.errors import CatalogError
 from migplan.names import MAX_MEMORY_MIB, MAX_MIG_SLICES
-from migplan.yamldoc import Node
+
+if TYPE_CHECKING:  # the YAML reader (and PyYAML) is imported only on a cache miss or for an override file
+    from migplan.yamldoc import Node
 
 CATALOG_VERSION = 1
 MAX_PROFILES = 32
@@ -208,6 +210,8 @@ def parse_catalog(root: Node, *, check_layouts: bool = True) -> list[GpuModel]:
     """The models of a catalog document. `check_layouts=False` skips the layout-count check (for
     the shipped catalog, whose models are known and tested)."""
     f = root.fields({"version", "models"}, {"models"})
+    from migplan import yamldoc
+
     yamldoc.check_version(f, root, CATALOG_VERSION, "catalog")
     models = []
     seen: dict[str, int] = {}
@@ -238,12 +242,16 @@ def builtin_catalog() -> Catalog:
 
 def parse_builtin(data: bytes) -> tuple[GpuModel, ...]:
     """The shipped catalog parsed strictly from its text (what the cache holds)."""
+    from migplan import yamldoc
+
     node = yamldoc.parse(data.decode("utf-8"), "migplan/catalog/data/models.yaml")
     assert node is not None  # shipped file, never empty
     return tuple(parse_catalog(node, check_layouts=False))
 
 
 def load_catalog_file(path: str | os.PathLike[str]) -> list[GpuModel]:
+    from migplan import yamldoc
+
     with yamldoc.paused_gc():
         return parse_catalog(yamldoc.load(path))
 
