@@ -158,8 +158,8 @@ def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: P
     assert r.exit_code == EXIT_FAILED and r.result == "failed", r.line
     g = read_state(state)["gpus"][0]
     assert g["gpu_instances"] == []  # rolled back: no instance left behind
-    assert not json.loads((tmp_path / "state" / "gpu-changes.json").read_text()) if (
-        tmp_path / "state" / "gpu-changes.json").exists() else True
+    changes = tmp_path / "state" / "gpu-changes.json"
+    assert not changes.exists() or json.loads(changes.read_text()) == {}  # no GPU is recorded as changed
     assert StateDir(tmp_path / "state").runs()[0]["result"] == "failed"
 
 

@@ -9,18 +9,17 @@ failed (`--inventory`; the others are collected and reported); 2 bad input. The 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from migplan.adapters.history_store import DEFAULT_DIR, DEFAULT_MAX_MB, DEFAULT_RETENTION_DAYS, FILE_NAME
 from migplan.cli import prometheus_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, fleet_options
-from migplan.cli.render import emit, grid, handle_errors, info
+from migplan.cli.render import emit, finish_hosts, grid, handle_errors, info
 from migplan.commands import collect as run
 from migplan.commands import quiet
 from migplan.commands.context import build_context
-from migplan.commands.results import Outcome, exit_code
 from migplan.errors import InputError
 from migplan.text import printable
 
@@ -33,18 +32,6 @@ DEFAULT_OUT = "history"
 
 def _iso(ts: float | None) -> str:
     return "-" if ts is None else dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _fail_hosts(outcomes: list[Any]) -> None:
-    failed = [o for o in outcomes if o.outcome is not Outcome.OK]
-    if failed:
-        info(f"{len(failed)} of {len(outcomes)} host(s) failed:")
-        for o in failed:
-            info(f"  {o.host}: {printable(o.message or '', 400)}"
-                 + (f"\n    hint: {printable(o.hint, 400)}" if o.hint else ""))
-    code = exit_code(outcomes)
-    if code:
-        raise typer.Exit(code)
 
 
 @app.callback(invoke_without_command=True)
@@ -119,7 +106,7 @@ def collect(
             f"\n\nhistories in {fleet_result.out}/<host>.sqlite"
 
     emit(fleet_result.as_dict(), cctx.output, table)
-    _fail_hosts(fleet_result.outcomes())
+    finish_hosts(fleet_result.outcomes())
 
 
 @app.command("install")
@@ -155,9 +142,6 @@ def install(
         return grid(rows, ["HOST", "SAMPLER"])
 
     emit(data, cctx.output, table)
-    from migplan.commands.results import HostOutcome
+    from migplan.commands.results import pool_outcomes
 
-    _fail_hosts([HostOutcome(r.host, Outcome.OK) if r.ok else
-                 HostOutcome(r.host, Outcome.FAILED, r.error.code if r.error else None,
-                             r.error.detail if r.error else None, r.error.hint if r.error else None)
-                 for r in results])
+    finish_hosts(pool_outcomes(results))

@@ -16,10 +16,10 @@ import typer
 from migplan import documents, smi
 from migplan.cli import catalog_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, fleet_options
-from migplan.cli.render import emit, grid, handle_errors, info
+from migplan.cli.render import emit, finish_hosts, grid, handle_errors, info
 from migplan.commands import fleet as run
 from migplan.commands.context import build_context
-from migplan.commands.results import Outcome, discovery_outcomes, exit_code
+from migplan.commands.results import discovery_outcomes
 from migplan.files import write_atomic
 from migplan.fleet.snapshot import Snapshot, snapshot_to_dict
 from migplan.text import printable
@@ -48,16 +48,7 @@ def _warnings_to_stderr() -> Iterator[None]:
 
 
 def _finish(snapshot: Snapshot) -> None:
-    outcomes = discovery_outcomes(snapshot)
-    failed = [o for o in outcomes if o.outcome is not Outcome.OK]
-    if failed:
-        info(f"{len(failed)} of {len(outcomes)} host(s) failed:")
-        for o in failed:
-            info(f"  {o.host}: {printable(o.message or '', 400)}"
-                 + (f"\n    hint: {printable(o.hint, 400)}" if o.hint else ""))
-    code = exit_code(outcomes)
-    if code:
-        raise typer.Exit(code)
+    finish_hosts(discovery_outcomes(snapshot))
 
 
 # --- discover -----------------------------------------------------------------------------------

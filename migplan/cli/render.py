@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import typer
 
 from migplan.errors import EXIT_FAILURE, EXIT_USAGE, MigplanError
+from migplan.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,3 +64,19 @@ def handle_errors(fn: F) -> F:
 
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "emit", "grid", "handle_errors", "info"]
+
+
+def finish_hosts(outcomes: Sequence[Any]) -> None:
+    """Per-host failures on stderr (message and hint), then exit with the code the outcomes add up to
+    (`migplan.commands.results.exit_code`): the fleet commands' one ending."""
+    from migplan.commands.results import Outcome, exit_code
+
+    failed = [o for o in outcomes if o.outcome is not Outcome.OK]
+    if failed:
+        info(f"{len(failed)} of {len(outcomes)} host(s) failed:")
+        for o in failed:
+            info(f"  {o.host}: {printable(o.message or '', 400)}"
+                 + (f"\n    hint: {printable(o.hint, 400)}" if o.hint else ""))
+    code = exit_code(outcomes)
+    if code:
+        raise typer.Exit(code)

@@ -249,12 +249,9 @@ class FleetCollectResult:
     results: tuple[HostResult[HostCollected], ...]
 
     def outcomes(self) -> list[HostOutcome]:
-        from migplan.commands.results import HostOutcome, Outcome
+        from migplan.commands.results import pool_outcomes
 
-        return [HostOutcome(r.host, Outcome.OK) if r.ok else
-                HostOutcome(r.host, Outcome.FAILED, r.error.code if r.error else None,
-                            r.error.detail if r.error else None, r.error.hint if r.error else None)
-                for r in self.results]
+        return pool_outcomes(self.results)
 
     def as_dict(self) -> dict[str, Any]:
         hosts = []

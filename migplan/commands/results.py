@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from migplan.errors import EXIT_FAILURE, EXIT_OK
 from migplan.fleet.snapshot import Snapshot
@@ -39,3 +40,12 @@ def discovery_outcomes(snapshot: Snapshot) -> list[HostOutcome]:
         else:
             out.append(HostOutcome(h.name, Outcome.FAILED, h.error.code, h.error.message, h.error.hint))
     return out
+
+
+def pool_outcomes(results: Iterable[Any]) -> list[HostOutcome]:
+    """`adapters.pool.HostResult`s as outcomes: a host whose work returned is OK, one that raised is FAILED
+    with its error's code, detail and hint."""
+    return [HostOutcome(r.host, Outcome.OK) if r.ok else
+            HostOutcome(r.host, Outcome.FAILED, r.error.code if r.error else None,
+                        r.error.detail if r.error else None, r.error.hint if r.error else None)
+            for r in results]

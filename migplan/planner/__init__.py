@@ -3,7 +3,7 @@
 Pure: no files, clock, NVML, SSH or processes. The integer program is handed to an injected
 `Solver` (`planner.milp.Solver`); the PuLP implementation lives in `migplan.adapters.solver`.
 May import: catalog, layout, fleet.state, fleet.diff, profiles, names, errors, solvers, yamldoc
-(parsing only). Never: adapters, commands, cli, pulp, paramiko, typer, pynvml.
+(parsing the plan, and `paused_gc` while planning). Never: adapters, commands, cli, pulp, paramiko, typer, pynvml.
 """
 
 from migplan.planner.demand import Policy, Weights

@@ -39,7 +39,6 @@ re-derives the actions from `current` and `target`, refusing a file whose listed
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import math
 import re
@@ -285,14 +284,9 @@ def _workload_dict(w: WorkloadPlan) -> dict[str, Any]:
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     # the collector paused while the document's ~10 small dicts per GPU and workload are made: its full
-    # passes over everything alive doubled this at 70,000 GPUs (bench/large_inputs.py; see `planner._collector_paused`)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    # passes over everything alive doubled this at 70,000 GPUs (bench/large_inputs.py)
+    with yamldoc.paused_gc():
         return _plan_dict(plan)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _plan_dict(plan: Plan) -> dict[str, Any]:

@@ -7,13 +7,12 @@ returned (PlanError).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
+from migplan import yamldoc
 from migplan.catalog import Catalog
 from migplan.fleet.diff import Op, diff
 from migplan.fleet.state import FleetState
@@ -337,23 +336,8 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,
          progress: Progress | None = None, lower_bound: bool = True) -> Plan:
     """The plan for `state` and `profiles` under `policy` (see docs/model.md)."""
-    with _collector_paused():
+    # the collector paused while planning: millions of long-lived small objects and no cycles to speak of;
+    # its full passes over everything alive took a fifth of planning 7,000 GPUs (bench/large_inputs.py)
+    with yamldoc.paused_gc():
         problem = build_problem(state, profiles, catalog, policy)
         return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while planning (as `yamldoc.paused_gc` does while reading).
-
-    Planning a large fleet makes millions of long-lived small objects (items, patterns, rows, the
-    mapping) and no cycles to speak of; the collector's full passes over everything alive (the fleet
-    that was read included) took a fifth of planning 7,000 GPUs (bench/large_inputs.py). Garbage made
-    meanwhile is collected once the collector runs again; a caller that had it off keeps it off."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()

@@ -598,6 +598,12 @@ def do_reset(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
 
 # --- -L and CSV queries ---------------------------------------------------------------------
 
+def mig_devices(gpu: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(GPU instance, compute instance) in MIG device order: by GI id, then CI id (§11, §12)."""
+    return [(gi, ci) for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
+            for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+
+
 def do_list(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
     for gpu in select(state, opts.get("id")):
         check_query(state, gpu, inject)
@@ -605,8 +611,7 @@ def do_list(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject:
         model = model_of(state, gpu)
         if model is None or not gpu["mig_current"]:
             continue
-        devices = [(gi, ci) for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
-                   for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+        devices = mig_devices(gpu)
         for n, (gi, ci) in enumerate(devices):
             out.append(f"  MIG {ci_name(model, gi, ci):<11} Device {n:>2}: (UUID: {ci['uuid']})")
 
@@ -732,8 +737,7 @@ def do_table(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
         model = model_of(state, gpu)
         if model is None or not gpu["mig_current"]:
             continue
-        devices = [(gi, ci) for gi in sorted(gpu["gpu_instances"], key=lambda g: g["id"])
-                   for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+        devices = mig_devices(gpu)
         for n, (gi, ci) in enumerate(devices):
             prof = gi_profile(model, gi)
             used = sum(p["used_memory_mib"] for p in gpu["processes"] if p.get("gi") == gi["id"])
