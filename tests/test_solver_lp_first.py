@@ -1,0 +1,113 @@
+"""CBC's LP-first step (`PulpSolver.lp_first`): an integral LP optimum is taken as the MILP's proven optimum,
+anything else goes on to CBC's MILP search on the same file, with what is left of the time limit.
+
+The oracle for "optimal" is brute force over every 0/1 point (independent of CBC and of the adapter).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+from migplan.adapters import solver as solver_mod
+from migplan.adapters.solver import PulpSolver
+from migplan.planner.milp import Milp, SolveStatus
+
+
+@pytest.fixture()
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, float | None]]:
+    """Every CBC process the adapter starts: (LP relaxation only?, its -sec time limit)."""
+    seen: list[tuple[bool, float | None]] = []
+    real = solver_mod._OwnedCbc._run
+
+    def spy(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> None:
+        seen.append((relaxation, self.timeLimit))
+        real(self, mps, sol, relaxation)
+
+    monkeypatch.setattr(solver_mod._OwnedCbc, "_run", spy)
+    return seen
+
+
+def assignment_milp(n: int = 6, seed: int = 1) -> Milp:
+    """n jobs to n machines at random costs: the rows are totally unimodular, so the LP optimum is integral."""
+    r = random.Random(seed)
+    m = Milp()
+    x = {(i, j): m.var(f"x{i}_{j}", ub=1) for i in range(n) for j in range(n)}
+    for i in range(n):
+        m.add(f"job{i}", [(x[i, j], 1) for j in range(n)], "==", 1)
+        m.add(f"machine{i}", [(x[j, i], 1) for j in range(n)], "<=", 1)
+    for v in x.values():
+        m.cost(v, r.randint(1, 50))
+    return m
+
+
+def knapsack_cover() -> Milp:
+    """Two covering rows over 10 binaries: the LP optimum takes a fraction of some item."""
+    r = random.Random(20)
+    m = Milp()
+    xs = [m.var(f"x{i}", ub=1) for i in range(10)]
+    for j in range(2):
+        w = [r.randint(5, 40) for _ in xs]
+        m.add(f"cover{j}", [(x, wi) for x, wi in zip(xs, w, strict=True)], ">=", sum(w) // 2 + 1)
+    for x in xs:
+        m.cost(x, r.randint(5, 40))
+    return m
+
+
+def brute_force(m: Milp) -> float:
+    return min(m.evaluate(list(bits)) for bits in itertools.product((0.0, 1.0), repeat=len(m.names))
+               if not m.violations(list(bits)))
+
+
+def test_an_integral_relaxation_is_the_proven_optimum_after_one_lp(runs: list[tuple[bool, float | None]]) -> None:
+    milp = assignment_milp(n=4)
+    res = PulpSolver(gap=0.0, gap_abs=None).solve(milp)
+    assert runs == [(True, 60.0)]  # one CBC process, the LP relaxation only
+    assert res.status is SolveStatus.OPTIMAL and "LP relaxation integral" in res.message
+    assert res.objective == pytest.approx(brute_force(milp))
+    assert res.bound == res.objective and res.gap == 0.0
+    assert all(v in (0.0, 1.0) for v in res.values) and not milp.violations(list(res.values))
+
+
+def test_the_lp_answer_is_the_milp_search_answer() -> None:
+    for seed in range(5):
+        milp = assignment_milp(n=4, seed=seed)
+        first = PulpSolver().solve(milp)
+        search = PulpSolver(lp_first=False).solve(milp)
+        assert first.status is search.status is SolveStatus.OPTIMAL
+        assert first.objective == pytest.approx(search.objective)
+        assert first.objective == pytest.approx(brute_force(milp))
+
+
+def test_a_fractional_relaxation_goes_on_to_the_milp(runs: list[tuple[bool, float | None]]) -> None:
+    milp = knapsack_cover()
+    res = PulpSolver(gap=0.0, gap_abs=None, time_limit=30).solve(milp)
+    assert [r for r, _ in runs] == [True, False]  # the LP, then CBC's search on the same file
+    assert runs[1][1] is not None and 1.0 <= runs[1][1] < 30  # with what the LP left of the limit
+    assert res.status is SolveStatus.OPTIMAL and "LP relaxation" not in res.message
+    assert res.objective == pytest.approx(brute_force(milp))
+    assert res.values == PulpSolver(gap=0.0, gap_abs=None, time_limit=30, lp_first=False).solve(milp).values
+
+
+def test_no_lp_step_for_a_relaxation_or_when_turned_off(runs: list[tuple[bool, float | None]]) -> None:
+    PulpSolver().solve(assignment_milp(), relax=True)
+    PulpSolver(lp_first=False).solve(assignment_milp())
+    assert [r for r, _ in runs] == [False, False]
+
+
+def test_a_stale_answer_file_is_never_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MILP run after the LP must read its own answer: when it writes none, the solve is an error (the
+    LP's answer file, still there from the first run, would otherwise be read as the MILP's)."""
+    real = solver_mod._OwnedCbc._run
+
+    def search_writes_nothing(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> None:
+        if not relaxation:
+            self.path = "/bin/true"  # exits 0 and writes no answer file
+        real(self, mps, sol, relaxation)
+
+    monkeypatch.setattr(solver_mod._OwnedCbc, "_run", search_writes_nothing)
+    res = PulpSolver().solve(knapsack_cover())
+    assert res.status is SolveStatus.ERROR and "no solution file" in res.message
