@@ -486,7 +486,7 @@ class PulpSolver:
         values = tuple(float(x.varValue or 0.0) for x in xs)
         return self._result(milp, relax, prob.status, prob.sol_status, values, elapsed, log, prob)
 
-    def _solve_cbc(self, milp: Milp, relax: bool, text: str, columns: list[int]) -> SolveResult:
+    def _solve_cbc(self, milp: Milp, relax: bool, text: str | None, columns: list[int]) -> SolveResult:
         """CBC on the MPS text of `mps_text`: the same file, command and reading as PuLP's path, no LpProblem."""
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
