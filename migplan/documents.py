@@ -11,14 +11,13 @@ and read through the one strict reader (`yamldoc`: file, line and key in every e
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from typing import Any
 
 import yaml
 
-from migplan import yamldoc
+from migplan import jsontext, yamldoc
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.files import write_atomic
 from migplan.fleet.snapshot import Snapshot, parse_snapshot, snapshot_to_dict
@@ -39,7 +38,7 @@ def dump(doc: Any, fmt: str = "json") -> str:
     """A document as text: indented JSON, or block-style YAML in key order."""
     if fmt == "yaml":
         return str(yaml.safe_dump(doc, sort_keys=False, width=120))
-    return json.dumps(doc, indent=2) + "\n"
+    return jsontext.dumps(doc) + "\n"
 
 
 def write_document(path: Path, doc: Any, *, forbid: Iterable[Path] = ()) -> None:

@@ -378,14 +378,36 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
+PARALLEL_BYTES = 1 << 20  # profiles larger than this in all are read by several processes (when CPUs allow)
+
+
+def _read_file(file: Path) -> list[Workload]:
+    with yamldoc.paused_gc():
+        return parse_profiles(yamldoc.load(file))
+
+
+def _read_files(files: list[Path]) -> list[list[Workload]]:
+    """Each file's workloads, in file order; large sets of files are shared among forked workers
+    (`adapters.forkmap`: same results and the same first error as reading them one by one)."""
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+        except OSError:
+            sizes.append(0)  # the reader reports it
+    if len(files) < 2 or sum(sizes) < PARALLEL_BYTES:
+        return [_read_file(f) for f in files]
+    from migplan.adapters.forkmap import fork_map
+
+    return fork_map(_read_file, files, weights=sizes)
+
+
 def load_profiles(path: str | os.PathLike[str]) -> ProfileSet:
     """All workload profiles in a file or in the .yaml files of a directory (sorted by name)."""
     files = _files(Path(path))
     workloads: list[Workload] = []
     first: dict[str, str] = {}
-    for file in files:
-        with yamldoc.paused_gc():
-            read = parse_profiles(yamldoc.load(file))
+    for read in _read_files(files):
         for w in read:
             if w.name in first:
                 src, _, line = w.source.rpartition(":")

@@ -115,9 +115,9 @@ def _echo(message: str) -> None:
 def _emit(data: Any, fmt: str, text: str) -> None:
     """migplan.cli.render.emit, which imports typer (the tests check both print the same)."""
     if fmt == "json":
-        import json
+        from migplan import jsontext
 
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        sys.stdout.write(jsontext.dumps(data) + "\n")
     elif fmt == "yaml":
         import yaml
 

@@ -1,0 +1,160 @@
+"""Run a pure function over many inputs in forked worker processes, results in input order (Linux).
+
+Why: reading tens of thousands of workload profiles is CPU-bound Python (YAML composition and checks,
+~150 us per workload); a machine that plans a large fleet has several cores. Each worker is a
+`os.fork()` of this process, so it needs no import, no pickled function and no start-up; it sends its
+results back pickled through a pipe and leaves with `os._exit` (no atexit handler, no flush of the
+parent's stdio buffers).
+
+Errors: a worker that fails on an input reports only *which* input failed; the parent then calls the
+function on that input itself, so the exception raised is the very one a sequential run raises, with its
+message, file and line (exceptions with keyword fields do not survive pickling). Inputs are merged in
+order and the first failing input wins, as in a sequential loop.
+
+When it runs sequentially instead (same results): one job asked or one CPU usable, too few inputs, no
+`os.fork`, or other threads running in this process (forking a threaded process can deadlock the child
+on a lock another thread held). A worker that dies, or whose answer cannot be read, is redone in process.
+Ctrl-C: the workers get the terminal's SIGINT too; in any case they are killed and reaped before the
+exception goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_JOBS = 8  # beyond this the pickling and the parent's merge dominate (bench/large_inputs.py)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs() -> int:
+    """Workers to use: MIGPLAN_JOBS when set to a positive integer, else the usable CPUs (at most MAX_JOBS)."""
+    raw = os.environ.get("MIGPLAN_JOBS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return min(MAX_JOBS, usable_cpus())
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork") and sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+def chunks(weights: Sequence[int], jobs: int) -> list[range]:
+    """Split indices 0..n-1 into at most `jobs` consecutive ranges of about equal total weight."""
+    n = len(weights)
+    jobs = max(1, min(jobs, n))
+    total = sum(max(1, w) for w in weights)
+    out: list[range] = []
+    start, acc = 0, 0
+    for i, w in enumerate(weights):
+        acc += max(1, w)
+        if len(out) < jobs - 1 and acc >= total * (len(out) + 1) / jobs and i + 1 < n:
+            out.append(range(start, i + 1))
+            start = i + 1
+    out.append(range(start, n))
+    return [r for r in out if len(r)]
+
+
+def _work(fn: Callable[[T], R], items: Sequence[T], part: range) -> tuple[list[R], int | None]:
+    """fn over items[part]: (the results before the first failure, the index that failed or None)."""
+    done: list[R] = []
+    for i in part:
+        try:
+            done.append(fn(items[i]))
+        except Exception:  # noqa: BLE001 - the parent redoes this input and raises what it raises
+            return done, i
+    return done, None
+
+
+def _child(fn: Callable[[T], R], items: Sequence[T], part: range, fd: int) -> None:  # pragma: no cover - child
+    code = 0
+    try:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends a worker at once
+        blob = pickle.dumps(_work(fn, items, part), protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:  # noqa: BLE001 - anything: the parent redoes the part
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _read_all(fd: int) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+
+
+def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
+             weights: Sequence[int] | None = None, min_items: int = 2) -> list[R]:
+    """[fn(x) for x in items], spread over `jobs` processes (the parent does the first share).
+
+    `weights` (e.g. file sizes) balance the shares; `fn` must be free of side effects the parent needs,
+    and its results picklable."""
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs <= 1 or len(items) < max(2, min_items) or not can_fork():
+        return [fn(x) for x in items]
+    parts = chunks(list(weights) if weights is not None else [1] * len(items), jobs)
+    workers: list[tuple[int, int, range]] = []  # (pid, read end or -1 once closed, part), not yet reaped
+    try:
+        for part in parts[1:]:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                os.close(r)
+                _child(fn, items, part, w)
+            os.close(w)
+            workers.append((pid, r, part))
+        results, failed = _work(fn, items, parts[0])
+        if failed is not None:
+            results += [fn(items[i]) for i in range(failed, parts[0].stop)]  # the first raises, as in a loop
+        while workers:
+            pid, fd, part = workers[0]
+            try:
+                blob = _read_all(fd)
+            finally:
+                os.close(fd)
+                workers[0] = (pid, -1, part)
+            _, status = os.waitpid(pid, 0)
+            workers.pop(0)
+            got: tuple[list[R], int | None] | None = None
+            if status == 0:
+                try:
+                    got = pickle.loads(blob)  # noqa: S301 - our own forked worker's answer, on a pipe only we hold
+                except Exception:  # noqa: BLE001 - an unreadable answer: redone here
+                    got = None
+            done, failed = got if got is not None else ([], part.start)
+            results += done
+            if failed is not None:
+                results += [fn(items[i]) for i in range(failed, part.stop)]  # the first raises, in order
+        return results
+    finally:
+        for pid, fd, _ in workers:  # an exception (Ctrl-C, an input error) before every worker was reaped
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)

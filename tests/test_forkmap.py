@@ -1,0 +1,173 @@
+"""adapters.forkmap: the same results and the same first error as a plain loop, with real forked workers;
+and profile reading through it (profiles.load_profiles on large sets of files)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from migplan import profiles
+from migplan.adapters import forkmap
+from migplan.errors import InputError
+
+
+def no_children_left() -> bool:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+class Refused(Exception):
+    def __init__(self, message: str, *, item: int) -> None:  # a keyword field: lost by pickling
+        super().__init__(message)
+        self.item = item
+
+
+def test_results_are_a_plain_loops_in_order() -> None:
+    items = list(range(40))
+    for jobs in (1, 2, 3, 8):
+        assert forkmap.fork_map(lambda x: x * x, items, jobs=jobs) == [x * x for x in items]
+    assert no_children_left()
+
+
+def test_work_really_runs_in_other_processes() -> None:
+    pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+    assert pids[0] == os.getpid() and len(set(pids)) == 3  # the parent's share first, then two workers
+    assert no_children_left()
+
+
+def test_the_first_failing_input_raises_its_own_exception() -> None:
+    def fn(x: int) -> int:
+        if x in (7, 13):
+            raise Refused(f"item {x} refused", item=x)
+        return x
+
+    with pytest.raises(Refused) as caught:
+        forkmap.fork_map(fn, list(range(20)), jobs=3)  # 7 and 13 fall in two workers' shares
+    assert str(caught.value) == "item 7 refused" and caught.value.item == 7
+    assert no_children_left()
+
+
+def test_a_failure_in_the_parents_share_comes_before_the_workers() -> None:
+    def fn(x: int) -> int:
+        if x in (1, 15):
+            raise Refused(f"item {x}", item=x)
+        return x
+
+    with pytest.raises(Refused, match="item 1"):
+        forkmap.fork_map(fn, list(range(20)), jobs=2)
+    assert no_children_left()
+
+
+def test_a_worker_that_dies_is_redone_in_process() -> None:
+    parent = os.getpid()
+
+    def fn(x: int) -> int:
+        if x == 12 and os.getpid() != parent:
+            os._exit(9)  # the worker dies without an answer
+        return -x
+
+    assert forkmap.fork_map(fn, list(range(16)), jobs=2) == [-x for x in range(16)]
+    assert no_children_left()
+
+
+def test_sequential_while_other_threads_run() -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+    finally:
+        stop.set()
+        t.join()
+    assert set(pids) == {os.getpid()}
+
+
+def test_jobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGPLAN_JOBS", "1")
+    assert forkmap.default_jobs() == 1
+    assert set(forkmap.fork_map(lambda _x: os.getpid(), list(range(6)))) == {os.getpid()}
+    monkeypatch.setenv("MIGPLAN_JOBS", "3")
+    assert forkmap.default_jobs() == 3
+    monkeypatch.setenv("MIGPLAN_JOBS", "lots")
+    assert forkmap.default_jobs() == min(forkmap.MAX_JOBS, forkmap.usable_cpus())
+
+
+def test_chunks_are_consecutive_and_balanced_by_weight() -> None:
+    assert forkmap.chunks([1] * 10, 2) == [range(0, 5), range(5, 10)]
+    assert forkmap.chunks([9, 1, 1, 1, 1, 1, 1, 1, 1, 1], 2) == [range(0, 1), range(1, 10)]
+    assert forkmap.chunks([1, 1], 5) == [range(0, 1), range(1, 2)]
+    parts = forkmap.chunks([3, 1, 4, 1, 5, 9, 2, 6], 3)
+    assert [i for r in parts for i in r] == list(range(8)) and len(parts) == 3
+
+
+# --- profile reading ----------------------------------------------------------------------------
+
+def write_profiles(directory: Path, files: int, per_file: int) -> None:
+    directory.mkdir()
+    n = 0
+    for f in range(files):
+        lines = ["version: 1", "workloads:"]
+        for _ in range(per_file):
+            lines += [f"- name: w{n:05d}", "  observed: {gpu_model: A100-SXM4-40GB}",
+                      "  memory_mib: {p50: 4000, p95: 5000, p99: 5500, max: 6000}",
+                      "  compute: {p50: 0.1, p95: 0.2, p99: 0.25, max: 0.3}", f"  priority: {n % 100 + 1}"]
+            n += 1
+        (directory / f"p{f:03d}.yaml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture()
+def parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profiles read by two processes whatever their size and this machine's CPUs."""
+    monkeypatch.setattr(profiles, "PARALLEL_BYTES", 0)
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+
+
+def read_sequentially(path: Path, monkeypatch: pytest.MonkeyPatch) -> profiles.ProfileSet:
+    with monkeypatch.context() as m:
+        m.setenv("MIGPLAN_JOBS", "1")
+        return profiles.load_profiles(path)
+
+
+def test_profiles_read_in_parallel_are_the_same(parallel: None, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    write_profiles(tmp_path / "p", files=12, per_file=20)
+    seen: list[int] = []
+    real = profiles._read_file
+    monkeypatch.setattr(profiles, "_read_file", lambda f: (seen.append(os.getpid()), real(f))[1])
+    both = profiles.load_profiles(tmp_path / "p")
+    assert len(both.workloads) == 240 and [w.name for w in both] == [f"w{i:05d}" for i in range(240)]
+    assert set(seen) == {os.getpid()}  # only the parent's own share is recorded here: the rest ran elsewhere
+    assert len(seen) < 12
+    assert both == read_sequentially(tmp_path / "p", monkeypatch)
+
+
+def test_a_duplicate_across_shares_is_the_sequential_error(parallel: None, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    write_profiles(tmp_path / "p", files=10, per_file=5)
+    last = tmp_path / "p" / "p009.yaml"
+    last.write_text(last.read_text().replace("w00045", "w00002"))
+    with pytest.raises(InputError) as par:
+        profiles.load_profiles(tmp_path / "p")
+    with pytest.raises(InputError) as seq:
+        read_sequentially(tmp_path / "p", monkeypatch)
+    assert str(par.value) == str(seq.value) and "defined twice" in str(par.value)
+    assert (par.value.source, par.value.line) == (seq.value.source, seq.value.line) == (str(last), 3)
+
+
+def test_a_bad_file_in_a_worker_is_the_sequential_error(parallel: None, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_profiles(tmp_path / "p", files=10, per_file=5)
+    bad = tmp_path / "p" / "p008.yaml"
+    bad.write_text(bad.read_text().replace("priority: 41", "priority: [41"))
+    with pytest.raises(InputError) as par:
+        profiles.load_profiles(tmp_path / "p")
+    with pytest.raises(InputError) as seq:
+        read_sequentially(tmp_path / "p", monkeypatch)
+    assert str(par.value) == str(seq.value) and par.value.source == str(bad)
+    assert no_children_left()
