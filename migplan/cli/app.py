@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -163,12 +162,9 @@ def root(
 def main() -> None:
     # `collect --local` (cron, every minute) runs without typer's start-up: migplan/cli/entry.py, which is
     # also the console script; every other command line comes back here to typer.
-    from migplan.cli.entry import fast_path
+    from migplan.cli.entry import main as entry_main
 
-    code = fast_path(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    app()
+    entry_main()
 
 
 if __name__ == "__main__":
