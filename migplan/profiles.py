@@ -33,7 +33,7 @@ import decimal
 import itertools
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -386,9 +386,10 @@ def _read_file(file: Path) -> list[Workload]:
         return parse_profiles(yamldoc.load(file))
 
 
-def _read_files(files: list[Path]) -> list[list[Workload]]:
-    """Each file's workloads, in file order; large sets of files are shared among forked workers
-    (`adapters.forkmap`: same results and the same first error as reading them one by one)."""
+def _start_reading(files: list[Path], keep_share: bool) -> Iterable[list[Workload]]:
+    """Each file's workloads, in file order, as an iterable whose reading may already be under way: large
+    sets of files are shared among forked workers (`adapters.forkmap`: the same results, and each file's
+    error raised at the same point of the iteration as when reading them one by one)."""
     sizes = []
     for f in files:
         try:
@@ -396,24 +397,68 @@ def _read_files(files: list[Path]) -> list[list[Workload]]:
         except OSError:
             sizes.append(0)  # the reader reports it
     if len(files) < 2 or sum(sizes) < PARALLEL_BYTES:
-        return [_read_file(f) for f in files]
-    from migplan.adapters.forkmap import fork_map
+        return (_read_file(f) for f in files)
+    from migplan.adapters.forkmap import fork_start
 
-    return fork_map(_read_file, files, weights=sizes)
+    return fork_start(_read_file, files, weights=sizes, keep_share=keep_share)
+
+
+class PendingProfiles:
+    """Profiles being read (`start_profiles`): `result()` gives the ProfileSet `load_profiles` would, raising
+    the same first error; `cancel()` (or leaving a `with` block) stops workers whose result is not wanted."""
+
+    def __init__(self, path: str | os.PathLike[str] | InputError, keep_share: bool = False) -> None:
+        self._error: InputError | None = path if isinstance(path, InputError) else None
+        self._reading: Iterable[list[Workload]] = ()
+        self._files: list[Path] = []
+        if isinstance(path, InputError):
+            return
+        try:
+            self._files = _files(Path(path))
+        except InputError as err:  # raised by result(), after whatever the caller reads before
+            self._error = err
+            return
+        self._reading = _start_reading(self._files, keep_share)
+
+    def __enter__(self) -> PendingProfiles:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        stop = getattr(self._reading, "cancel", None)
+        if stop is not None:
+            stop()
+
+    def result(self) -> ProfileSet:
+        if self._error is not None:
+            raise self._error
+        workloads: list[Workload] = []
+        first: dict[str, str] = {}
+        try:
+            for read in self._reading:
+                for w in read:
+                    if w.name in first:
+                        src, _, line = w.source.rpartition(":")
+                        raise InputError(f"workload {w.name!r} is defined twice (first at {first[w.name]})",
+                                         source=src, line=int(line), key="workloads",
+                                         hint="workload names must be unique across all profile files")
+                    first[w.name] = w.source
+                    workloads.append(w)
+        finally:
+            self.cancel()
+        return ProfileSet(tuple(workloads), tuple(str(f) for f in self._files))
+
+
+def start_profiles(path: str | os.PathLike[str] | InputError) -> PendingProfiles:
+    """Start reading profiles (large sets in worker processes, leaving this one free to read the inventory
+    meanwhile); `.result()` is what `load_profiles(path)` returns (an InputError for `path`: raised then, so
+    that errors come in the order of a sequential run). Use as a context manager."""
+    return PendingProfiles(path, keep_share=False)
 
 
 def load_profiles(path: str | os.PathLike[str]) -> ProfileSet:
     """All workload profiles in a file or in the .yaml files of a directory (sorted by name)."""
-    files = _files(Path(path))
-    workloads: list[Workload] = []
-    first: dict[str, str] = {}
-    for read in _read_files(files):
-        for w in read:
-            if w.name in first:
-                src, _, line = w.source.rpartition(":")
-                raise InputError(f"workload {w.name!r} is defined twice (first at {first[w.name]})",
-                                 source=src, line=int(line), key="workloads",
-                                 hint="workload names must be unique across all profile files")
-            first[w.name] = w.source
-            workloads.append(w)
-    return ProfileSet(tuple(workloads), tuple(str(f) for f in files))
+    with PendingProfiles(path, keep_share=True) as pending:
+        return pending.result()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import pytest
 
@@ -20,13 +21,13 @@ from migplan.planner.milp import Milp, SolveStatus
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, float | None]]:
     """Every CBC process the adapter starts: (LP relaxation only?, its -sec time limit)."""
     seen: list[tuple[bool, float | None]] = []
-    real = solver_mod._OwnedCbc._run
+    real = solver_mod._OwnedCbc._spawn
 
-    def spy(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> None:
+    def spy(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> Any:
         seen.append((relaxation, self.timeLimit))
-        real(self, mps, sol, relaxation)
+        return real(self, mps, sol, relaxation)
 
-    monkeypatch.setattr(solver_mod._OwnedCbc, "_run", spy)
+    monkeypatch.setattr(solver_mod._OwnedCbc, "_spawn", spy)
     return seen
 
 
@@ -100,13 +101,13 @@ def test_no_lp_step_for_a_relaxation_or_when_turned_off(runs: list[tuple[bool, f
 def test_a_stale_answer_file_is_never_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """The MILP run after the LP must read its own answer: when it writes none, the solve is an error (the
     LP's answer file, still there from the first run, would otherwise be read as the MILP's)."""
-    real = solver_mod._OwnedCbc._run
+    real = solver_mod._OwnedCbc._spawn
 
-    def search_writes_nothing(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> None:
+    def search_writes_nothing(self: solver_mod._OwnedCbc, mps: str, sol: str, relaxation: bool = False) -> Any:
         if not relaxation:
             self.path = "/bin/true"  # exits 0 and writes no answer file
-        real(self, mps, sol, relaxation)
+        return real(self, mps, sol, relaxation)
 
-    monkeypatch.setattr(solver_mod._OwnedCbc, "_run", search_writes_nothing)
+    monkeypatch.setattr(solver_mod._OwnedCbc, "_spawn", search_writes_nothing)
     res = PulpSolver().solve(knapsack_cover())
     assert res.status is SolveStatus.ERROR and "no solution file" in res.message

@@ -26,8 +26,8 @@ import pickle
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -106,29 +106,39 @@ def _read_all(fd: int) -> bytes:
         parts.append(chunk)
 
 
-def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
-             weights: Sequence[int] | None = None, min_items: int = 2) -> list[R]:
-    """[fn(x) for x in items], spread over `jobs` processes (the parent does the first share).
+class Pending(Generic[T, R]):
+    """Work handed to forked workers: `result()` collects it (doing the parent's share first, if it kept
+    one), `cancel()` kills and reaps whatever still runs. Use it as a context manager."""
 
-    `weights` (e.g. file sizes) balance the shares; `fn` must be free of side effects the parent needs,
-    and its results picklable."""
-    jobs = default_jobs() if jobs is None else jobs
-    if jobs <= 1 or len(items) < max(2, min_items) or not can_fork():
-        return [fn(x) for x in items]
-    parts = chunks(list(weights) if weights is not None else [1] * len(items), jobs)
-    workers: list[tuple[int, int, range]] = []  # (pid, read end or -1 once closed, part), not yet reaped
-    try:
-        for part in parts[1:]:
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child
-                os.close(r)
-                _child(fn, items, part, w)
-            os.close(w)
-            workers.append((pid, r, part))
-        results, failed = _work(fn, items, parts[0])
-        if failed is not None:
-            results += [fn(items[i]) for i in range(failed, parts[0].stop)]  # the first raises, as in a loop
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T], parts: list[range], own: range | None) -> None:
+        self.fn, self.items, self.own = fn, items, own
+        self.workers: list[tuple[int, int, range]] = []  # (pid, read end or -1 once closed, part), not reaped
+        try:
+            for part in parts:
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child
+                    os.close(r)
+                    _child(fn, items, part, w)
+                os.close(w)
+                self.workers.append((pid, r, part))
+        except BaseException:
+            self.cancel()
+            raise
+
+    def __enter__(self) -> Pending[T, R]:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.cancel()
+
+    def __iter__(self) -> Iterator[R]:
+        """The results in input order, each as soon as it is known; a failing input raises when reached, so
+        a caller that checks each result as it comes sees exactly what a sequential loop would show it."""
+        if self.own is not None:
+            for i in self.own:
+                yield self.fn(self.items[i])
+        workers = self.workers
         while workers:
             pid, fd, part = workers[0]
             try:
@@ -145,12 +155,18 @@ def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = Non
                 except Exception:  # noqa: BLE001 - an unreadable answer: redone here
                     got = None
             done, failed = got if got is not None else ([], part.start)
-            results += done
+            yield from done
             if failed is not None:
-                results += [fn(items[i]) for i in range(failed, part.stop)]  # the first raises, in order
-        return results
-    finally:
-        for pid, fd, _ in workers:  # an exception (Ctrl-C, an input error) before every worker was reaped
+                for i in range(failed, part.stop):
+                    yield self.fn(self.items[i])  # raises here, in order, as a sequential run would
+
+    def result(self) -> list[R]:
+        return list(self)
+
+    def cancel(self) -> None:
+        """Kill and reap every worker not yet collected (after an error, Ctrl-C, or work no longer needed)."""
+        while self.workers:
+            pid, fd, _ = self.workers.pop()
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -158,3 +174,38 @@ def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = Non
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+
+
+class _Inline(Pending[T, R]):
+    """The same interface, run in this process when `result()` is called."""
+
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T]) -> None:  # noqa: D107 - no workers
+        self.fn, self.items, self.own, self.workers = fn, items, range(len(items)), []
+
+    def __iter__(self) -> Iterator[R]:
+        return (self.fn(x) for x in self.items)
+
+
+def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
+               weights: Sequence[int] | None = None, min_items: int = 2, keep_share: bool = True) -> Pending[T, R]:
+    """Start [fn(x) for x in items] in `jobs` processes now; `result()` gives it, in order.
+
+    `keep_share`: the parent does the first share itself when `result()` is called (best when it has
+    nothing else to do meanwhile); without it every share goes to a worker, and the parent is free for
+    other work until `result()`. `weights` (e.g. file sizes) balance the shares; `fn` must be free of side
+    effects the parent needs, and its results picklable. Runs inline (at `result()`) when forking is not
+    possible or not worth it (see the module docstring)."""
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs <= 1 or len(items) < max(2, min_items) or not can_fork():
+        return _Inline(fn, items)
+    parts = chunks(list(weights) if weights is not None else [1] * len(items), jobs)
+    if keep_share:
+        return Pending(fn, items, parts[1:], parts[0])
+    return Pending(fn, items, parts, None)
+
+
+def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
+             weights: Sequence[int] | None = None, min_items: int = 2) -> list[R]:
+    """[fn(x) for x in items], spread over `jobs` processes (the parent does the first share)."""
+    with fork_start(fn, items, jobs=jobs, weights=weights, min_items=min_items) as pending:
+        return pending.result()

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ finally:
         del sys.modules["highspy"]
 
 from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
-from migplan.planner.milp import SOLVERS, Milp, SolveResult, SolveStatus  # noqa: E402
+from migplan.planner.milp import SOLVERS, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402
 
 EPS = 1e-6  # objective and bound closer than this: proven optimal
 
@@ -319,6 +319,11 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
         """Solve the MPS `text` (from `mps_text`; None: the file the last call wrote): (PuLP status, PuLP
         solution status, a value per variable, 0.0 for one that is no column), read as PuLP's `readsol_MPS`
         and `assignVarsVals` would. `relaxation`: the LP relaxation only (see `command`)."""
+        return self.finish_mps(self.start_mps(text, relaxation), columns, count)
+
+    def start_mps(self, text: str | None, relaxation: bool = False) -> subprocess.Popen[bytes]:
+        """Write the MPS `text` (None: keep the file the last call wrote) and start CBC on it; `finish_mps`
+        waits for it and reads the answer. The caller owns the process (`_stop` it when abandoning it)."""
         if not self.executable(self.path):
             raise pulp.PulpSolverError(f"cannot execute {self.path}")
         mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
@@ -327,7 +332,12 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
                 fh.write(text)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(sol)  # a second solve of the same file must not read the first one's answer
-        self._run(mps, sol, relaxation)
+        return self._spawn(mps, sol, relaxation)
+
+    def finish_mps(self, proc: subprocess.Popen[bytes], columns: list[int],
+                   count: int) -> tuple[int, int, list[float]]:
+        sol = os.path.join(self.workdir, "model.sol")
+        self._wait(proc, sol)
         status, sol_status = self.get_status(sol)
         index = {f"X{i:07d}": v for i, v in enumerate(columns)}
         values = [0.0] * count
@@ -343,21 +353,24 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
                     values[v] = float(parts[2])
         return status, sol_status, values
 
-    def _run(self, mps: str, sol: str, relaxation: bool = False) -> None:
-        with open(self.log_path, "wb") as log:
-            proc: subprocess.Popen[bytes] | None = None
-            try:
-                proc = subprocess.Popen(self.command(mps, sol, relaxation), stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
-                self.returncode = proc.wait()
-            except BaseException:  # Ctrl-C (KeyboardInterrupt) above all: CBC must not outlive the solve
-                if proc is not None:
-                    _stop(proc)
-                raise
+    def _spawn(self, mps: str, sol: str, relaxation: bool = False) -> subprocess.Popen[bytes]:
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            return subprocess.Popen(self.command(mps, sol, relaxation), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
+
+    def _wait(self, proc: subprocess.Popen[bytes], sol: str) -> None:
+        try:
+            self.returncode = proc.wait()
+        except BaseException:  # Ctrl-C (KeyboardInterrupt) above all: CBC must not outlive the solve
+            _stop(proc)
+            raise
         if self.returncode != 0:
             raise pulp.PulpSolverError(f"cbc exited with status {self.returncode}")
         if not os.path.exists(sol):
             raise pulp.PulpSolverError("cbc wrote no solution file")
+
+    def _run(self, mps: str, sol: str, relaxation: bool = False) -> None:
+        self._wait(self._spawn(mps, sol, relaxation), sol)
 
     def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # noqa: N802 - PuLP's name
         if not self.executable(self.path):
@@ -488,31 +501,15 @@ class PulpSolver:
 
     def _solve_cbc(self, milp: Milp, relax: bool, text: str | None, columns: list[int]) -> SolveResult:
         """CBC on the MPS text of `mps_text`: the same file, command and reading as PuLP's path, no LpProblem."""
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
-                warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            backend = self._backend(tmp)
-            assert isinstance(backend, _OwnedCbc)
-            try:
-                with _stdout_to_stderr():
-                    if self.lp_first and not relax and any(milp.integer):
-                        status, sol_status, values = backend.run_mps(text, columns, len(milp.names), True)
-                        integral = _integral(milp, values) if _status(status, sol_status).has_solution else None
-                        if integral is not None:
-                            return SolveResult(SolveStatus.OPTIMAL, integral, milp.evaluate(list(integral)),
-                                               milp.evaluate(list(integral)), time.perf_counter() - t0,
-                                               self.name, "LP relaxation integral: proven optimal at the root; "
-                                               f"pulp status={pulp.LpStatus[status]} sol_status={sol_status}")
-                        if backend.timeLimit is not None:  # the MILP gets what is left of the time limit
-                            backend.timeLimit = max(1.0, float(backend.timeLimit) - (time.perf_counter() - t0))
-                        text = None  # the same file
-                    status, sol_status, values = backend.run_mps(text, columns, len(milp.names))
-            except pulp.PulpSolverError as err:
-                return self._error(err, backend, t0)
-            log = _read(backend.log_path)
-        elapsed = time.perf_counter() - t0
-        return self._result(milp, relax, status, sol_status, tuple(values), elapsed, log, None)
+        return _CbcSolve(self, milp, relax, text, columns).result()
+
+    def start(self, milp: Milp, *, relax: bool = False) -> SolveHandle:
+        """`solve(milp, relax=relax)` begun now: CBC runs as a child process while the caller goes on, and
+        `result()` waits for it (`cancel()` stops it). Other solvers solve when `result()` is called."""
+        mps = mps_text(milp, relax) if self.name == "cbc" else None
+        if mps is not None:
+            return _CbcSolve(self, milp, relax, *mps)
+        return _Later(lambda: self.solve(milp, relax=relax))
 
     def _error(self, err: Exception, backend: pulp.LpSolver, t0: float) -> SolveResult:
         tail = _read(backend.log_path, 400) if isinstance(backend, _OwnedCbc) else ""
@@ -531,3 +528,81 @@ class PulpSolver:
         status, bound, note = self._judge(milp, prob, log, status, objective)
         return SolveResult(status, values, objective, bound, elapsed, self.name,
                            f"{note}; {message}" if note else message)
+
+
+class _Later:
+    """A solve run when its result is asked for (a solver without a child process)."""
+
+    def __init__(self, run: Callable[[], SolveResult]) -> None:
+        self._run: Callable[[], SolveResult] | None = run
+        self._done: SolveResult | None = None
+
+    def result(self) -> SolveResult:
+        if self._done is None:
+            assert self._run is not None
+            self._done, self._run = self._run(), None
+        return self._done
+
+    def cancel(self) -> None:
+        self._run = None
+
+
+class _CbcSolve:
+    """A CBC solve under way: its files in one temporary directory, its child process started; `result()`
+    waits and reads the answer (then the MILP search when the LP-first step found a fractional optimum),
+    `cancel()` kills the child; either removes the files."""
+
+    def __init__(self, owner: PulpSolver, milp: Milp, relax: bool, text: str | None, columns: list[int]) -> None:
+        self.owner, self.milp, self.relax, self.columns = owner, milp, relax, columns
+        self.t0 = time.perf_counter()
+        self.tmp: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(
+            prefix="migplan-solve-", ignore_cleanup_errors=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.error: Exception | None = None
+        self.first = owner.lp_first and not relax and any(milp.integer)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                backend = owner._backend(self.tmp.name)
+            assert isinstance(backend, _OwnedCbc)
+            self.backend = backend
+            self.proc = backend.start_mps(text, relaxation=self.first)
+        except pulp.PulpSolverError as err:
+            self.error = err  # reported by result(), as a synchronous solve reports it
+        except BaseException:
+            self.cancel()
+            raise
+
+    def result(self) -> SolveResult:
+        owner, milp, backend, n = self.owner, self.milp, self.backend, len(self.milp.names)
+        try:
+            if self.error is not None or self.proc is None:
+                return owner._error(self.error or pulp.PulpSolverError("cbc did not start"), backend, self.t0)
+            try:
+                status, sol_status, values = backend.finish_mps(self.proc, self.columns, n)
+                if self.first:
+                    integral = _integral(milp, values) if _status(status, sol_status).has_solution else None
+                    if integral is not None:
+                        objective = milp.evaluate(list(integral))
+                        return SolveResult(SolveStatus.OPTIMAL, integral, objective, objective,
+                                           time.perf_counter() - self.t0, owner.name,
+                                           "LP relaxation integral: proven optimal at the root; "
+                                           f"pulp status={pulp.LpStatus[status]} sol_status={sol_status}")
+                    if backend.timeLimit is not None:  # the MILP gets what is left of the time limit
+                        backend.timeLimit = max(1.0, float(backend.timeLimit) - (time.perf_counter() - self.t0))
+                    self.proc = backend.start_mps(None)  # the same file
+                    status, sol_status, values = backend.finish_mps(self.proc, self.columns, n)
+            except pulp.PulpSolverError as err:
+                return owner._error(err, backend, self.t0)
+            log = _read(backend.log_path)
+            elapsed = time.perf_counter() - self.t0
+            return owner._result(milp, self.relax, status, sol_status, tuple(values), elapsed, log, None)
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _stop(self.proc)
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None

@@ -8,7 +8,7 @@ from migplan.catalog import Catalog, load_catalog
 from migplan.config import Config, load_config
 from migplan.errors import InputError
 from migplan.inventory import Inventory, load_inventory
-from migplan.profiles import ProfileSet, check_models, load_profiles
+from migplan.profiles import PendingProfiles, ProfileSet, check_models, load_profiles, start_profiles
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,19 @@ class Context:
 
     def profiles(self, path: str | None) -> ProfileSet:
         pset = load_profiles(self.profiles_path(path))
+        check_models(pset, self.catalog)
+        return pset
+
+    def start_profiles(self, path: str | None) -> PendingProfiles:
+        """`profiles(path)` begun now (in worker processes when large) and finished by `profiles_result`;
+        every error is raised there, where `profiles(path)` would have raised it."""
+        try:
+            return start_profiles(self.profiles_path(path))
+        except InputError as err:
+            return start_profiles(err)
+
+    def profiles_result(self, pending: PendingProfiles) -> ProfileSet:
+        pset = pending.result()
         check_models(pset, self.catalog)
         return pset
 

@@ -96,12 +96,16 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
     check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
     policy = planner_policy(ctx, req.policy)
     solver = planner_solver(ctx, req, policy)
-    state = planner_state(ctx, req.inventory, req.snapshot, report)
-    # GPUs whose own profile table differs from the catalog are planned with models built from it
-    catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
-    for m in state.models:
-        report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
-    result = plan(state, ctx.profiles(req.profiles), catalog, policy, solver, progress=report)
+    # large profile sets are read by worker processes while this one reads the inventory (errors still come
+    # in the sequential order: the inventory's first)
+    with ctx.start_profiles(req.profiles) as pending:
+        state = planner_state(ctx, req.inventory, req.snapshot, report)
+        # GPUs whose own profile table differs from the catalog are planned with models built from it
+        catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
+        for m in state.models:
+            report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
+        profiles = ctx.profiles_result(pending)
+    result = plan(state, profiles, catalog, policy, solver, progress=report)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:

@@ -141,3 +141,31 @@ class Solver(Protocol):
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
         """Solve `milp` (its LP relaxation when `relax`)."""
         ...
+
+
+class SolveHandle(Protocol):
+    """A solve under way (a solver's optional `start`): its result, or stop it."""
+
+    def result(self) -> SolveResult: ...
+
+    def cancel(self) -> None: ...
+
+
+class _Deferred:
+    def __init__(self, solver: Solver, milp: Milp, relax: bool) -> None:
+        self.solver, self.milp, self.relax = solver, milp, relax
+
+    def result(self) -> SolveResult:
+        return self.solver.solve(self.milp, relax=self.relax)
+
+    def cancel(self) -> None:
+        pass
+
+
+def start_solve(solver: Solver, milp: Milp, *, relax: bool = False) -> SolveHandle:
+    """`solver.start(milp)` when the solver can work while its caller goes on (CBC runs as a child process),
+    else a handle that solves when its result is asked for. `milp` must not change until then."""
+    start = getattr(solver, "start", None)
+    if start is not None:
+        return start(milp, relax=relax)  # type: ignore[no-any-return]
+    return _Deferred(solver, milp, relax)
