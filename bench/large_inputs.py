@@ -146,7 +146,9 @@ def child(inventory: str, profiles: str, report: str, profile: bool) -> None:
     cpu: dict[str, float] = {}
 
     def timed(module: Any, name: str, label: str) -> None:
-        fn = getattr(module, name)
+        fn = getattr(module, name, None)
+        if fn is None:  # an older tree (a before/after comparison) without this function
+            return
 
         def wrapper(*a: Any, **kw: Any) -> Any:
             t0, c0 = time.perf_counter(), time.process_time()
@@ -200,6 +202,52 @@ def child(inventory: str, profiles: str, report: str, profile: bool) -> None:
                    "rss_mb": me.ru_maxrss / 1024, "cbc_rss_mb": kids.ru_maxrss / 1024}, fh)
 
 
+class TreeRss:
+    """Peak resident memory of a process and all its descendants together (profile workers, CBC), sampled
+    from /proc every 20 ms in a thread of this (the benchmark's) process."""
+
+    def __init__(self, root: int) -> None:
+        import threading
+
+        self.root, self.peak_mb = root, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _tree(self) -> list[int]:
+        parent: dict[int, int] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                        parent[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        tree, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += [c for c, p in parent.items() if p == pid]
+        return tree
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            total = 0
+            for pid in self._tree():
+                try:
+                    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+                        total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+                except (OSError, ValueError):
+                    continue
+            self.peak_mb = max(self.peak_mb, total / 1024)
+
+
 def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -> dict[str, Any]:
     base = keep or tempfile.mkdtemp(prefix=f"migplan-large-{gpus}-")
     directory = os.path.join(base, f"{gpus}g")
@@ -217,6 +265,8 @@ def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampler = TreeRss(proc.pid)
+    sampler.start()
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -224,8 +274,9 @@ def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -
         _, err = proc.communicate()
         err += f"\ntimed out after {timeout:.0f} s"
     wall = time.perf_counter() - t0
+    sampler.stop()
     row: dict[str, Any] = {"gpus": gpus, "workloads": workloads, "files": len(os.listdir(profiles)) + 1,
-                           "mb": size / 1e6, "generate_s": gen_s, "wall_s": wall}
+                           "mb": size / 1e6, "generate_s": gen_s, "wall_s": wall, "tree_rss_mb": sampler.peak_mb}
     if profile:
         print(err, file=sys.stderr)
     try:
@@ -256,11 +307,12 @@ def render(rows: list[dict[str, Any]]) -> str:
            f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end, speed "
            f"{calibrate():.2f} s (a fixed pure-Python loop, best of 3: compare runs by it). Phases: wall s / CPU s "
            "of migplan's process; its children (profile-reading workers, CBC) have their CPU in the second "
-           "term of `CPU s` and the peak RSS of the largest one apart. `read profiles` is the time migplan's "
+           "term of `CPU s` and the peak RSS of the largest one apart; `all at once` is the peak of their sum, "
+           "sampled from /proc every 20 ms. `read profiles` is the time migplan's "
            "process spends on them: starting the workers, and waiting for and merging their results after "
            "reading the inventory.", "",
            "| GPUs / workloads | files (MB) | wall s (target) | CPU s: migplan + children | start-up s | "
-           + " | ".join(phases) + " | peak RSS MB: migplan / largest child (target) | exit |",
+           + " | ".join(phases) + " | peak RSS MB: migplan / largest child / all at once (target) | exit |",
            "|---|---|---|---|---|" + "---|" * len(phases) + "---|---|"]
     for r in rows:
         secs, mb = TARGETS.get(r["gpus"], (None, None))
@@ -268,13 +320,14 @@ def render(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['gpus']:,} / {r['workloads']:,} | error: {r['error']} |" + " |" * (len(phases) + 5))
             continue
         ok = "" if secs is None else (" met" if r["wall_s"] <= secs else " NOT met")
-        mem_ok = "" if mb is None else (f" (<= {mb:.0f}: " + ("met)" if max(r["rss_mb"], r["cbc_rss_mb"]) <= mb
-                                                               else "NOT met)"))
+        together = r.get("tree_rss_mb", 0.0)
+        peak = max(r["rss_mb"], r["cbc_rss_mb"], together)
+        mem_ok = "" if mb is None else (f" (<= {mb:.0f}: " + ("met)" if peak <= mb else "NOT met)"))
         out.append(f"| {r['gpus']:,} / {r['workloads']:,} | {r['files']:,} ({r['mb']:.1f}) | {r['wall_s']:.2f}"
                    + (f" (<= {secs:g}:{ok})" if secs is not None else "")
                    + f" | {r['cpu_s']:.2f} + {r['cbc_cpu_s']:.2f} | {r['imports_s']:.2f} | "
                    + " | ".join(f"{r['phases'].get(p, 0.0):.2f} / {r['cpu'].get(p, 0.0):.2f}" for p in phases)
-                   + f" | {r['rss_mb']:.0f} / {r['cbc_rss_mb']:.0f}{mem_ok} | {r['exit']} |")
+                   + f" | {r['rss_mb']:.0f} / {r['cbc_rss_mb']:.0f} / {together:.0f}{mem_ok} | {r['exit']} |")
     return "\n".join(out) + "\n"
 
 

@@ -13,13 +13,34 @@ from migplan import profiles
 from migplan.adapters import forkmap
 from migplan.errors import InputError
 
+FORKED: list[int] = []  # the workers forked by the current test (the `forks` fixture records them)
+
+
+@pytest.fixture(autouse=True)
+def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    FORKED.clear()
+    real = os.fork
+
+    def fork() -> int:
+        pid = real()
+        if pid:
+            FORKED.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return FORKED
+
 
 def no_children_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+    """Every worker this test forked has been reaped (other children of the test process, such as a
+    session's sshd, are not this module's)."""
+    for pid in FORKED:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return True
 
 
 class Refused(Exception):
@@ -32,7 +53,7 @@ def test_results_are_a_plain_loops_in_order() -> None:
     items = list(range(40))
     for jobs in (1, 2, 3, 8):
         assert forkmap.fork_map(lambda x: x * x, items, jobs=jobs) == [x * x for x in items]
-    assert no_children_left()
+    assert len(FORKED) == 0 + 1 + 2 + 7 and no_children_left()
 
 
 def test_work_really_runs_in_other_processes() -> None:
@@ -96,6 +117,29 @@ def test_jobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert forkmap.default_jobs() == 3
     monkeypatch.setenv("MIGPLAN_JOBS", "lots")
     assert forkmap.default_jobs() == min(forkmap.MAX_JOBS, forkmap.usable_cpus())
+
+
+def test_a_containers_cpu_quota_lowers_the_jobs() -> None:
+    assert forkmap.cgroup_cpus("200000 100000\n") == 2
+    assert forkmap.cgroup_cpus("50000 100000") == 1  # half a CPU: still one worker, the parent
+    assert forkmap.cgroup_cpus("max 100000") is None
+    assert forkmap.cgroup_cpus("garbage") is None and forkmap.cgroup_cpus("1 0") is None
+
+
+def test_no_processes_left_to_fork_means_reading_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = os.fork
+
+    def fork_once() -> int:
+        calls.append(1)
+        if len(calls) > 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real()
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+    assert set(pids) == {os.getpid()} and len(calls) == 2
+    assert len(FORKED) == 1 and no_children_left()  # the one started worker was killed and reaped
 
 
 def test_chunks_are_consecutive_and_balanced_by_weight() -> None:

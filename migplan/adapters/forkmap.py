@@ -35,12 +35,30 @@ R = TypeVar("R")
 MAX_JOBS = 8  # beyond this the pickling and the parent's merge dominate (bench/large_inputs.py)
 
 
+CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (a container's CPU limit)
+
+
+def cgroup_cpus(text: str) -> int | None:
+    """Whole CPUs a cgroup v2 `cpu.max` allows (at least 1), None when it sets no limit or cannot be read."""
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or int(parts[1]) == 0:
+        return None
+    return max(1, int(parts[0]) // int(parts[1]))
+
+
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset), at least 1."""
+    """CPUs this process may use: its affinity mask (e.g. a container's cpuset), lowered to its cgroup's CPU
+    quota when one is set (a container limited to 2 CPUs on a 64-CPU host), at least 1."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = max(1, os.cpu_count() or 1)
+    try:
+        with open(CPU_MAX, encoding="ascii") as fh:
+            quota = cgroup_cpus(fh.read(100))
+    except (OSError, ValueError):
+        quota = None
+    return min(cpus, quota) if quota is not None else cpus
 
 
 def default_jobs() -> int:
@@ -199,9 +217,12 @@ def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = N
     if jobs <= 1 or len(items) < max(2, min_items) or not can_fork():
         return _Inline(fn, items)
     parts = chunks(list(weights) if weights is not None else [1] * len(items), jobs)
-    if keep_share:
-        return Pending(fn, items, parts[1:], parts[0])
-    return Pending(fn, items, parts, None)
+    try:
+        if keep_share:
+            return Pending(fn, items, parts[1:], parts[0])
+        return Pending(fn, items, parts, None)
+    except OSError:  # no more processes or pipes (EAGAIN, EMFILE): the started ones are reaped; run here
+        return _Inline(fn, items)
 
 
 def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
