@@ -26,11 +26,13 @@ Targets (issue 8): 7,000 GPUs / 6,650 workloads in at most 3 s; 70,000 / 66,500 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -248,7 +250,8 @@ class TreeRss:
             self.peak_mb = max(self.peak_mb, total / 1024)
 
 
-def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -> dict[str, Any]:
+def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200, repeat: int = 1) -> list[dict[str, Any]]:
+    """Write the instance once and run the child `repeat` times on it: a row per run."""
     base = keep or tempfile.mkdtemp(prefix=f"migplan-large-{gpus}-")
     directory = os.path.join(base, f"{gpus}g")
     if os.path.exists(directory):
@@ -258,11 +261,24 @@ def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -
     inventory, profiles, workloads = write_instance(gpus, directory)
     gen_s = time.perf_counter() - t0
     size = os.path.getsize(inventory) + sum(os.path.getsize(os.path.join(profiles, f)) for f in os.listdir(profiles))
+    try:
+        return [_run_once(gpus, directory, inventory, profiles, workloads, gen_s, size, profile, timeout)
+                for _ in range(max(1, repeat))]
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _run_once(gpus: int, directory: str, inventory: str, profiles: str, workloads: int, gen_s: float, size: int,
+              profile: bool, timeout: float) -> dict[str, Any]:
     report = os.path.join(directory, "report.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(report)
     cmd = [sys.executable, "-m", "bench.large_inputs", "--child", inventory, profiles, report]
     if profile:
         cmd.append("--profile")
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    speed = calibrate()  # this VM's speed just before the run (shared CPUs: it moves from run to run)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = TreeRss(proc.pid)
@@ -276,7 +292,8 @@ def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -
     wall = time.perf_counter() - t0
     sampler.stop()
     row: dict[str, Any] = {"gpus": gpus, "workloads": workloads, "files": len(os.listdir(profiles)) + 1,
-                           "mb": size / 1e6, "generate_s": gen_s, "wall_s": wall, "tree_rss_mb": sampler.peak_mb}
+                           "mb": size / 1e6, "generate_s": gen_s, "wall_s": wall, "tree_rss_mb": sampler.peak_mb,
+                           "speed_s": speed}
     if profile:
         print(err, file=sys.stderr)
     try:
@@ -284,8 +301,6 @@ def measure(gpus: int, keep: str | None, profile: bool, timeout: float = 1200) -
             row.update(json.load(fh))
     except OSError:
         row["error"] = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
-    if not keep:
-        shutil.rmtree(base, ignore_errors=True)
     return row
 
 
@@ -304,30 +319,42 @@ def calibrate() -> float:
 def render(rows: list[dict[str, Any]]) -> str:
     phases = ["catalog", "read inventory", "read profiles", "fleet state", "plan", "plan document", "render json"]
     out = [f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
-           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end, speed "
-           f"{calibrate():.2f} s (a fixed pure-Python loop, best of 3: compare runs by it). Phases: wall s / CPU s "
+           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end. `speed`: seconds of a "
+           "fixed pure-Python loop (best of 3) just before each run; this VM's CPUs are shared and their speed "
+           "moves from run to run: compare runs by it (lower is faster). Phases: wall s / CPU s "
            "of migplan's process; its children (profile-reading workers, CBC) have their CPU in the second "
            "term of `CPU s` and the peak RSS of the largest one apart; `all at once` is the peak of their sum, "
            "sampled from /proc every 20 ms. `read profiles` is the time migplan's "
            "process spends on them: starting the workers, and waiting for and merging their results after "
            "reading the inventory.", "",
-           "| GPUs / workloads | files (MB) | wall s (target) | CPU s: migplan + children | start-up s | "
+           "| GPUs / workloads | files (MB) | speed s | wall s (target) | CPU s: migplan + children | start-up s | "
            + " | ".join(phases) + " | peak RSS MB: migplan / largest child / all at once (target) | exit |",
-           "|---|---|---|---|---|" + "---|" * len(phases) + "---|---|"]
+           "|---|---|---|---|---|---|" + "---|" * len(phases) + "---|---|"]
     for r in rows:
         secs, mb = TARGETS.get(r["gpus"], (None, None))
         if "error" in r:
-            out.append(f"| {r['gpus']:,} / {r['workloads']:,} | error: {r['error']} |" + " |" * (len(phases) + 5))
+            out.append(f"| {r['gpus']:,} / {r['workloads']:,} | error: {r['error']} |" + " |" * (len(phases) + 6))
             continue
         ok = "" if secs is None else (" met" if r["wall_s"] <= secs else " NOT met")
         together = r.get("tree_rss_mb", 0.0)
         peak = max(r["rss_mb"], r["cbc_rss_mb"], together)
         mem_ok = "" if mb is None else (f" (<= {mb:.0f}: " + ("met)" if peak <= mb else "NOT met)"))
-        out.append(f"| {r['gpus']:,} / {r['workloads']:,} | {r['files']:,} ({r['mb']:.1f}) | {r['wall_s']:.2f}"
+        out.append(f"| {r['gpus']:,} / {r['workloads']:,} | {r['files']:,} ({r['mb']:.1f}) | {r.get('speed_s', 0):.3f} "
+                   f"| {r['wall_s']:.2f}"
                    + (f" (<= {secs:g}:{ok})" if secs is not None else "")
                    + f" | {r['cpu_s']:.2f} + {r['cbc_cpu_s']:.2f} | {r['imports_s']:.2f} | "
                    + " | ".join(f"{r['phases'].get(p, 0.0):.2f} / {r['cpu'].get(p, 0.0):.2f}" for p in phases)
                    + f" | {r['rss_mb']:.0f} / {r['cbc_rss_mb']:.0f} / {together:.0f}{mem_ok} | {r['exit']} |")
+    for gpus in dict.fromkeys(r["gpus"] for r in rows):
+        walls = sorted(r["wall_s"] for r in rows if r["gpus"] == gpus and "error" not in r)
+        if len(walls) > 1:
+            secs = TARGETS.get(gpus, (None, None))[0]
+            med = statistics.median(walls)
+            met = sum(1 for w in walls if secs is not None and w <= secs)
+            out.append("")
+            out.append(f"{gpus:,} GPUs, {len(walls)} runs: wall median {med:.2f} s, min {walls[0]:.2f}, max "
+                       f"{walls[-1]:.2f}" + (f"; within {secs:g} s in {met} of {len(walls)} runs (median "
+                                             + ("met" if med <= secs else "NOT met") + ")" if secs else ""))
     return "\n".join(out) + "\n"
 
 
@@ -338,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile the child; print its top functions")
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds one child may run (default 1200)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size on the same files (default 1); "
+                    "the table then ends with each size's median")
     ap.add_argument("--child", nargs=3, metavar=("INVENTORY", "PROFILES", "REPORT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -345,10 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for gpus in (int(s) for s in args.sizes.split(",") if s.strip()):
-        row = measure(gpus, args.keep, args.profile, args.timeout)
-        print(f"{gpus} GPUs: " + (row.get("error") or f"{row['wall_s']:.2f} s, {row['rss_mb']:.0f} MB"),
-              file=sys.stderr, flush=True)
-        rows.append(row)
+        for row in measure(gpus, args.keep, args.profile, args.timeout, args.repeat):
+            print(f"{gpus} GPUs: " + (row.get("error") or f"{row['wall_s']:.2f} s, {row['rss_mb']:.0f} MB"),
+                  file=sys.stderr, flush=True)
+            rows.append(row)
     text = render(rows)
     sys.stdout.write(text)
     if args.out:

@@ -58,3 +58,16 @@ def test_reserved_flag_is_not_part_of_what_apply_checks() -> None:
 def test_mig_disabled_gpu_current_is_none_even_if_a_layout_is_given() -> None:
     g = _gpu(mig_enabled=False)
     assert g.current is None and g.identity()["layout"] is None
+
+
+def test_a_kept_fingerprint_is_never_a_changed_copys() -> None:
+    """Fingerprints are made once per object (the objects are immutable); a replaced copy makes its own,
+    and the kept value is no field: equality and the fields are untouched."""
+    a = _gpu()
+    first = a.fingerprint()
+    b = dataclasses.replace(a, layout=L(["7g.40gb@0"]))
+    assert b.fingerprint() != first and a.fingerprint() == first == _gpu().fingerprint()
+    assert a == _gpu() and "_fingerprint" not in [f.name for f in dataclasses.fields(a)]
+    fleet = FleetState((a,))
+    kept = fleet.fingerprint()
+    assert dataclasses.replace(fleet, gpus=(b,)).fingerprint() != kept == FleetState((_gpu(),)).fingerprint()

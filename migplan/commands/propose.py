@@ -104,6 +104,9 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
         for m in state.models:
             report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
+        for g in state.gpus:  # needed by the plan and its document; made while the workers may still read
+            g.fingerprint()
+        state.fingerprint()
         profiles = ctx.profiles_result(pending)
     result = plan(state, profiles, catalog, policy, solver, progress=report)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")

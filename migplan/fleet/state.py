@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,8 +80,8 @@ class GpuState:
         }
 
     def fingerprint(self) -> str:
-        """sha256 over the canonical JSON of this GPU's identity."""
-        return _sha256(self.identity())
+        """sha256 over the canonical JSON of this GPU's identity (made once: the object is immutable)."""
+        return _memo(self, lambda: _sha256(self.identity()))
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,18 @@ class FleetState:
         return next((g for g in self.gpus if g.host == host and g.index == index), None)
 
     def fingerprint(self) -> str:
-        """sha256 over the canonical JSON of every GPU's identity, sorted by (host, index)."""
-        return _sha256([g.identity() for g in sorted(self.gpus, key=lambda g: g.key)])
+        """sha256 over the canonical JSON of every GPU's identity, sorted by (host, index) (made once)."""
+        return _memo(self, lambda: _sha256([g.identity() for g in sorted(self.gpus, key=lambda g: g.key)]))
+
+
+def _memo(obj: object, make: Callable[[], str]) -> str:
+    """A frozen dataclass's fingerprint, kept in its __dict__ (not a field: equality and replace() ignore it;
+    `propose` makes the fleet's while worker processes still read the profiles)."""
+    done = obj.__dict__.get("_fingerprint")
+    if done is None:
+        done = make()
+        object.__setattr__(obj, "_fingerprint", done)
+    return str(done)
 
 
 def _sha256(doc: object) -> str:
@@ -155,12 +165,15 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
     `min_driver` is offered only on a host whose inventory `driver:` meets it (no `driver:`, none of
     them); such a GPU is planned with the catalog model less those profiles (`FleetState.models`)."""
     gpus, models = [], {}
+    owned: dict[tuple[str, str | None], GpuModel] = {}  # (model, driver) -> driver_model: once, not per GPU
     for host, spec in inventory.gpus():
         enabled = bool(spec.mig_enabled) if spec.mig_enabled is not None else spec.layout is not None
         layout = (spec.layout or Layout()) if enabled else None
         model = spec.model
         if catalog is not None:
-            own = driver_model(catalog.get(spec.model), host.driver)
+            own = owned.get((spec.model, host.driver))
+            if own is None:
+                own = owned[(spec.model, host.driver)] = driver_model(catalog.get(spec.model), host.driver)
             if own.id != spec.model:
                 models[own.id] = own
                 model = own.id
