@@ -261,19 +261,21 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
     order = sorted(used, key=str)  # PuLP sorts variables by name: "x10" before "x2"
     column = {v: f"X{i:07d}" for i, v in enumerate(order)}
     entries: dict[int, list[str]] = {v: [] for v in order}
+    lead = {v: f"    {name:<8}  " for v, name in column.items()}  # each entry line: lead, row name, number
     rows, rhs = [], []
     text_of: dict[float, str] = {}  # a model repeats a few coefficients (1, -1, a GPU's slices) many times
     for k, (_, row, sense, value) in enumerate(milp.rows):
         cname = f"C{k:07d}"
         rows.append(f" {_SENSE_MPS[sense]}  {cname}\n")
+        middle = f"{cname:<8}  "
         for v, c in row.items():
             num = text_of.get(c) if c else None  # 0.0 and -0.0 are one key but print apart: not kept
             if num is None:
-                num = f"{c: .12e}"
+                num = f"{c: .12e}\n"
                 if c:
                     text_of[c] = num
-            entries[v].append(f"    {column[v]:<8}  {cname:<8}  {num}\n")
-        rhs.append(f"    RHS       {cname:<8}  {value if value != 0 else 0: .12e}\n")
+            entries[v].append(lead[v] + middle + num)
+        rhs.append(f"    RHS       {middle}{value if value != 0 else 0: .12e}\n")
     integer = [milp.integer[v] and not relax for v in range(len(milp.names))]
     cols, bounds = [], []
     objective = milp.objective
