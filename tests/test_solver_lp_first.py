@@ -111,3 +111,25 @@ def test_a_stale_answer_file_is_never_read(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(solver_mod._OwnedCbc, "_spawn", search_writes_nothing)
     res = PulpSolver().solve(knapsack_cover())
     assert res.status is SolveStatus.ERROR and "no solution file" in res.message
+
+
+def test_an_lp_stopped_early_proves_nothing(runs: list[tuple[bool, float | None]],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LP answer CBC read as "stopped with an objective" (PuLP: Optimal + IntegerFeasible, what a time
+    limit gives) is not a proven LP optimum: even integral, it goes on to CBC's search."""
+    real = solver_mod._OwnedCbc.get_status
+    first = [True]
+
+    def stopped_lp(self: solver_mod._OwnedCbc, filename: str) -> tuple[int, int]:
+        status, sol_status = real(self, filename)
+        if first[0]:
+            first[0] = False
+            return solver_mod.pulp.LpStatusOptimal, solver_mod.pulp.LpSolutionIntegerFeasible
+        return status, sol_status
+
+    monkeypatch.setattr(solver_mod._OwnedCbc, "get_status", stopped_lp)
+    milp = assignment_milp(n=4)
+    res = PulpSolver(gap=0.0, gap_abs=None).solve(milp)
+    assert [r for r, _ in runs] == [True, False]
+    assert res.status is SolveStatus.OPTIMAL and "LP relaxation" not in res.message
+    assert res.objective == pytest.approx(brute_force(milp))

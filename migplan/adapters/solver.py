@@ -562,6 +562,7 @@ class _CbcSolve:
         self.proc: subprocess.Popen[bytes] | None = None
         self.error: Exception | None = None
         self.first = owner.lp_first and not relax and any(milp.integer)
+        self.backend: _OwnedCbc | None = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -578,12 +579,15 @@ class _CbcSolve:
     def result(self) -> SolveResult:
         owner, milp, backend, n = self.owner, self.milp, self.backend, len(self.milp.names)
         try:
-            if self.error is not None or self.proc is None:
-                return owner._error(self.error or pulp.PulpSolverError("cbc did not start"), backend, self.t0)
+            if self.error is not None or self.proc is None or backend is None:
+                err = self.error or pulp.PulpSolverError("cbc did not start")
+                return owner._error(err, backend or pulp.LpSolver(), self.t0)
             try:
                 status, sol_status, values = backend.finish_mps(self.proc, self.columns, n)
                 if self.first:
-                    integral = _integral(milp, values) if _status(status, sol_status).has_solution else None
+                    # only a proven LP optimum bounds the MILP: an LP stopped on the time limit proves nothing
+                    optimal = _status(status, sol_status) is SolveStatus.OPTIMAL
+                    integral = _integral(milp, values) if optimal else None
                     if integral is not None:
                         objective = milp.evaluate(list(integral))
                         return SolveResult(SolveStatus.OPTIMAL, integral, objective, objective,
