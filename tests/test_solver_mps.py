@@ -34,8 +34,8 @@ def _random_milp(rng: random.Random) -> Milp:
     m = Milp()
     n = rng.randint(1, 40)
     for i in range(n):
-        lb = rng.choice([0.0, 0.0, 1.0, -2.0, None])
-        ub = rng.choice([None, 1.0, 5.0, 0.0, lb if lb is not None else 3.0])
+        lb = rng.choice([0.0, 0.0, -0.0, 1.0, -2.0, None])
+        ub = rng.choice([None, 1.0, 5.0, 0.0, -0.0, lb if lb is not None else 3.0])
         if lb is not None and ub is not None and ub < lb:
             ub = lb
         v = m.var(f"v{i}", lb=0.0, ub=ub, integer=rng.random() < 0.6)

@@ -224,6 +224,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 _SENSE_MPS = {"<=": "L", ">=": "G", "==": "E"}
 
 
+_NAME_SLOT = "\x00" * 8  # a column name's place in a bound line (names are X0000000...: 8 characters or more)
+
+
 def _mps_bounds(name: str, lo: float | None, up: float | None, integer: bool) -> list[str]:
     """PuLP's `writeMPSBoundLines` for a MIP solver."""
     if lo is not None and lo == up:
@@ -277,8 +280,12 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
             entries[v].append(lead[v] + middle + num)
         rhs.append(f"    RHS       {middle}{value if value != 0 else 0: .12e}\n")
     integer = [milp.integer[v] and not relax for v in range(len(milp.names))]
-    cols, bounds = [], []
+    cols: list[str] = []
+    bounds: list[str] = []
     objective = milp.objective
+    # A model has a few kinds of bounds: each kind's lines made once with a placeholder as wide as the
+    # padded name (repr keys: 0.0 and -0.0 print apart), then given each column's name.
+    bound_lines: dict[tuple[str, str, bool], list[str]] = {}
     for v in order:
         name = column[v]
         if integer[v]:
@@ -288,7 +295,12 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
             cols.append(f"    {name:<8}  OBJ       {objective[v]: .12e}\n")
         if integer[v]:
             cols.append("    MARK      'MARKER'                 'INTEND'\n")
-        bounds.extend(_mps_bounds(name, milp.lower[v], milp.upper[v], integer[v]))
+        lo, up = milp.lower[v], milp.upper[v]
+        kind = (repr(lo), repr(up), integer[v])
+        lines = bound_lines.get(kind)
+        if lines is None:
+            lines = bound_lines[kind] = _mps_bounds(_NAME_SLOT, lo, up, integer[v])
+        bounds.extend(line.replace(_NAME_SLOT, name) for line in lines)
     text = "".join(["*SENSE:Minimize\n", "NAME          MODEL\n", "ROWS\n", " N  OBJ\n", *rows, "COLUMNS\n", *cols,
                     "RHS\n", *rhs, "BOUNDS\n", *bounds, "ENDATA\n"])
     return text, order
