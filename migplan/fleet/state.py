@@ -13,6 +13,7 @@ acting on a state that has since changed:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -44,11 +45,13 @@ class GpuState:
     reserved: bool = False
     excluded: bool = False
 
-    @property
+    # cached (the object is immutable): the planner asks each GPU's key and layout ~30 times (200,000
+    # calls at 7,000 GPUs); the value lives in the instance's __dict__, not in its fields
+    @functools.cached_property
     def key(self) -> GpuKey:
         return (self.host, self.index)
 
-    @property
+    @functools.cached_property
     def current(self) -> Layout | None:
         """The layout in force: None when MIG is disabled (one whole-GPU device)."""
         return self.layout if self.mig_enabled else None
