@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from planner_fixtures import EXACT, fleet, gpu, placed, profiles, run, targets, wl
 
 from migplan.planner import Policy
@@ -111,3 +113,27 @@ def test_consolidate_frees_a_gpu_allow_disrupt_alone_does_not() -> None:
 
 def test_exact_policy_is_default_free() -> None:
     assert EXACT.headroom == 0.0
+
+
+def test_a_gpu_where_something_keeps_running_is_in_use_not_free() -> None:
+    """An outgrown workload that may not move keeps its MIG-disabled GPU, and so do unprofiled processes on
+    a busy MIG-disabled GPU: neither GPU is counted free, and the lower bound (which keeps them too) is
+    never above the GPUs the plan reports in use."""
+    state = fleet(gpu("h", 0), gpu("h", 1, whole_gpu_busy=True), gpu("h", 2), gpu("h", 3))
+    p = run(state, profiles(wl("big", 45000, host="h", gpu_idx=0), wl("small", 3000)))
+    big = next(w for w in p.workloads if w.name == "big")
+    assert big.status == "unplaced" and "outgrown" in (big.reason or "")
+    assert targets(p)[("h", 0)] is None and targets(p)[("h", 1)] is None  # both left as they are
+    assert p.summary.gpus_used == 3 and p.summary.free_whole_gpus == 1  # h0 (big), h1 (processes), small's
+    assert p.summary.gpus_lower_bound is not None and p.summary.gpus_lower_bound <= p.summary.gpus_used
+    assert ("h", 1) not in p.freed  # its processes run on: the plan frees nothing there
+
+
+def test_a_moved_whole_gpu_workload_frees_its_gpu() -> None:
+    """With consent the outgrown workload is moved off (here: left out, it fits nowhere) and its GPU, with the
+    processes taken to be its own, is free."""
+    state = fleet(gpu("h", 0, whole_gpu_busy=True), gpu("h", 1))
+    p = run(state, profiles(wl("big", 45000, host="h", gpu_idx=0), wl("small", 3000)),
+            dataclasses.replace(EXACT, allow_disrupt=True))
+    assert next(w for w in p.workloads if w.name == "big").status == "unplaced"
+    assert p.summary.gpus_used == 1 and p.summary.free_whole_gpus == 1

@@ -231,14 +231,18 @@ def layouts(gpus: tuple[GpuPlan, ...] | list[GpuPlan], catalog: Catalog) -> dict
 def in_use(gpus: tuple[GpuPlan, ...] | list[GpuPlan], workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan],
            migrations: tuple[Migration, ...] | list[Migration]) -> tuple[set[GpuKey], set[GpuKey]]:
     """(planned GPUs in use before the plan, planned GPUs in use after it). Before: instances, processes on a
-    MIG-disabled GPU, a workload kept there or a moving workload's source; after: instances in the target
-    or a workload placed there. Reserved and excluded GPUs are not counted."""
+    MIG-disabled GPU, a workload kept there or a moving workload's source; after: instances in the target,
+    a workload placed there, or processes on a GPU that stays MIG-disabled and that no moving workload
+    leaves. Reserved and excluded GPUs are not counted."""
     planned = {g.key for g in gpus if g.hold is None}
     before = {g.key for g in gpus if (g.current is not None and len(g.current)) or g.observed.whole_busy}
     before |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed" and w.kept}
     before |= {m.source.key for m in migrations}
     after = {g.key for g in gpus if g.target is not None and len(g.target)}
     after |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed"}
+    # processes on a GPU that stays MIG-disabled run on, unless the workload they are taken to be moves away
+    leaving = {m.source.key for m in migrations}
+    after |= {g.key for g in gpus if g.target is None and g.observed.whole_busy and g.key not in leaving}
     return before & planned, after & planned
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
 from migplan.fleet.diff import Op, diff
-from migplan.fleet.state import FleetState
-from migplan.layout import used_compute
+from migplan.fleet.state import FleetState, GpuKey
+from migplan.layout import Layout, used_compute
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate
 from migplan.planner.groups import Split, class_key, split
@@ -112,17 +112,43 @@ def _busy_disrupted(problem: Problem, gpus: tuple[GpuPlan, ...]) -> int:
     return n
 
 
+def _stoppable(problem: Problem) -> set[str]:
+    """Running items the plan may move or stop: without consent (or with `movable: false`) an outgrown
+    workload keeps running where it is, placed or not."""
+    return {it.name for it in problem.items if it.running is not None and it.movable and problem.policy.movable_running}
+
+
+def _kept_running(problem: Problem, placed: Mapping[str, GpuKey], targets: Mapping[GpuKey, Layout | None],
+                  stoppable: set[str]) -> set[GpuKey]:
+    """MIG-disabled GPUs (in the plan's target) where something keeps running although no placed workload is
+    there: an outgrown workload the plan may not move (it is left out, and runs on), or processes on the
+    whole GPU that no moved or stopped workload accounts for. Such a GPU is in use, not free."""
+    out: set[GpuKey] = set()
+    gone: set[GpuKey] = set()  # MIG-disabled GPUs a running whole-GPU workload leaves (its processes go too)
+    for it in problem.items:
+        if it.running is None or targets.get(it.running) is not None:
+            continue
+        if it.name not in placed and it.name not in stoppable:
+            out.add(it.running)
+        elif it.running_on is None and placed.get(it.name) != it.running:
+            gone.add(it.running)
+    for g in problem.gpus:
+        if g.hold is None and g.whole_busy and targets.get(g.key) is None and g.key not in gone:
+            out.add(g.key)
+    return out
+
+
 def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPlan, ...], value: float,
              lb: int | None) -> Summary:
     hosting = {(w.host, w.gpu) for w in wls if w.status == "placed"}
+    stoppable = _stoppable(problem)
+    placed = {w.name: (w.host or "", w.gpu if w.gpu is not None else -1) for w in wls if w.status == "placed"}
+    hosting |= _kept_running(problem, placed, {g.key: g.target for g in gpus}, stoppable)
     planned = [g for g in gpus if g.hold is None]
     used = [g for g in planned if (g.target is not None and len(g.target)) or (g.host, g.index) in hosting]
     stranded = sum(problem.models[g.model].compute_slices - used_compute(problem.models[g.model], g.target)
                    for g in used if g.target is not None)
     running = {it.name for it in problem.items if it.running is not None}
-    # without consent (or with movable: false) an outgrown workload keeps running where it is
-    stoppable = {it.name for it in problem.items if it.running is not None and it.movable
-                 and problem.policy.movable_running}
     disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and w.name in stoppable)))
     busy_disrupted = _busy_disrupted(problem, gpus)
     below_peak, least_margin = memory_margins(wls)
@@ -279,6 +305,8 @@ CURVE_TIME_LIMIT_S = 10.0  # each curve re-solve: at most this long (a point is 
 
 def _used_after(problem: Problem, mapped: Mapped) -> int:
     hosting = {k for k, _ in mapped.placed.values()}
+    hosting |= _kept_running(problem, {n: k for n, (k, _) in mapped.placed.items()},
+                             {g.key: mapped.targets.get(g.key, g.current) for g in problem.gpus}, _stoppable(problem))
     return sum(1 for g in problem.gpus if g.hold is None and (
         g.key in hosting or (mapped.targets.get(g.key) is not None and len(mapped.targets[g.key] or ()))))
 
