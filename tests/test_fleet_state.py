@@ -71,3 +71,20 @@ def test_a_kept_fingerprint_is_never_a_changed_copys() -> None:
     fleet = FleetState((a,))
     kept = fleet.fingerprint()
     assert dataclasses.replace(fleet, gpus=(b,)).fingerprint() != kept == FleetState((_gpu(),)).fingerprint()
+
+
+def test_fingerprints_are_the_sha256_of_the_canonical_json() -> None:
+    """The definition, computed here independently: sha256 of json.dumps(identity, sorted keys, no spaces),
+    for one GPU and for the fleet's list sorted by (host, index)."""
+    import hashlib
+    import json
+
+    def sha(doc: object) -> str:
+        return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    gpus = (_gpu(index=2, uuid="GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"), _gpu(host="a", mig_enabled=False,
+                                                                          layout=None, whole_gpu_busy=True),
+            _gpu(busy=(Instance(0, "3g.20gb"),)))
+    assert [g.fingerprint() for g in gpus] == [sha(g.identity()) for g in gpus]
+    fleet = FleetState(gpus)
+    assert fleet.fingerprint() == sha([g.identity() for g in sorted(gpus, key=lambda g: g.key)])

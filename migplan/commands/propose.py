@@ -93,12 +93,12 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
 
 def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: dt.datetime | None = None) -> Plan:
     """Plan every GPU of the chosen state for the workload profiles; write the plan when `req.out` is set."""
-    check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
-    policy = planner_policy(ctx, req.policy)
-    solver = planner_solver(ctx, req, policy)
-    # large profile sets are read by worker processes while this one reads the inventory (errors still come
-    # in the sequential order: the inventory's first)
+    # large profile sets are read by worker processes, started first, while this one checks the settings
+    # and reads the inventory (errors still come in the sequential order: the profiles' last)
     with ctx.start_profiles(req.profiles) as pending:
+        check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
+        policy = planner_policy(ctx, req.policy)
+        solver = planner_solver(ctx, req, policy)
         state = planner_state(ctx, req.inventory, req.snapshot, report)
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog

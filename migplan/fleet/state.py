@@ -82,9 +82,17 @@ class GpuState:
             "whole_gpu_busy": self.whole_busy,
         }
 
+    def canonical(self) -> str:
+        """The canonical JSON text of `identity()` (sorted keys, no spaces), made once: the object is immutable."""
+        done = self.__dict__.get("_canonical")
+        if done is None:
+            done = _canonical(self.identity())
+            object.__setattr__(self, "_canonical", done)
+        return str(done)
+
     def fingerprint(self) -> str:
-        """sha256 over the canonical JSON of this GPU's identity (made once: the object is immutable)."""
-        return _memo(self, lambda: _sha256(self.identity()))
+        """sha256 over the canonical JSON of this GPU's identity (made once)."""
+        return _memo(self, lambda: _digest(self.canonical()))
 
 
 @dataclass(frozen=True)
@@ -100,8 +108,11 @@ class FleetState:
         return next((g for g in self.gpus if g.host == host and g.index == index), None)
 
     def fingerprint(self) -> str:
-        """sha256 over the canonical JSON of every GPU's identity, sorted by (host, index) (made once)."""
-        return _memo(self, lambda: _sha256([g.identity() for g in sorted(self.gpus, key=lambda g: g.key)]))
+        """sha256 over the canonical JSON of the list of every GPU's identity, sorted by (host, index) (made
+        once). A list's canonical JSON is its items' texts joined by commas in brackets, so each GPU's own
+        text (`GpuState.canonical`, made for its fingerprint) serves here too."""
+        return _memo(self, lambda: _digest(
+            "[" + ",".join(g.canonical() for g in sorted(self.gpus, key=lambda g: g.key)) + "]"))
 
 
 def _memo(obj: object, make: Callable[[], str]) -> str:
@@ -114,9 +125,12 @@ def _memo(obj: object, make: Callable[[], str]) -> str:
     return str(done)
 
 
-def _sha256(doc: object) -> str:
-    blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(blob).hexdigest()
+def _canonical(doc: object) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def _digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def changes(assumed: GpuState, live: GpuState | None) -> list[str]:
