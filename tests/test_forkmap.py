@@ -60,6 +60,9 @@ def test_work_really_runs_in_other_processes() -> None:
     pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
     assert pids[0] == os.getpid() and len(set(pids)) == 3  # the parent's share first, then two workers
     assert no_children_left()
+    mine = os.nice(0)
+    nices = forkmap.fork_map(lambda _x: os.nice(0), list(range(4)), jobs=2)
+    assert nices[:2] == [mine, mine] and nices[2:] == [min(19, mine + forkmap.NICE)] * 2  # workers yield to it
 
 
 def test_the_first_failing_input_raises_its_own_exception() -> None:

@@ -33,6 +33,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_JOBS = 8  # beyond this the pickling and the parent's merge dominate (bench/large_inputs.py)
+NICE = 5  # workers run this much nicer than the parent, which works meanwhile and then waits for them
 
 
 CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD" or "max PERIOD" (a container's CPU limit)
@@ -105,6 +106,9 @@ def _child(fn: Callable[[T], R], items: Sequence[T], part: range, fd: int) -> No
     try:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends a worker at once
+        if NICE:
+            with contextlib.suppress(OSError, AttributeError):
+                os.nice(NICE)  # the parent's own work (the inventory, meanwhile) is the critical path
         blob = pickle.dumps(_work(fn, items, part), protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(blob)
         while view:
