@@ -283,6 +283,7 @@ def _run_once(gpus: int, directory: str, inventory: str, profiles: str, workload
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
            "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     speed = calibrate()  # this VM's speed just before the run (shared CPUs: it moves from run to run)
+    yard = yardstick()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = TreeRss(proc.pid)
@@ -297,7 +298,7 @@ def _run_once(gpus: int, directory: str, inventory: str, profiles: str, workload
     sampler.stop()
     row: dict[str, Any] = {"gpus": gpus, "workloads": workloads, "files": len(os.listdir(profiles)) + 1,
                            "mb": size / 1e6, "generate_s": gen_s, "wall_s": wall, "tree_rss_mb": sampler.peak_mb,
-                           "speed_s": speed}
+                           "speed_s": speed, "yardstick_s": yard}
     if profile:
         print(err, file=sys.stderr)
     try:
@@ -320,18 +321,38 @@ def calibrate() -> float:
     return best
 
 
+_YARDSTICK = "".join(f"- name: w{i:05d}\n  memory_mib: {{p50: {i}, p95: {i + 1}, max: {i + 2}}}\n"
+                     f"  priority: {i % 100}\n" for i in range(3000))
+
+
+def yardstick() -> float:
+    """Seconds to load a fixed 0.2 MB YAML text with PyYAML's CSafeLoader (best of 3): object-heavy work like
+    migplan's own, which moves with this VM's slow phases where the plain loop (`calibrate`) often does not;
+    neutral to migplan's code, so before/after runs of different trees compare by it."""
+    import yaml
+
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        yaml.load(_YARDSTICK, Loader=yaml.CSafeLoader)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     phases = ["catalog", "read inventory", "read profiles", "fleet state", "plan", "plan document", "render json"]
     out = [f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
            f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end. `speed`: seconds of a "
-           "fixed pure-Python loop (best of 3) just before each run; this VM's CPUs are shared and their speed "
-           "moves from run to run: compare runs by it (lower is faster). Phases: wall s / CPU s "
+           "fixed pure-Python loop and of loading a fixed YAML text with PyYAML's C loader (best of 3 each), just "
+           "before each run; this VM's CPUs are shared and their speed moves from run to run: compare runs by "
+           "them (lower is faster; the YAML one follows the slow phases better). Phases: wall s / CPU s "
            "of migplan's process; its children (profile-reading workers, CBC) have their CPU in the second "
            "term of `CPU s` and the peak RSS of the largest one apart; `all at once` is the peak of their sum, "
            "sampled from /proc every 20 ms. `read profiles` is the time migplan's "
            "process spends on them: starting the workers, and waiting for and merging their results after "
            "reading the inventory.", "",
-           "| GPUs / workloads | files (MB) | speed s | wall s (target) | CPU s: migplan + children | start-up s | "
+           "| GPUs / workloads | files (MB) | speed s: loop / yaml | wall s (target) | CPU s: migplan + children | "
+           "start-up s | "
            + " | ".join(phases) + " | peak RSS MB: migplan / largest child / all at once (target) | exit |",
            "|---|---|---|---|---|---|" + "---|" * len(phases) + "---|---|"]
     for r in rows:
@@ -343,7 +364,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         together = r.get("tree_rss_mb", 0.0)
         peak = max(r["rss_mb"], r["cbc_rss_mb"], together)
         mem_ok = "" if mb is None else (f" (<= {mb:.0f}: " + ("met)" if peak <= mb else "NOT met)"))
-        out.append(f"| {r['gpus']:,} / {r['workloads']:,} | {r['files']:,} ({r['mb']:.1f}) | {r.get('speed_s', 0):.3f} "
+        out.append(f"| {r['gpus']:,} / {r['workloads']:,} | {r['files']:,} ({r['mb']:.1f}) "
+                   f"| {r.get('speed_s', 0):.3f} / {r.get('yardstick_s', 0):.3f} "
                    f"| {r['wall_s']:.2f}"
                    + (f" (<= {secs:g}:{ok})" if secs is not None else "")
                    + f" | {r['cpu_s']:.2f} + {r['cbc_cpu_s']:.2f} | {r['imports_s']:.2f} | "
