@@ -136,3 +136,26 @@ def test_highs_gives_the_same_gpu_count() -> None:
     st = fleet(*two_hosts())
     ws = profiles(*(wl(f"w{i}", 1000 + 900 * i) for i in range(10)))
     assert run(st, ws, solver="highs").summary.gpus_used == run(st, ws).summary.gpus_used
+
+
+@pytest.mark.parametrize("policy", [EXACT, dataclasses.replace(EXACT, allow_disrupt=True, keep_free=1),
+                                    dataclasses.replace(EXACT, consolidate=True, max_moves=2)])
+def test_the_lower_bound_made_from_the_plans_model_is_the_one_formulated_anew(policy: Policy) -> None:
+    """`reweighted` (the lower bound from the plan's own model: its rows shared, its objective made anew)
+    writes the very MPS text that formulating the lower bound from scratch writes."""
+    from migplan.adapters.solver import mps_text
+    from migplan.planner.formulation import formulate, reweighted
+    from migplan.planner.groups import split
+    from migplan.planner.planner import LB_WEIGHTS
+
+    state = fleet(gpu("a", 0, layout=["3g.20gb@0", "2g.10gb@4"]), gpu("a", 1), gpu("b", 0, whole_gpu_busy=True),
+                  gpu("b", 1, model="A100-SXM4-80GB", layout=["7g.80gb@0"]))
+    ws = [wl("r", 9000, 0.2, host="a", gpu_idx=0, inst="3g.20gb@0"), wl("s", 30000, host="b", gpu_idx=1,
+                                                                        inst="7g.80gb@0", model="A100-SXM4-80GB"),
+          wl("n1", 4000, anti_affinity="grp"), wl("n2", 4000, anti_affinity="grp"), wl("big", 38000, 0.9)]
+    problem = build_problem(state, profiles(*ws), CAT, policy)
+    sp = split(problem)
+    plan_model = formulate(problem, sp)
+    assert mps_text(reweighted(plan_model, LB_WEIGHTS, place_all=True).milp, True) == \
+        mps_text(formulate(problem, sp, LB_WEIGHTS, place_all=True).milp, True)
+    assert plan_model.milp.objective != reweighted(plan_model, LB_WEIGHTS).milp.objective  # made anew

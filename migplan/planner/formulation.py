@@ -32,6 +32,7 @@ groups. `formulate` stops with a PlanError as soon as the model passes `LIMIT` (
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -623,10 +624,24 @@ def formulate(problem: Problem, split: Split, weights: Weights | None = None, *,
     return f
 
 
+def reweighted(f: Formulation, weights: Weights, *, place_all: bool = False) -> Formulation:
+    """`formulate(f.problem, f.split, weights, place_all=place_all, refine=f.refine)` from a formulation
+    already made: its variables and rows (which no weight changes) are shared, the objective made anew and,
+    with `place_all`, u bounded to 0. The lower bound is made this way from the plan's own model
+    (tests/test_planner_constraints.py checks that both write the same MPS text)."""
+    milp = dataclasses.replace(f.milp, upper=list(f.milp.upper), objective={}, constant=0.0)
+    if place_all:
+        for v in f.u.values():
+            milp.upper[v] = 0.0
+    g = dataclasses.replace(f, milp=milp)
+    _objective(g, weights)
+    return g
+
+
 def _limits(lim: SizeLimit) -> str:
     return ", ".join(f"{n} {v:,}" for n, v in (("variables", lim.variables), ("rows", lim.rows),
                                                 ("nonzeros", lim.nonzeros)) if v is not None)
 
 
 __all__ = ["LIMIT", "MAX_NONZEROS", "MAX_ROWS", "MAX_VARIABLES", "Formulation", "PatternInfo", "formulate",
-           "group_patterns", "key", "move_costs", "waste"]
+           "group_patterns", "key", "move_costs", "reweighted", "waste"]

@@ -18,7 +18,7 @@ from migplan.fleet.diff import Op, diff
 from migplan.fleet.state import FleetState, GpuKey
 from migplan.layout import Layout, used_compute
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
-from migplan.planner.formulation import Formulation, formulate
+from migplan.planner.formulation import Formulation, formulate, reweighted
 from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
 from migplan.planner.migration import Endpoint, GpuLayouts, Move, order
@@ -215,12 +215,13 @@ def _unspread(f: Formulation, values: tuple[float, ...], mapped: Mapped) -> froz
 
 def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
            limit: SizeLimit | None = None,
-           meanwhile: Callable[[], None] | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
+           meanwhile: Callable[[Formulation], None] | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
     """Formulate, solve, re-check and map. When the mapping cannot spread members the solver placed (the model
     counts instances per model, not which GPU's instances each set may share), the sets involved are planned
     per GPU group and the model solved again (at most REFINE_ROUNDS times, each with what is left of the
     solver's time limit); the best mapping by placed value, then objective, is kept. `meanwhile` runs while
-    the solver works on the first model (CBC is a child process), e.g. to formulate the lower bound."""
+    the solver works on the first model (CBC is a child process), given that model's formulation: the lower
+    bound is made from it."""
     refine: frozenset[str] = frozenset()
     best: tuple[float, float, Mapped, SolveResult] | None = None
     spent, budget = 0.0, _time_limit(solver)
@@ -240,7 +241,7 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
                              f.milp)
         try:
             if meanwhile is not None and not attempt:
-                meanwhile()
+                meanwhile(f)
             res = handle.result()
         finally:
             handle.cancel()
@@ -346,7 +347,7 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     # the same models are solved as one after the other would solve them.
     made: list[Formulation] = []
     mapped, res, left_out = _solve(problem, sp, solver, say, limit, meanwhile=(
-        (lambda: made.append(formulate(problem, sp, LB_WEIGHTS, place_all=True))) if lower_bound else None))
+        (lambda f: made.append(reweighted(f, LB_WEIGHTS, place_all=True))) if lower_bound else None))
     for name, reason in problem.rejected:
         mapped.unplaced[name] = reason
     bound = start_solve(solver, _bound_model(problem, sp, left_out, made[0] if made else None),
