@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,16 +52,25 @@ def _run(tmp_path: Path, step: str, fault: dict[str, object]) -> tuple[GpuOutcom
     state = write_state(tmp_path / "h.json", host_state("A100-SXM4-40GB", 1, hostname="h", layouts=[BEFORE]))
     # a hang needs a real process for the timeout; everything else runs in-process (fast)
     runner = LocalRunner(host="h", env=sim_env(state)) if "hang" in fault else InProcess(state)
+    res, _ = _apply_with_fault(state, runner, BEFORE, step, fault)
+    return res.outcome, discover_host(InProcess(state), HOST, CAT).gpus[0].layout, res.reason
+
+
+def _apply_with_fault(state: Path, runner: Any, current: Layout | None, step: str,
+                      fault: dict[str, object]) -> tuple[Any, dict[str, Any]]:
+    """Apply current -> TARGET on GPU 0 with one fault armed at `step`: (its GPU result, the host state after).
+    The fault must have fired, or the run tested nothing."""
     uuid = discover_host(runner, HOST, CAT).gpus[0].uuid
-    observed = GpuState(host="h", index=0, model=MODEL.id, uuid=uuid, mig_enabled=True, layout=BEFORE)
-    plan = GpuPlan(observed, TARGET, tuple(diff(BEFORE, TARGET, gpu=("h", 0), architecture=MODEL.architecture)))
+    observed = GpuState(host="h", index=0, model=MODEL.id, uuid=uuid, mig_enabled=current is not None,
+                        layout=current)
+    plan = GpuPlan(observed, TARGET, tuple(diff(current, TARGET, gpu=("h", 0), architecture=MODEL.architecture)))
     st = read_state(state)
     st["faults"] = [{"match": step, "times": 1, **fault}]
     write_state(state, st)
     res = apply_host(runner, HOST, [plan], CAT, ApplyOptions(timeout=3.0)).gpus[0]  # type: ignore[arg-type]
     st = read_state(state)
     assert st["faults"][0].get("fired") == 1, "the fault never fired: this run tested nothing"
-    return res.outcome, discover_host(InProcess(state), HOST, CAT).gpus[0].layout, res.reason
+    return res, st
 
 
 def _id(step: str, fault: dict[str, object]) -> str:
@@ -84,16 +94,7 @@ def _run_mode(tmp_path: Path, step: str, fault: dict[str, object]) -> tuple[GpuO
     st = host_state("A100-SXM4-40GB", 1, hostname="h")
     st["gpus"][0].update(mig_current=False, mig_pending=False, gpu_instances=[])
     state = write_state(tmp_path / "h.json", st)
-    runner = InProcess(state)
-    uuid = discover_host(runner, HOST, CAT).gpus[0].uuid
-    observed = GpuState(host="h", index=0, model=MODEL.id, uuid=uuid, mig_enabled=False, layout=None)
-    plan = GpuPlan(observed, TARGET, tuple(diff(None, TARGET, gpu=("h", 0), architecture=MODEL.architecture)))
-    st = read_state(state)
-    st["faults"] = [{"match": step, "times": 1, **fault}]
-    write_state(state, st)
-    res = apply_host(runner, HOST, [plan], CAT, ApplyOptions(timeout=3.0)).gpus[0]  # type: ignore[arg-type]
-    st = read_state(state)
-    assert st["faults"][0].get("fired") == 1, "the fault never fired: this run tested nothing"
+    res, st = _apply_with_fault(state, InProcess(state), None, step, fault)
     gpu = st["gpus"][0]
     return (res.outcome, discover_host(InProcess(state), HOST, CAT).gpus[0].layout,
             gpu["mig_current"] == gpu["mig_pending"], res.reason)

@@ -82,14 +82,18 @@ def test_no_driver_is_a_clear_error(tmp_path) -> None:  # noqa: ANN001
     assert samples(tmp_path) == []  # nothing written, and the store is intact
 
 
-def test_real_pynvml_without_driver_is_the_same_clear_error() -> None:
+@pytest.fixture()
+def no_nvidia_driver() -> None:
+    """The real nvidia-ml-py finds no NVML library here (the no-driver path, shown with the real library)."""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError_LibraryNotFound:
-        pass
-    else:  # pragma: no cover - a machine with a GPU driver
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver: the no-driver path cannot be shown with the real library")
+        return
+    pynvml.nvmlShutdown()  # pragma: no cover - a machine with a GPU driver
+    pytest.skip("this machine has an NVIDIA driver: the no-driver path cannot be shown with the real library")
+
+
+def test_real_pynvml_without_driver_is_the_same_clear_error(no_nvidia_driver: None) -> None:
     with pytest.raises(nv.NvmlError, match="NVML is not available"):
         nv.read_host(pynvml)
 
@@ -230,19 +234,12 @@ def test_two_processes_of_one_workload_are_one_sample(tmp_path) -> None:  # noqa
 
 # --- the command line ------------------------------------------------------------------------------------
 
-def test_cli_collect_local_without_driver_is_one_message(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_cli_collect_local_without_driver_is_one_message(tmp_path, monkeypatch, no_nvidia_driver) -> None:  # noqa: ANN001
     from typer.testing import CliRunner
 
     from migplan.cli.app import app
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        pass
-    else:  # pragma: no cover - a machine with a GPU driver
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
     r = CliRunner().invoke(app, ["collect", "--local", "--history", str(tmp_path / "h")])
     assert r.exit_code == 1 and "error: NVML is not available on this host" in r.stderr
     assert "Traceback" not in r.output

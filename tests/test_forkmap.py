@@ -194,17 +194,24 @@ def test_profiles_read_in_parallel_are_the_same(parallel: None, tmp_path: Path,
     assert both == read_sequentially(tmp_path / "p", monkeypatch)
 
 
+def both_errors(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[InputError, InputError]:
+    """The error reading `path` in two processes, and reading it in one."""
+    with pytest.raises(InputError) as par:
+        profiles.load_profiles(path)
+    with pytest.raises(InputError) as seq:
+        read_sequentially(path, monkeypatch)
+    assert no_children_left()
+    return par.value, seq.value
+
+
 def test_a_duplicate_across_shares_is_the_sequential_error(parallel: None, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     write_profiles(tmp_path / "p", files=10, per_file=5)
     last = tmp_path / "p" / "p009.yaml"
     last.write_text(last.read_text().replace("w00045", "w00002"))
-    with pytest.raises(InputError) as par:
-        profiles.load_profiles(tmp_path / "p")
-    with pytest.raises(InputError) as seq:
-        read_sequentially(tmp_path / "p", monkeypatch)
-    assert str(par.value) == str(seq.value) and "defined twice" in str(par.value)
-    assert (par.value.source, par.value.line) == (seq.value.source, seq.value.line) == (str(last), 3)
+    par, seq = both_errors(tmp_path / "p", monkeypatch)
+    assert str(par) == str(seq) and "defined twice" in str(par)
+    assert (par.source, par.line) == (seq.source, seq.line) == (str(last), 3)
 
 
 def test_a_bad_file_in_a_worker_is_the_sequential_error(parallel: None, tmp_path: Path,
@@ -212,9 +219,18 @@ def test_a_bad_file_in_a_worker_is_the_sequential_error(parallel: None, tmp_path
     write_profiles(tmp_path / "p", files=10, per_file=5)
     bad = tmp_path / "p" / "p008.yaml"
     bad.write_text(bad.read_text().replace("priority: 41", "priority: [41"))
-    with pytest.raises(InputError) as par:
-        profiles.load_profiles(tmp_path / "p")
-    with pytest.raises(InputError) as seq:
-        read_sequentially(tmp_path / "p", monkeypatch)
-    assert str(par.value) == str(seq.value) and par.value.source == str(bad)
-    assert no_children_left()
+    par, seq = both_errors(tmp_path / "p", monkeypatch)
+    assert str(par) == str(seq) and par.source == str(bad)
+
+
+def test_an_earlier_duplicate_wins_over_a_later_bad_file(parallel: None, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read one by one, a duplicate in file 6 stops the read before file 8 is parsed: in two processes file 8
+    is parsed by then, yet its error must not come first."""
+    write_profiles(tmp_path / "p", files=10, per_file=5)
+    dup = tmp_path / "p" / "p006.yaml"
+    dup.write_text(dup.read_text().replace("w00030", "w00002"))
+    bad = tmp_path / "p" / "p008.yaml"
+    bad.write_text(bad.read_text().replace("priority: 41", "priority: [41"))
+    par, seq = both_errors(tmp_path / "p", monkeypatch)
+    assert str(par) == str(seq) and "defined twice" in str(par) and par.source == str(dup)

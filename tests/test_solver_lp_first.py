@@ -6,11 +6,11 @@ The oracle for "optimal" is brute force over every 0/1 point (independent of CBC
 
 from __future__ import annotations
 
-import itertools
 import random
 from typing import Any
 
 import pytest
+from milp_fixtures import brute_force_optimum, cover_milp
 
 from migplan.adapters import solver as solver_mod
 from migplan.adapters.solver import PulpSolver
@@ -44,30 +44,12 @@ def assignment_milp(n: int = 6, seed: int = 1) -> Milp:
     return m
 
 
-def knapsack_cover() -> Milp:
-    """Two covering rows over 10 binaries: the LP optimum takes a fraction of some item."""
-    r = random.Random(20)
-    m = Milp()
-    xs = [m.var(f"x{i}", ub=1) for i in range(10)]
-    for j in range(2):
-        w = [r.randint(5, 40) for _ in xs]
-        m.add(f"cover{j}", [(x, wi) for x, wi in zip(xs, w, strict=True)], ">=", sum(w) // 2 + 1)
-    for x in xs:
-        m.cost(x, r.randint(5, 40))
-    return m
-
-
-def brute_force(m: Milp) -> float:
-    return min(m.evaluate(list(bits)) for bits in itertools.product((0.0, 1.0), repeat=len(m.names))
-               if not m.violations(list(bits)))
-
-
 def test_an_integral_relaxation_is_the_proven_optimum_after_one_lp(runs: list[tuple[bool, float | None]]) -> None:
     milp = assignment_milp(n=4)
     res = PulpSolver(gap=0.0, gap_abs=None).solve(milp)
     assert runs == [(True, 60.0)]  # one CBC process, the LP relaxation only
     assert res.status is SolveStatus.OPTIMAL and "LP relaxation integral" in res.message
-    assert res.objective == pytest.approx(brute_force(milp))
+    assert res.objective == pytest.approx(brute_force_optimum(milp))
     assert res.bound == res.objective and res.gap == 0.0
     assert all(v in (0.0, 1.0) for v in res.values) and not milp.violations(list(res.values))
 
@@ -79,16 +61,16 @@ def test_the_lp_answer_is_the_milp_search_answer() -> None:
         search = PulpSolver(lp_first=False).solve(milp)
         assert first.status is search.status is SolveStatus.OPTIMAL
         assert first.objective == pytest.approx(search.objective)
-        assert first.objective == pytest.approx(brute_force(milp))
+        assert first.objective == pytest.approx(brute_force_optimum(milp))
 
 
 def test_a_fractional_relaxation_goes_on_to_the_milp(runs: list[tuple[bool, float | None]]) -> None:
-    milp = knapsack_cover()
+    milp = cover_milp(10, 2)
     res = PulpSolver(gap=0.0, gap_abs=None, time_limit=30).solve(milp)
     assert [r for r, _ in runs] == [True, False]  # the LP, then CBC's search on the same file
     assert runs[1][1] is not None and 1.0 <= runs[1][1] < 30  # with what the LP left of the limit
     assert res.status is SolveStatus.OPTIMAL and "LP relaxation" not in res.message
-    assert res.objective == pytest.approx(brute_force(milp))
+    assert res.objective == pytest.approx(brute_force_optimum(milp))
     assert res.values == PulpSolver(gap=0.0, gap_abs=None, time_limit=30, lp_first=False).solve(milp).values
 
 
@@ -109,7 +91,7 @@ def test_a_stale_answer_file_is_never_read(monkeypatch: pytest.MonkeyPatch) -> N
         return real(self, mps, sol, relaxation)
 
     monkeypatch.setattr(solver_mod._OwnedCbc, "_spawn", search_writes_nothing)
-    res = PulpSolver().solve(knapsack_cover())
+    res = PulpSolver().solve(cover_milp(10, 2))
     assert res.status is SolveStatus.ERROR and "no solution file" in res.message
 
 
@@ -132,4 +114,4 @@ def test_an_lp_stopped_early_proves_nothing(runs: list[tuple[bool, float | None]
     res = PulpSolver(gap=0.0, gap_abs=None).solve(milp)
     assert [r for r, _ in runs] == [True, False]
     assert res.status is SolveStatus.OPTIMAL and "LP relaxation" not in res.message
-    assert res.objective == pytest.approx(brute_force(milp))
+    assert res.objective == pytest.approx(brute_force_optimum(milp))

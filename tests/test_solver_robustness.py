@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import signal
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from milp_fixtures import brute_force_optimum, cover_milp
 
 from migplan.adapters import solver as solver_mod
 from migplan.adapters.solver import PulpSolver
@@ -81,27 +81,6 @@ def test_one_thread_passes_no_threads_option(tmp_path: Path) -> None:
     cmd = four.command("m.mps", "m.sol")
     assert cmd[cmd.index("-threads") + 1] == "4"
     assert cmd[1] == "m.mps" and cmd[-3:] == ["all", "-solution", "m.sol"]
-
-
-def cover_milp() -> Milp:
-    """14 binaries, three covering rows: CBC's first incumbent (176-ish) is not the optimum 103."""
-    r = random.Random(20)
-    m = Milp()
-    xs = [m.var(f"x{i}", ub=1) for i in range(14)]
-    for j in range(3):
-        w = [r.randint(5, 40) for _ in xs]
-        m.add(f"cover{j}", [(x, wi) for x, wi in zip(xs, w, strict=True)], ">=", sum(w) // 2 + 1)
-    for x in xs:
-        m.cost(x, r.randint(5, 40))
-    return m
-
-
-def brute_force_optimum(m: Milp) -> float:
-    best = float("inf")
-    for bits in itertools.product((0.0, 1.0), repeat=len(m.names)):
-        if not m.violations(list(bits)):
-            best = min(best, m.evaluate(list(bits)))
-    return best
 
 
 def test_gap_stop_is_feasible_and_gap_zero_is_optimal() -> None:
