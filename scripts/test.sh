@@ -4,60 +4,40 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The SSH tests start a real OpenSSH sshd on 127.0.0.1.
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing openssh-server for the SSH tests" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server openssh-client >/dev/null
-  else
-    echo "warning: sshd not found and not root: the SSH tests will be skipped" >&2
+updated=0
+# need PACKAGES WHAT COMMAND...: install the Debian PACKAGES (as root) unless every COMMAND exists;
+# not root, only warn: the tests that need them say why they skip.
+need() {
+  local packages=$1 what=$2 cmd found=1
+  shift 2
+  for cmd in "$@"; do
+    if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ] && [ ! -x "/usr/bin/$cmd" ]; then
+      found=0
+    fi
+  done
+  [ "$found" = 1 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "warning: $* not found and not root: the $what will be skipped" >&2
+    return 0
   fi
-fi
-
-# The become tests (tests/fleet/test_sudo.py) run the real sudo for two local test users.
-if ! command -v sudo >/dev/null 2>&1 && [ ! -x /usr/bin/sudo ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing sudo for the become tests" >&2
+  echo "installing ${packages#--no-install-recommends } for the $what" >&2
+  if [ "$updated" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null
-  else
-    echo "warning: sudo not found and not root: the real-sudo tests will be skipped" >&2
+    updated=1
   fi
-fi
+  # shellcheck disable=SC2086 - a list of packages
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $packages >/dev/null
+}
 
-# The Prometheus tests (tests/test_prometheus.py) backfill data with promtool and start a real prometheus.
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing prometheus for the Prometheus tests" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null
-  else
-    echo "warning: prometheus/promtool not found and not root: the real-Prometheus tests will be skipped" >&2
-  fi
-fi
+need "openssh-server openssh-client" "SSH tests (a real OpenSSH sshd on 127.0.0.1)" sshd
+need sudo "become tests (tests/fleet/test_sudo.py: the real sudo for two local test users)" sudo
+need "--no-install-recommends prometheus" "Prometheus tests (tests/test_prometheus.py: promtool backfills, a real prometheus)" promtool prometheus
+need chromium "HTML report's browser tests (a real headless Chromium)" chromium
+need zsh "completion tests (the zsh completion script in a real zsh)" zsh
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 # The Ansible tests read INI inventories with the real ansible-core (the optional migplan[ansible] extra).
-python3 -m pip install -q --disable-pip-version-check -e '.[ansible]'
+python3 -m pip install -q --disable-pip-version-check -e '.[test,ansible]'
 
-# The HTML report tests render pages in a real headless Chromium (Debian's chromium package).
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing chromium for the HTML report tests" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
-  else
-    echo "warning: chromium not found and not root: the browser tests of the HTML report will be skipped" >&2
-  fi
-fi
-
-# The completion tests run the zsh completion script in a real zsh.
-if ! command -v zsh >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "installing zsh for the completion tests" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q zsh >/dev/null
-fi
 echo "== ruff" >&2
 python3 -m ruff check migplan tests bench
 echo "== mypy" >&2
