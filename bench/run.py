@@ -28,6 +28,7 @@ if __package__ in (None, ""):
 
 from bench.baselines import BASELINES  # noqa: E402
 from bench.generate import MIXES, Spec, change_demand, generate  # noqa: E402
+from bench.topics import with_topics  # noqa: E402
 from migplan.adapters.solver import PulpSolver  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.fleet.state import FleetState  # noqa: E402
@@ -386,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v['gpus']}" for k, v in row.base.items()), file=sys.stderr, flush=True)
         rows.append(row)
     anti = anti_rows(args.quick)
-    _write(args.out, render(rows, time.perf_counter() - t0, anti))
+    previous = ""
+    if os.path.exists(args.out):
+        with open(args.out, encoding="utf-8") as fh:
+            previous = fh.read()
+    # the topic sections (bench/results/*.md) are kept: each is written by its own script, not by this run
+    _write(args.out, with_topics(render(rows, time.perf_counter() - t0, anti), previous))
     return 0
 
 

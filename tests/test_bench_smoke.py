@@ -87,3 +87,18 @@ def test_startup_importtime_parser() -> None:
 
     cumulative, per_package = importtime([sys.executable, "-c", "import json"], {})
     assert any(m == "json" for m, _ in cumulative) and any(p == "json" for p, _ in per_package)
+
+
+def test_topic_sections_are_rebuilt_in_order_one_level_down_with_the_old_introduction(tmp_path) -> None:  # noqa: ANN001
+    from bench import topics
+
+    (tmp_path / "zeta.md").write_text("## Zeta\n\nz\n### Sub\n")
+    (tmp_path / "apply.md").write_text("## Apply\n\na\n")
+    previous = "# R\n\n## Topic benchmarks\n\nKept intro.\n\n<!-- from bench/results/old.md -->\n### Old\n"
+    text = topics.section(previous, str(tmp_path))
+    assert text.startswith("## Topic benchmarks\n\nKept intro.\n")
+    assert text.index("### Apply") < text.index("### Zeta") < text.index("#### Sub")  # ORDER first, then by name
+    assert "<!-- from bench/results/apply.md -->" in text and "Old" not in text
+    assert topics.section("", str(tmp_path)).startswith(f"## Topic benchmarks\n\n{topics.INTRO}\n")
+    assert topics.with_topics("# R\n\ntables\n", previous, str(tmp_path)) == "# R\n\ntables\n\n" + text
+    assert topics.with_topics(previous, previous, str(tmp_path)) == "# R\n\n" + text  # the old section replaced
