@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ finally:
         del sys.modules["highspy"]
 
 from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
-from migplan.planner.milp import SOLVERS, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402
+from migplan.planner.milp import SOLVERS, Deferred, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402
 
 EPS = 1e-6  # objective and bound closer than this: proven optimal
 
@@ -492,7 +492,7 @@ class PulpSolver:
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
         mps = mps_text(milp, relax) if self.name == "cbc" else None
         if mps is not None:
-            return self._solve_cbc(milp, relax, *mps)
+            return _CbcSolve(self, milp, relax, *mps).result()
         prob, xs = self._build(milp, relax)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="migplan-solve-", ignore_cleanup_errors=True) as tmp, \
@@ -513,17 +513,13 @@ class PulpSolver:
         values = tuple(float(x.varValue or 0.0) for x in xs)
         return self._result(milp, relax, prob.status, prob.sol_status, values, elapsed, log, prob)
 
-    def _solve_cbc(self, milp: Milp, relax: bool, text: str | None, columns: list[int]) -> SolveResult:
-        """CBC on the MPS text of `mps_text`: the same file, command and reading as PuLP's path, no LpProblem."""
-        return _CbcSolve(self, milp, relax, text, columns).result()
-
     def start(self, milp: Milp, *, relax: bool = False) -> SolveHandle:
         """`solve(milp, relax=relax)` begun now: CBC runs as a child process while the caller goes on, and
         `result()` waits for it (`cancel()` stops it). Other solvers solve when `result()` is called."""
         mps = mps_text(milp, relax) if self.name == "cbc" else None
         if mps is not None:
             return _CbcSolve(self, milp, relax, *mps)
-        return _Later(lambda: self.solve(milp, relax=relax))
+        return Deferred(self, milp, relax)
 
     def _error(self, err: Exception, backend: pulp.LpSolver, t0: float) -> SolveResult:
         tail = _read(backend.log_path, 400) if isinstance(backend, _OwnedCbc) else ""
@@ -542,23 +538,6 @@ class PulpSolver:
         status, bound, note = self._judge(milp, prob, log, status, objective)
         return SolveResult(status, values, objective, bound, elapsed, self.name,
                            f"{note}; {message}" if note else message)
-
-
-class _Later:
-    """A solve run when its result is asked for (a solver without a child process)."""
-
-    def __init__(self, run: Callable[[], SolveResult]) -> None:
-        self._run: Callable[[], SolveResult] | None = run
-        self._done: SolveResult | None = None
-
-    def result(self) -> SolveResult:
-        if self._done is None:
-            assert self._run is not None
-            self._done, self._run = self._run(), None
-        return self._done
-
-    def cancel(self) -> None:
-        self._run = None
 
 
 class _CbcSolve:

@@ -151,7 +151,9 @@ class SolveHandle(Protocol):
     def cancel(self) -> None: ...
 
 
-class _Deferred:
+class Deferred:
+    """A handle that solves when its result is asked for (a solver that cannot work in the background)."""
+
     def __init__(self, solver: Solver, milp: Milp, relax: bool) -> None:
         self.solver, self.milp, self.relax = solver, milp, relax
 
@@ -168,4 +170,4 @@ def start_solve(solver: Solver, milp: Milp, *, relax: bool = False) -> SolveHand
     start = getattr(solver, "start", None)
     if start is not None:
         return start(milp, relax=relax)  # type: ignore[no-any-return]
-    return _Deferred(solver, milp, relax)
+    return Deferred(solver, milp, relax)
