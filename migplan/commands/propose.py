@@ -104,9 +104,11 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
         for m in state.models:
             report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
-        for g in state.gpus:  # needed by the plan and its document; made while the workers may still read
-            g.fingerprint()
+        # made while the workers may still read: the fleet's (from each GPU's canonical text) for the plan,
+        # each GPU's (a hash of that same text) for the plan document
         state.fingerprint()
+        for g in state.gpus:
+            g.fingerprint()
         profiles = ctx.profiles_result(pending)
     result = plan(state, profiles, catalog, policy, solver, progress=report)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
