@@ -6,12 +6,20 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from migplan import profiles
 from migplan.adapters import forkmap
 from migplan.errors import InputError
+
+
+def fork_map(fn: Any, items: list[Any], **kw: Any) -> list[Any]:
+    """[fn(x) for x in items] through forked workers, the parent doing the first share."""
+    with forkmap.fork_start(fn, items, **kw) as pending:
+        return pending.result()
+
 
 FORKED: list[int] = []  # the workers forked by the current test (the `forks` fixture records them)
 
@@ -52,16 +60,16 @@ class Refused(Exception):
 def test_results_are_a_plain_loops_in_order() -> None:
     items = list(range(40))
     for jobs in (1, 2, 3, 8):
-        assert forkmap.fork_map(lambda x: x * x, items, jobs=jobs) == [x * x for x in items]
+        assert fork_map(lambda x: x * x, items, jobs=jobs) == [x * x for x in items]
     assert len(FORKED) == 0 + 1 + 2 + 7 and no_children_left()
 
 
 def test_work_really_runs_in_other_processes() -> None:
-    pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+    pids = fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
     assert pids[0] == os.getpid() and len(set(pids)) == 3  # the parent's share first, then two workers
     assert no_children_left()
     mine = os.nice(0)
-    nices = forkmap.fork_map(lambda _x: os.nice(0), list(range(4)), jobs=2)
+    nices = fork_map(lambda _x: os.nice(0), list(range(4)), jobs=2)
     assert nices[:2] == [mine, mine] and nices[2:] == [min(19, mine + forkmap.NICE)] * 2  # workers yield to it
 
 
@@ -72,7 +80,7 @@ def test_the_first_failing_input_raises_its_own_exception() -> None:
         return x
 
     with pytest.raises(Refused) as caught:
-        forkmap.fork_map(fn, list(range(20)), jobs=3)  # 7 and 13 fall in two workers' shares
+        fork_map(fn, list(range(20)), jobs=3)  # 7 and 13 fall in two workers' shares
     assert str(caught.value) == "item 7 refused" and caught.value.item == 7
     assert no_children_left()
 
@@ -84,7 +92,7 @@ def test_a_failure_in_the_parents_share_comes_before_the_workers() -> None:
         return x
 
     with pytest.raises(Refused, match="item 1"):
-        forkmap.fork_map(fn, list(range(20)), jobs=2)
+        fork_map(fn, list(range(20)), jobs=2)
     assert no_children_left()
 
 
@@ -96,7 +104,7 @@ def test_a_worker_that_dies_is_redone_in_process() -> None:
             os._exit(9)  # the worker dies without an answer
         return -x
 
-    assert forkmap.fork_map(fn, list(range(16)), jobs=2) == [-x for x in range(16)]
+    assert fork_map(fn, list(range(16)), jobs=2) == [-x for x in range(16)]
     assert no_children_left()
 
 
@@ -105,7 +113,7 @@ def test_sequential_while_other_threads_run() -> None:
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+        pids = fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
     finally:
         stop.set()
         t.join()
@@ -115,7 +123,7 @@ def test_sequential_while_other_threads_run() -> None:
 def test_jobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIGPLAN_JOBS", "1")
     assert forkmap.default_jobs() == 1
-    assert set(forkmap.fork_map(lambda _x: os.getpid(), list(range(6)))) == {os.getpid()}
+    assert set(fork_map(lambda _x: os.getpid(), list(range(6)))) == {os.getpid()}
     monkeypatch.setenv("MIGPLAN_JOBS", "3")
     assert forkmap.default_jobs() == 3
     monkeypatch.setenv("MIGPLAN_JOBS", "lots")
@@ -140,7 +148,7 @@ def test_no_processes_left_to_fork_means_reading_here(monkeypatch: pytest.Monkey
         return real()
 
     monkeypatch.setattr(os, "fork", fork_once)
-    pids = forkmap.fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
+    pids = fork_map(lambda _x: os.getpid(), list(range(6)), jobs=3)
     assert set(pids) == {os.getpid()} and len(calls) == 2
     assert len(FORKED) == 1 and no_children_left()  # the one started worker was killed and reaped
 

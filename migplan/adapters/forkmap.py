@@ -209,7 +209,7 @@ class _Inline(Pending[T, R]):
 
 
 def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
-               weights: Sequence[int] | None = None, min_items: int = 2, keep_share: bool = True) -> Pending[T, R]:
+               weights: Sequence[int] | None = None, keep_share: bool = True) -> Pending[T, R]:
     """Start [fn(x) for x in items] in `jobs` processes now; `result()` gives it, in order.
 
     `keep_share`: the parent does the first share itself when `result()` is called (best when it has
@@ -218,7 +218,7 @@ def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = N
     effects the parent needs, and its results picklable. Runs inline (at `result()`) when forking is not
     possible or not worth it (see the module docstring)."""
     jobs = default_jobs() if jobs is None else jobs
-    if jobs <= 1 or len(items) < max(2, min_items) or not can_fork():
+    if jobs <= 1 or len(items) < 2 or not can_fork():
         return _Inline(fn, items)
     parts = chunks(list(weights) if weights is not None else [1] * len(items), jobs)
     try:
@@ -227,10 +227,3 @@ def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = N
         return Pending(fn, items, parts, None)
     except OSError:  # no more processes or pipes (EAGAIN, EMFILE): the started ones are reaped; run here
         return _Inline(fn, items)
-
-
-def fork_map(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = None,
-             weights: Sequence[int] | None = None, min_items: int = 2) -> list[R]:
-    """[fn(x) for x in items], spread over `jobs` processes (the parent does the first share)."""
-    with fork_start(fn, items, jobs=jobs, weights=weights, min_items=min_items) as pending:
-        return pending.result()
