@@ -1,4 +1,4 @@
-"""The CBC path's own MPS writer and reader (migplan.adapters.solver.mps_text, `_OwnedCbc.run_mps`).
+"""The CBC path's own MPS writer and reader (migplan.adapters.solver.mps_text, `_OwnedCbc.start_mps`/`finish_mps`).
 
 The oracle is PuLP itself: the text must be byte for byte what PuLP 3.3's `writeMPS(rename=1)` writes for
 the problem `PulpSolver._build` makes, so that CBC reads the same file (and finds the same plan) as before;
@@ -95,7 +95,7 @@ def test_values_read_back_are_pulps(tmp_path: Path) -> None:
     for milp, relax in _planner_models():
         text, columns = mps_text(milp, relax)  # type: ignore[misc]
         own = _OwnedCbc(str(tmp_path), msg=False, timeLimit=60, gapRel=0.0001, gapAbs=None, threads=None)
-        status, sol_status, values = own.run_mps(text, columns, len(milp.names))
+        status, sol_status, values = own.finish_mps(own.start_mps(text), columns, len(milp.names))
         prob, xs = PulpSolver("cbc")._build(milp, relax)
         prob.solve(_OwnedCbc(str(tmp_path), msg=False, timeLimit=60, gapRel=0.0001, gapAbs=None, threads=None))
         assert (status, sol_status) == (prob.status, prob.sol_status)

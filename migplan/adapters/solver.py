@@ -6,7 +6,7 @@ This is outside the pure core because solving is I/O. The planner sees none of i
 CBC (PuLP's bundled `cbc` binary) runs as a child process that this module starts and owns
 (`_OwnedCbc`, a `PULP_CBC_CMD` that uses PuLP's option mapping and status reading but starts the process
 itself). The model file is written by `mps_text`, byte for byte what PuLP's MPS writer writes, without
-building PuLP's `LpProblem` (`_OwnedCbc.run_mps` reads the answer as PuLP's `readsol_MPS` does); only an
+building PuLP's `LpProblem` (`_OwnedCbc.finish_mps` reads the answer as PuLP's `readsol_MPS` does); only an
 objective without variables, which PuLP pads with a dummy variable, still goes through PuLP's writer:
 
 * every file of a solve (the `.mps` model, which reaches hundreds of MB on large fleets, the `.sol`
@@ -328,16 +328,10 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
                  "-solution", sol]
         return args
 
-    def run_mps(self, text: str | None, columns: list[int], count: int,
-                relaxation: bool = False) -> tuple[int, int, list[float]]:
-        """Solve the MPS `text` (from `mps_text`; None: the file the last call wrote): (PuLP status, PuLP
-        solution status, a value per variable, 0.0 for one that is no column), read as PuLP's `readsol_MPS`
-        and `assignVarsVals` would. `relaxation`: the LP relaxation only (see `command`)."""
-        return self.finish_mps(self.start_mps(text, relaxation), columns, count)
-
     def start_mps(self, text: str | None, relaxation: bool = False) -> subprocess.Popen[bytes]:
-        """Write the MPS `text` (None: keep the file the last call wrote) and start CBC on it; `finish_mps`
-        waits for it and reads the answer. The caller owns the process (`_stop` it when abandoning it)."""
+        """Write the MPS `text` (from `mps_text`; None: keep the file the last call wrote) and start CBC on it
+        (`relaxation`: the LP relaxation only, see `command`); `finish_mps` waits for it and reads the answer.
+        The caller owns the process (`_stop` it when abandoning it)."""
         if not self.executable(self.path):
             raise pulp.PulpSolverError(f"cannot execute {self.path}")
         mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
@@ -350,6 +344,8 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
 
     def finish_mps(self, proc: subprocess.Popen[bytes], columns: list[int],
                    count: int) -> tuple[int, int, list[float]]:
+        """(PuLP status, PuLP solution status, a value per variable, 0.0 for one that is no column), read as
+        PuLP's `readsol_MPS` and `assignVarsVals` would."""
         sol = os.path.join(self.workdir, "model.sol")
         self._wait(proc, sol)
         status, sol_status = self.get_status(sol)
