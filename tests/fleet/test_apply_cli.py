@@ -33,13 +33,19 @@ def _profiles(path: Path) -> Path:
     return path
 
 
-def test_plan_then_apply_then_status_matches_the_plan(run: Run, fleet: Fleet) -> None:  # noqa: F811
-    inv = _fleet(fleet)
+def _discover_and_plan(run: Run, fleet: Fleet, inv: Path) -> Path:  # noqa: F811
+    """discover the fleet into a snapshot, propose from it: the plan file."""
     snap, plan_file = fleet.tmp / "snap.json", fleet.tmp / "plan.json"
     assert run("discover", "-i", str(inv), "--out", str(snap)).exit_code == 0
     r = run("propose", "--snapshot", str(snap), "-p", str(_profiles(fleet.tmp / "p.yaml")), "--out", str(plan_file),
             ssh=False)
     assert r.exit_code == 0, r.output
+    return plan_file
+
+
+def test_plan_then_apply_then_status_matches_the_plan(run: Run, fleet: Fleet) -> None:  # noqa: F811
+    inv = _fleet(fleet)
+    plan_file = _discover_and_plan(run, fleet, inv)
     doc = json.loads(plan_file.read_text())
     changed = [g for g in doc["gpus"] if g["actions"]]
     assert changed
@@ -111,11 +117,7 @@ def test_the_host_lock_never_outlives_a_dead_connection(fleet: Fleet) -> None:
 
 def test_a_host_failing_the_preflight_is_skipped_and_the_others_are_applied(run: Run, fleet: Fleet) -> None:  # noqa: F811
     inv = _fleet(fleet)
-    snap, plan_file = fleet.tmp / "snap.json", fleet.tmp / "plan.json"
-    assert run("discover", "-i", str(inv), "--out", str(snap)).exit_code == 0
-    r = run("propose", "--snapshot", str(snap), "-p", str(_profiles(fleet.tmp / "p.yaml")), "--out", str(plan_file),
-            ssh=False)
-    assert r.exit_code == 0, r.output
+    plan_file = _discover_and_plan(run, fleet, inv)
     changed_hosts = {g["host"] for g in json.loads(plan_file.read_text())["gpus"] if g["actions"]}
     assert "a" in changed_hosts
     st = read(fleet.host(0).state)
