@@ -85,6 +85,7 @@ MAX_ALIAS_NODES = 200_000  # nodes reached through aliases (and merge keys), in 
 MAX_NUMBER_CHARS = 64  # characters of one integer or float (2**64 has 20 digits)
 REPARSE_LIMIT_BYTES = 1024 * 1024  # libyaml errors in documents up to this are re-read by PyYAML (~3 s)
 USE_LIBYAML = _CParser is not None  # tests set this False to check the pure-Python parser
+USE_PLAIN = True  # migplan.yamlplain first (tests set this False to check the parsers alone)
 
 _KINDS = {
     "str": (str,),
@@ -236,24 +237,33 @@ def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
     if tag == "!":  # the non-specific tag: a string, never resolved (YAML spec; libyaml agrees, PyYAML not)
         return _Scalar(STR, value, event.start_mark, None, event.style, value)
     if tag is None:
-        if not event.implicit[0] or (value and value[0] not in _RESOLVERS):
-            return _Scalar(STR, value, event.start_mark, None, event.style, value)  # most strings
-        if value[:1] in _NUMBER_START and len(value) < 19:  # most numbers: what the resolver and constructor give
-            if _DECIMAL.fullmatch(value):
-                return _Scalar(INT, value, event.start_mark, None, event.style, int(value))
-            if _SIMPLE_FLOAT.fullmatch(value):
-                return _Scalar(FLOAT, value, event.start_mark, None, event.style, float(value))
-        tag = _resolve_plain(value)
-        if tag == INT and len(value) < 19 and _DECIMAL.fullmatch(value):
-            return _Scalar(INT, value, event.start_mark, None, event.style, int(value))
-        if tag not in _SCALAR_TAGS and tag != MERGE:  # `=` and the like: text
-            tag = STR
-        explicit = False
-    else:
-        explicit = True
+        if not event.implicit[0]:
+            return _Scalar(STR, value, event.start_mark, None, event.style, value)  # quoted: a string
+        return _plain_scalar(value, event.start_mark, event.style)
     node = _Scalar(tag, value, event.start_mark, None, event.style, value)
     if tag != MERGE:  # `<<` is a merge key as a key, else the text "<<"
-        node.data = _convert(tag, value, node, explicit)
+        node.data = _convert(tag, value, node, True)
+    return node
+
+
+def _plain_scalar(value: str, mark: Any, style: str | None = None) -> _Scalar:
+    """A plain scalar (no tag, no quotes), resolved and converted as YAML 1.1 reads it (migplan.yamlplain
+    makes its scalars here too); `_Problem` when it does not convert (`2026-02-30`)."""
+    if value and value[0] not in _RESOLVERS:
+        return _Scalar(STR, value, mark, None, style, value)  # most strings
+    if value[:1] in _NUMBER_START and len(value) < 19:  # most numbers: what the resolver and constructor give
+        if _DECIMAL.fullmatch(value):
+            return _Scalar(INT, value, mark, None, style, int(value))
+        if _SIMPLE_FLOAT.fullmatch(value):
+            return _Scalar(FLOAT, value, mark, None, style, float(value))
+    tag = _resolve_plain(value)
+    if tag == INT and len(value) < 19 and _DECIMAL.fullmatch(value):
+        return _Scalar(INT, value, mark, None, style, int(value))
+    if tag not in _SCALAR_TAGS and tag != MERGE:  # `=` and the like: text
+        tag = STR
+    node = _Scalar(tag, value, mark, None, style, value)
+    if tag != MERGE:  # `<<` is a merge key as a key, else the text "<<"
+        node.data = _convert(tag, value, node, False)
     return node
 
 
@@ -575,6 +585,13 @@ def compose(text: str, source: str) -> yaml.Node | None:
                          source=source, line=line, hint="save the file as plain UTF-8 text")
     if text.startswith("\ufeff"):  # a byte-order mark; both parsers skip it at the start
         text = text[1:]
+    if USE_PLAIN:
+        from migplan import yamlplain  # imports this module: here, not at the top
+
+        with paused_gc():
+            plain = yamlplain.compose(text)
+        if plain is not None:
+            return plain
     if USE_LIBYAML and _CParser is not None and not _libyaml_lenient(text):
         try:
             return _compose_with(_CParser(text), source)

@@ -120,3 +120,56 @@ def test_overlapped_planning_gives_the_sequential_plan() -> None:
     seq = plan(state, profs, CAT, Policy(), Sequential())
     assert over.solve.gpus_lower_bound == seq.solve.gpus_lower_bound is not None
     assert over.summary == seq.summary and over.gpus == seq.gpus and over.workloads == seq.workloads
+
+
+def test_a_plan_that_leaves_demand_out_is_bounded_with_what_it_leaves_out() -> None:
+    """The lower bound is started, while CBC solves the plan, for a plan that places everything; this plan
+    cannot, so the bound is solved again with the counts it leaves
+    out. Unchanged, it would ask to place all ten on two GPUs: an infeasible LP, and no bound at all."""
+    # 9,000 MiB + 10% needs a 3g.20gb on an A100-40GB: two per GPU, so four placed and six left out
+    state = fleet(gpu("h1", 0), gpu("h1", 1))
+    profs = profiles(*[wl(f"w{i}", 9000) for i in range(10)])
+    over = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30))
+    seq = plan(state, profs, CAT, Policy(), Sequential())
+    assert over.summary.workloads_unplaced == 6 and over.summary.gpus_used == 2
+    assert over.solve.gpus_lower_bound == seq.solve.gpus_lower_bound == 2
+
+
+class _Handle:
+    def __init__(self, result: SolveResult, log: list[str], what: str) -> None:
+        self._result, self.log, self.what = result, log, what
+
+    def result(self) -> SolveResult:
+        self.log.append(f"result {self.what}")
+        return self._result
+
+    def cancel(self) -> None:
+        self.log.append(f"cancel {self.what}")
+
+
+class NoPlan:
+    """A solver that finds no plan (and would bound any LP at 0), logging what is asked of it."""
+
+    name = "cbc"
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
+        raise AssertionError("the planner starts its solves")
+
+    def start(self, milp: Milp, *, relax: bool = False) -> _Handle:
+        what = "bound" if relax else "plan"
+        self.log.append(f"start {what}")
+        status = SolveStatus.OPTIMAL if relax else SolveStatus.INFEASIBLE
+        return _Handle(SolveResult(status, tuple(0.0 for _ in milp.names), 0.0, 0.0), self.log, what)
+
+
+def test_the_bound_started_early_is_stopped_when_no_plan_is_found() -> None:
+    from migplan.planner.plan import PlanError
+
+    solver = NoPlan()
+    with pytest.raises(PlanError, match="found no plan"):
+        plan(fleet(gpu("h1", 0)), profiles(wl("w", 4000)), CAT, Policy(), solver)
+    assert solver.log[:2] == ["start plan", "start bound"]  # the bound is started while the plan is solved
+    assert "cancel bound" in solver.log and "result bound" not in solver.log
