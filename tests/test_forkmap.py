@@ -242,3 +242,100 @@ def test_an_earlier_duplicate_wins_over_a_later_bad_file(parallel: None, tmp_pat
     bad.write_text(bad.read_text().replace("priority: 41", "priority: [41"))
     par, seq = both_errors(tmp_path / "p", monkeypatch)
     assert str(par) == str(seq) and "defined twice" in str(par) and par.source == str(dup)
+
+
+# --- prefetch: the console script begins reading the profiles of `propose` before its own start-up -------
+
+@pytest.mark.parametrize(("argv", "env", "path"), [
+    (["propose", "-p", "prof", "-i", "inv.yaml"], {}, "prof"),
+    (["propose", "--profiles", "a", "--profiles=b"], {}, "b"),  # the last one counts, as in click
+    (["propose", "--profiles=a", "-p", "b"], {}, "b"),
+    (["propose", "-i", "inv.yaml"], {"MIGPLAN_PROFILES": "env"}, "env"),
+    (["propose", "-p", "prof"], {"MIGPLAN_PROFILES": "env"}, "prof"),
+    (["propose", "-i", "inv.yaml"], {}, None),
+    (["propose", "-p", "prof", "--help"], {}, None),
+    (["propose", "--", "-p", "prof"], {}, None),
+    (["profiles", "show", "-p", "prof"], {}, None),  # only `propose`
+    (["-v", "propose", "-p", "prof"], {}, None),  # root options first: typer's alone
+    (["propose", "-p"], {}, None),
+    ([], {"MIGPLAN_PROFILES": "env"}, None),
+])
+def test_which_command_lines_prefetch_their_profiles(argv: list[str], env: dict[str, str], path: str | None) -> None:
+    from migplan.cli.entry import prefetch_path
+
+    assert prefetch_path(argv, env) == path
+
+
+def test_a_prefetched_read_is_taken_over_and_reads_the_same(parallel: None, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    write_profiles(tmp_path / "p", files=12, per_file=20)
+    profiles.prefetch(f"{tmp_path / 'p'}/")
+    started = len(FORKED)
+    assert started >= 1  # its workers run before anyone asks for the profiles
+    with profiles.start_profiles(str(tmp_path / "p")) as pending:  # the same directory, written otherwise
+        assert len(FORKED) == started  # taken over: nothing started again
+        got = pending.result()
+    assert got == read_sequentially(tmp_path / "p", monkeypatch)
+    assert not profiles._PREFETCHED and no_children_left()
+
+
+def test_a_prefetch_of_another_path_is_left_alone_and_then_stopped(parallel: None, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    write_profiles(tmp_path / "a", files=6, per_file=10)
+    write_profiles(tmp_path / "b", files=6, per_file=10)
+    profiles.prefetch(str(tmp_path / "a"))
+    with profiles.start_profiles(str(tmp_path / "b")) as pending:
+        got = pending.result()
+    assert got == read_sequentially(tmp_path / "b", monkeypatch)
+    assert list(profiles._PREFETCHED) == [str(tmp_path / "a")]
+    profiles.drop_prefetched()
+    assert not profiles._PREFETCHED and no_children_left()
+
+
+def _console(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    from migplan.cli import entry
+
+    monkeypatch.setattr("sys.argv", ["migplan", *argv])
+    with pytest.raises(SystemExit) as done:
+        entry.main()
+    return int(done.value.code or 0)
+
+
+def test_the_console_script_prefetches_propose_and_plans_the_same(parallel: None, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from bench.large_inputs import write_instance
+    from migplan.cli import entry
+
+    inventory, profs, _ = write_instance(64, str(tmp_path))
+    made: list[object] = []
+    real = profiles.PendingProfiles.__init__
+
+    def counted(self: profiles.PendingProfiles, *a: Any, **k: Any) -> None:
+        made.append(a)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(profiles.PendingProfiles, "__init__", counted)
+    argv = ["propose", "-i", inventory, "-p", profs, "-o", "json"]
+    assert _console(argv, monkeypatch) == 0
+    early = json.loads(capsys.readouterr().out)
+    assert len(made) == 1 and len(FORKED) >= 1  # one read, begun by the prefetch and taken over by propose
+    monkeypatch.setattr(entry, "prefetch_path", lambda _argv: None)
+    assert _console(argv, monkeypatch) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert len(made) == 2
+    for doc in (early, plain):  # when it was made, and how long CBC took
+        doc.pop("created_at"), doc["solve"].pop("time_s")
+    assert early == plain and early["summary"]["workloads_placed"] > 0
+    assert not profiles._PREFETCHED and no_children_left()
+
+
+def test_a_command_line_that_fails_stops_the_prefetched_workers(parallel: None, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    write_profiles(tmp_path / "p", files=12, per_file=20)
+    assert _console(["propose", "-p", str(tmp_path / "p"), "--no-such-option"], monkeypatch) == 2
+    assert "No such option" in capsys.readouterr().err
+    assert FORKED and not profiles._PREFETCHED and no_children_left()

@@ -1,4 +1,5 @@
-"""The `migplan` program's entry point: `collect --local` without typer, everything else through app.py.
+"""The `migplan` program's entry point: `collect --local` without typer, everything else through app.py
+(`propose` with its large profile sets already being read meanwhile: `prefetch_path`).
 
 `migplan collect --local` runs every minute from cron or a systemd timer on every GPU host, so what a
 whole process costs matters (issue 11: well under 0.2 s of CPU; bench/collect_cost.py). Typer and
@@ -15,7 +16,7 @@ MIGPLAN_CATALOG set. So every usage error is typer's own message, and tests/test
 that both paths print the same and exit the same on a matrix of command lines.
 
 May import: migplan.commands.collect, migplan.catalog, migplan.errors (and migplan.commands.context
-only when a config file is to be read); never typer.
+only when a config file is to be read), migplan.profiles for `propose`; never typer.
 """
 
 from __future__ import annotations
@@ -178,16 +179,48 @@ def fast_path(argv: Sequence[str]) -> int | None:
     return None if opts is None else collect_local(opts)
 
 
+def prefetch_path(argv: Sequence[str], env: Any = os.environ) -> str | None:
+    """The profiles `propose` is going to read, as its command line (or MIGPLAN_PROFILES) names them; None
+    for any other command line, and for `--help`. A guess is enough: `propose` takes the prefetched read
+    over only when the path typer parsed is this one (migplan.profiles.prefetch)."""
+    if not argv or argv[0] != "propose" or any(a in ("-h", "--help") for a in argv):
+        return None
+    path = None
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            break
+        if a in ("-p", "--profiles") and i + 1 < len(argv):
+            path = argv[i + 1]  # the last one counts, as in click
+            i += 1
+        elif a.startswith("--profiles="):
+            path = a.partition("=")[2]
+        i += 1
+    if path is None:
+        path = env.get("MIGPLAN_PROFILES")
+    return path or None
+
+
 def main() -> None:
     """The console script (`migplan = "migplan.cli.entry:main"`); migplan.cli.app.main() is the same."""
     code = fast_path(sys.argv[1:])
     if code is not None:
         sys.exit(code)
+    # `propose` on a large fleet: its profiles are read by worker processes from here on, while typer and
+    # the command modules load (~0.2 s, one CPU idle otherwise; bench/large_inputs.py)
+    early = prefetch_path(sys.argv[1:])
+    if early is not None:
+        from migplan import profiles
+
+        profiles.prefetch(early)
     from migplan.cli.app import app
 
     try:
         app()
     finally:
+        if early is not None:
+            profiles.drop_prefetched()  # a command line that failed before reading them
         # The process is about to exit: its final full garbage collection would only walk and free what
         # the OS takes back anyway (0.11 s after a 7,000-GPU plan, bench/results/startup-large.md).
         # Frozen objects are skipped by it; atexit handlers and weakref finalizers still run.
