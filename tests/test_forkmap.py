@@ -339,3 +339,83 @@ def test_a_command_line_that_fails_stops_the_prefetched_workers(parallel: None, 
     assert _console(["propose", "-p", str(tmp_path / "p"), "--no-such-option"], monkeypatch) == 2
     assert "No such option" in capsys.readouterr().err
     assert FORKED and not profiles._PREFETCHED and no_children_left()
+
+
+# --- Forked: one call in another process (the planner's GPU checks, planner/background.py) --------------
+
+def _pid_and(x: int, *, fail: bool = False) -> tuple[int, int]:
+    if fail:
+        raise Refused(f"no {x}", item=x)
+    return os.getpid(), x * 2
+
+
+def test_a_forked_call_runs_elsewhere_and_gives_its_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    handle = forkmap.Forked().start(_pid_and, 21)
+    assert len(FORKED) == 1  # started at once, before its result is asked for
+    pid, value = handle.result()
+    assert value == 42 and pid == FORKED[0] != os.getpid() and no_children_left()
+
+
+def test_a_forked_call_that_fails_raises_the_plain_calls_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    handle = forkmap.Forked().start(lambda: _pid_and(7, fail=True))
+    with pytest.raises(Refused, match="no 7") as err:
+        handle.result()
+    assert err.value.item == 7 and len(FORKED) == 1 and no_children_left()  # redone here: its keyword field kept
+
+
+def test_a_cancelled_forked_call_leaves_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    forkmap.Forked().start(time_sleep, 5).cancel()
+    assert len(FORKED) == 1 and no_children_left()
+
+
+def time_sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def test_one_job_runs_the_call_here_when_its_result_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIGPLAN_JOBS", "1")
+    handle = forkmap.Forked().start(_pid_and, 3)
+    assert not FORKED
+    assert handle.result() == (os.getpid(), 6)
+
+
+def test_the_planner_checks_gpus_elsewhere_and_plans_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner_fixtures import CAT, fleet, gpu, profiles, wl
+
+    from migplan.adapters.solver import PulpSolver
+    from migplan.planner import Policy, plan
+    from migplan.planner.background import Here
+
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    state = fleet(*[gpu("h1", i, layout=["3g.20gb@0", "3g.20gb@4"] if i % 2 else None) for i in range(4)])
+    profs = profiles(*[wl(f"w{i}", 3000 + 2500 * i, 0.05 + 0.1 * (i % 5)) for i in range(9)])
+    there = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=forkmap.Forked())
+    assert len(FORKED) == 1 and no_children_left()
+    here = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=Here())
+    assert (there.summary, there.gpus, there.workloads) == (here.summary, here.gpus, here.workloads)
+
+
+def test_a_gpu_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU checks find wrong actions in a forked process: the plan is refused as when they run here."""
+    from planner_fixtures import CAT, fleet, gpu, profiles, wl
+
+    from migplan.adapters.solver import PulpSolver
+    from migplan.planner import Policy, plan
+    from migplan.planner import planner as planner_mod
+    from migplan.planner.background import Here
+    from migplan.planner.plan import PlanError
+
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    real = planner_mod.diff
+    monkeypatch.setattr(planner_mod, "diff", lambda *a, **k: real(*a, **k)[1:])  # the first action lost
+    state = fleet(gpu("h1", 0), gpu("h1", 1))
+    profs = profiles(wl("a", 4000), wl("b", 15000))
+    for background in (forkmap.Forked(), Here()):
+        with pytest.raises(PlanError, match="actions do not turn the current layout into the target"):
+            plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=background)
+    assert len(FORKED) == 1 and no_children_left()

@@ -101,14 +101,15 @@ def _work(fn: Callable[[T], R], items: Sequence[T], part: range) -> tuple[list[R
     return done, None
 
 
-def _child(fn: Callable[[T], R], items: Sequence[T], part: range, fd: int) -> None:  # pragma: no cover - child
+def _child(fn: Callable[[T], R], items: Sequence[T], part: range, fd: int,
+           nice: int) -> None:  # pragma: no cover - child
     code = 0
     try:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends a worker at once
-        if NICE:
+        if nice:
             with contextlib.suppress(OSError, AttributeError):
-                os.nice(NICE)  # the parent's own work (the inventory, meanwhile) is the critical path
+                os.nice(nice)  # the parent's own work (the inventory, meanwhile) is the critical path
         blob = pickle.dumps(_work(fn, items, part), protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(blob)
         while view:
@@ -132,7 +133,8 @@ class Pending(Generic[T, R]):
     """Work handed to forked workers: `result()` collects it (doing the parent's share first, if it kept
     one), `cancel()` kills and reaps whatever still runs. Use it as a context manager."""
 
-    def __init__(self, fn: Callable[[T], R], items: Sequence[T], parts: list[range], own: range | None) -> None:
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T], parts: list[range], own: range | None,
+                 nice: int = NICE) -> None:
         self.fn, self.items, self.own = fn, items, own
         self.workers: list[tuple[int, int, range]] = []  # (pid, read end or -1 once closed, part), not reaped
         try:
@@ -141,7 +143,7 @@ class Pending(Generic[T, R]):
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child
                     os.close(r)
-                    _child(fn, items, part, w)
+                    _child(fn, items, part, w, nice)
                 os.close(w)
                 self.workers.append((pid, r, part))
         except BaseException:
@@ -227,3 +229,46 @@ def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = N
         return Pending(fn, items, parts, None)
     except OSError:  # no more processes or pipes (EAGAIN, EMFILE): the started ones are reaped; run here
         return _Inline(fn, items)
+
+
+class _Call(Generic[R]):
+    """One call `fn(*args)` as a one-item map (the forked worker's function)."""
+
+    def __init__(self, fn: Callable[..., R], args: tuple[object, ...]) -> None:
+        self.fn, self.args = fn, args
+
+    def __call__(self, _item: None) -> R:
+        return self.fn(*self.args)
+
+
+class _One(Generic[R]):
+    """A started call: `result()` is `fn(*args)`, from the worker or (it could not run there) from here."""
+
+    def __init__(self, pending: Pending[None, R]) -> None:
+        self.pending = pending
+
+    def result(self) -> R:
+        try:
+            return self.pending.result()[0]
+        finally:
+            self.pending.cancel()
+
+    def cancel(self) -> None:
+        self.pending.cancel()
+
+
+class Forked:
+    """`planner.background.Background` in a forked process, at the parent's priority (its result is on the
+    planner's critical path): the call runs there while the parent goes on. It runs in the parent instead,
+    when its result is asked for, where forking is not possible or would not help (one job, one usable CPU,
+    other threads). A call that fails, or a worker that dies, is done again in the parent, so `result()`
+    raises the very exception a plain call raises."""
+
+    def start(self, fn: Callable[..., R], *args: object) -> _One[R]:
+        call = _Call(fn, args)
+        if default_jobs() <= 1 or not can_fork():
+            return _One(_Inline(call, [None]))
+        try:
+            return _One(Pending(call, [None], [range(1)], None, nice=0))
+        except OSError:  # no more processes or pipes: here, then
+            return _One(_Inline(call, [None]))

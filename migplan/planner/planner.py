@@ -17,6 +17,7 @@ from migplan.catalog import Catalog
 from migplan.fleet.diff import Op, diff
 from migplan.fleet.state import FleetState, GpuKey
 from migplan.layout import Layout, used_compute
+from migplan.planner.background import Background, Handle, Here
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate, reweighted
 from migplan.planner.groups import Split, class_key, split
@@ -38,7 +39,7 @@ from migplan.planner.plan import (
     plan_freed,
 )
 from migplan.planner.problem import Item, Problem, build_problem
-from migplan.planner.validate import validate
+from migplan.planner.validate import GpuChecks, check_gpus, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
@@ -336,10 +337,11 @@ def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: Si
 
 def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
                  progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None,
-                 curve: bool = True) -> Plan:
+                 curve: bool = True, background: Background | None = None) -> Plan:
     """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
     model is refused with a PlanError while it is built, before it can fill memory. `curve`: when
-    consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`)."""
+    consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`).
+    `background`: where the GPU checks run while the rest of the plan is worked out (default: here)."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
     # The lower bound's LP is made from the plan's own model and started while CBC solves that model, for
@@ -369,8 +371,10 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         raise
     for name, reason in problem.rejected:
         mapped.unplaced[name] = reason
+    checks: Handle[GpuChecks] | None = None
     try:
         gpus = _gpus(problem, mapped)
+        checks = (background or Here()).start(check_gpus, gpus, problem)
         items = list(problem.items) + list(problem.rejected_items)
         wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
         value = sum(it.value for it in problem.items if it.name in mapped.placed)
@@ -380,40 +384,49 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         except ValueError as err:
             raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
         lb = _bound(bound) if bound is not None else None
+    except BaseException:
+        if checks is not None:
+            checks.cancel()
+        raise
     finally:
         if bound is not None:
             bound.cancel()
-    solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
-    used = {g.model for g in problem.gpus}
-    host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
-    summary = _summary(problem, gpus, wls, value, lb)
-    before, _ = in_use(gpus, wls, migrations)
-    consolidation = None
-    if problem.policy.consolidate:
-        own = CurvePoint(problem.policy.max_moves, len(migrations), summary.gpus_used,
-                         len(before) - summary.gpus_used)
-        points = _curve(problem, sp, solver, say, limit, len(migrations), len(before), own) if curve else (own,)
-        free_lb = lb  # the bound with moves unlimited: what any budget could free at most
-        if lower_bound and problem.policy.max_moves is not None:
-            free_lb = gpu_lower_bound(dataclasses.replace(problem, policy=dataclasses.replace(
-                problem.policy, max_moves=None)), sp, solver, left_out)
-        consolidation = Consolidation(problem.policy.max_moves, len(migrations), len(before), summary.gpus_used,
-                                      len(before) - summary.gpus_used,
-                                      None if free_lb is None else len(before) - free_lb, points)
-    plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
-                models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
-                consolidation=consolidation)
-    bad = validate(plan, problem)
+    assert checks is not None
+    try:  # the GPU checks run meanwhile (`background`): stopped whatever happens
+        solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
+        used = {g.model for g in problem.gpus}
+        host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
+        summary = _summary(problem, gpus, wls, value, lb)
+        before, _ = in_use(gpus, wls, migrations)
+        consolidation = None
+        if problem.policy.consolidate:
+            own = CurvePoint(problem.policy.max_moves, len(migrations), summary.gpus_used,
+                             len(before) - summary.gpus_used)
+            points = _curve(problem, sp, solver, say, limit, len(migrations), len(before), own) if curve else (own,)
+            free_lb = lb  # the bound with moves unlimited: what any budget could free at most
+            if lower_bound and problem.policy.max_moves is not None:
+                free_lb = gpu_lower_bound(dataclasses.replace(problem, policy=dataclasses.replace(
+                    problem.policy, max_moves=None)), sp, solver, left_out)
+            consolidation = Consolidation(problem.policy.max_moves, len(migrations), len(before), summary.gpus_used,
+                                          len(before) - summary.gpus_used,
+                                          None if free_lb is None else len(before) - free_lb, points)
+        plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
+                    models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
+                    consolidation=consolidation)
+        bad = validate(plan, problem, gpu_checks=checks.result())
+    finally:
+        checks.cancel()
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan
 
 
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,
-         progress: Progress | None = None, lower_bound: bool = True) -> Plan:
-    """The plan for `state` and `profiles` under `policy` (see docs/model.md)."""
+         progress: Progress | None = None, lower_bound: bool = True, background: Background | None = None) -> Plan:
+    """The plan for `state` and `profiles` under `policy` (see docs/model.md); `background`: see plan_problem."""
     # the collector paused while planning: millions of long-lived small objects and no cycles to speak of;
     # its full passes over everything alive took a fifth of planning 7,000 GPUs (bench/large_inputs.py)
     with yamldoc.paused_gc():
         problem = build_problem(state, profiles, catalog, policy)
-        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound)
+        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound,
+                            background=background)

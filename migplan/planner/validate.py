@@ -22,10 +22,10 @@ from migplan.planner.problem import Item, Problem
 from migplan.profiles import WHOLE_GPU
 
 
-def _gpus(plan: Plan, problem: Problem) -> list[str]:
+def _gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
     out = []
     layout_issues: dict[tuple[str, Layout], list[str]] = {}  # a fleet plans few distinct layouts per model
-    for g in plan.gpus:
+    for g in gpus:
         pg = problem.gpu((g.host, g.index))
         if pg is None:
             out.append(f"gpu {g.host}/{g.index}: not in the observed state")
@@ -42,7 +42,7 @@ def _gpus(plan: Plan, problem: Problem) -> list[str]:
             out += [f"gpu {g.host}/{g.index}: layout: {message}" for message in issues]
         if list(g.actions) != diff(g.current, g.target, gpu=g.key, architecture=problem.models[pg.model].architecture):
             out.append(f"gpu {g.host}/{g.index}: actions do not turn the current layout into the target")
-    if len({(g.host, g.index) for g in plan.gpus}) != len(problem.gpus) or len(plan.gpus) != len(problem.gpus):
+    if len({(g.host, g.index) for g in gpus}) != len(problem.gpus) or len(gpus) != len(problem.gpus):
         out.append("gpus: the plan must list every observed GPU exactly once")
     return out
 
@@ -104,7 +104,7 @@ def _workloads(plan: Plan, problem: Problem) -> list[str]:
     return out
 
 
-def _busy(plan: Plan, problem: Problem) -> list[str]:
+def _busy(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
     """Nothing running is destroyed without consent: busy (unprofiled) instances need --allow-disrupt, running
     workloads --allow-disrupt or --consolidate, and never a workload whose profile says `movable: false`."""
     pol = problem.policy
@@ -113,8 +113,9 @@ def _busy(plan: Plan, problem: Problem) -> list[str]:
     for it in problem.items:
         if it.running is not None and not (pol.movable_running and it.movable):
             running[it.running].append(it)
+    planned = {g.key: g for g in gpus}
     for pg in problem.gpus:
-        g = plan.gpu(pg.host, pg.index)
+        g = planned.get(pg.key)
         if g is None:
             continue
         busy = (set() if pol.allow_disrupt else set(pg.busy)) | {it.running_on for it in running[pg.key]
@@ -169,12 +170,23 @@ def _keep_free(plan: Plan, problem: Problem) -> list[str]:
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]
 
 
-def validate(plan: Plan, problem: Problem) -> list[str]:
-    """Every violation of the catalog's rules and the problem's constraints in `plan`."""
+GpuChecks = tuple[list[str], list[str]]
+
+
+def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> GpuChecks:
+    """The checks that need only the plan's GPUs (layout, frozen, actions; busy): the planner has them made
+    as soon as the GPUs' targets are known, while it works out the rest (background.py)."""
+    return _gpus(gpus, problem), _busy(gpus, problem)
+
+
+def validate(plan: Plan, problem: Problem, *, gpu_checks: GpuChecks | None = None) -> list[str]:
+    """Every violation of the catalog's rules and the problem's constraints in `plan`; `gpu_checks`:
+    `check_gpus(plan.gpus, problem)`, made beforehand."""
     if plan.fingerprint != problem.fingerprint:
         return ["fingerprint: the plan was computed from another observed state"]
-    return (_gpus(plan, problem) + _workloads(plan, problem) + _busy(plan, problem) + _keep_free(plan, problem)
-            + _moves(plan, problem) + _whole(plan, problem))
+    gpus, busy = gpu_checks if gpu_checks is not None else check_gpus(plan.gpus, problem)
+    return (gpus + _workloads(plan, problem) + busy + _keep_free(plan, problem) + _moves(plan, problem)
+            + _whole(plan, problem))
 
 
 def _whole(plan: Plan, problem: Problem) -> list[str]:
