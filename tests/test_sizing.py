@@ -302,3 +302,30 @@ def test_profiles_document_keeps_compute_p99(tmp_path: Path) -> None:
     (again,) = load_profiles(out)
     assert again.compute.p99 == 0.25 and again.memory == MemoryStats(11, 11, 12, 14)
     assert dataclasses.replace(again, source="") == dataclasses.replace(w, source="")
+
+
+def test_fitting_profiles_are_the_profiles_that_hold_the_demand() -> None:
+    """fitting_profiles (worked out once per size band and remembered) against the definition, profile by
+    profile, for demands around every profile size of every catalog model, with and without a floor."""
+    import random
+
+    from migplan.planner.demand import Demand, fitting_profiles, slices_needed
+    from migplan.profiles import WHOLE_GPU
+
+    rng = random.Random(8)
+    for model in CAT.models:
+        plain = sorted(model.plain_profiles, key=lambda p: (p.memory_slices, p.compute_slices, p.name))
+        sizes = sorted({p.memory_mib for p in plain} | {model.memory_mib})
+        floors = [None, *(p.name for p in plain[:3])]
+        for _ in range(400):
+            mib = max(1, rng.choice(sizes) + rng.choice([-1, 0, 1, -rng.randint(1, 5000)]))
+            demand = Demand(mib, rng.uniform(0, model.sm_total * 1.1))
+            floor = rng.choice(floors)
+            g = slices_needed(demand, model)
+            want = [p.name for p in plain if p.memory_mib >= mib and p.compute_slices >= g and (
+                floor is None or (p.compute_slices >= model.profile(floor).compute_slices
+                                  and p.memory_slices >= model.profile(floor).memory_slices))]
+            whole = model.memory_mib >= mib and demand.compute_sm <= model.sm_total + 1e-9
+            if whole and (not want or want[0] == model.full_profile.name):
+                want.append(WHOLE_GPU)
+            assert fitting_profiles(demand, model, floor) == tuple(want), (model.id, mib, demand.compute_sm, floor)
