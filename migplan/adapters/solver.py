@@ -263,8 +263,9 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
         used.update(row)
     order = sorted(used, key=str)  # PuLP sorts variables by name: "x10" before "x2"
     column = {v: f"X{i:07d}" for i, v in enumerate(order)}
+    # each entry line is the column's lead, then the row's name and the number: a column's lines are its
+    # lead joined with the rest of each line (one C-level join per column, not two concatenations per entry)
     entries: dict[int, list[str]] = {v: [] for v in order}
-    lead = {v: f"    {name:<8}  " for v, name in column.items()}  # each entry line: lead, row name, number
     rows, rhs = [], []
     text_of: dict[float, str] = {}  # a model repeats a few coefficients (1, -1, a GPU's slices) many times
     for k, (_, row, sense, value) in enumerate(milp.rows):
@@ -277,7 +278,7 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
                 num = f"{c: .12e}\n"
                 if c:
                     text_of[c] = num
-            entries[v].append(lead[v] + middle + num)
+            entries[v].append(middle + num)
         rhs.append(f"    RHS       {middle}{value if value != 0 else 0: .12e}\n")
     integer = [milp.integer[v] and not relax for v in range(len(milp.names))]
     cols: list[str] = []
@@ -290,7 +291,10 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
         name = column[v]
         if integer[v]:
             cols.append("    MARK      'MARKER'                 'INTORG'\n")
-        cols.extend(entries[v])
+        mine = entries[v]
+        if mine:
+            lead = f"    {name:<8}  "
+            cols.append(lead + lead.join(mine))
         if v in objective:
             cols.append(f"    {name:<8}  OBJ       {objective[v]: .12e}\n")
         if integer[v]:
