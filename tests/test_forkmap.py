@@ -384,7 +384,7 @@ def test_one_job_runs_the_call_here_when_its_result_is_asked(monkeypatch: pytest
     assert handle.result() == (os.getpid(), 6)
 
 
-def test_the_planner_checks_gpus_elsewhere_and_plans_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_planner_checks_gpus_and_workloads_elsewhere_and_plans_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner_fixtures import CAT, fleet, gpu, profiles, wl
 
     from migplan.adapters.solver import PulpSolver
@@ -395,7 +395,7 @@ def test_the_planner_checks_gpus_elsewhere_and_plans_the_same(monkeypatch: pytes
     state = fleet(*[gpu("h1", i, layout=["3g.20gb@0", "3g.20gb@4"] if i % 2 else None) for i in range(4)])
     profs = profiles(*[wl(f"w{i}", 3000 + 2500 * i, 0.05 + 0.1 * (i % 5)) for i in range(9)])
     there = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=forkmap.Forked())
-    assert len(FORKED) == 1 and no_children_left()
+    assert len(FORKED) == 2 and no_children_left()  # the GPUs' checks, then the workloads' ones
     here = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=Here())
     assert (there.summary, there.gpus, there.workloads) == (here.summary, here.gpus, here.workloads)
 
@@ -418,4 +418,32 @@ def test_a_gpu_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatch: py
     for background in (forkmap.Forked(), Here()):
         with pytest.raises(PlanError, match="actions do not turn the current layout into the target"):
             plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=background)
-    assert len(FORKED) == 1 and no_children_left()
+    assert len(FORKED) == 2 and no_children_left()
+
+
+def test_a_workload_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload the problem never had in the plan, found by the workloads' checks in a forked process."""
+    from planner_fixtures import CAT, fleet, gpu, profiles, wl
+
+    from migplan.adapters.solver import PulpSolver
+    from migplan.planner import Policy, plan
+    from migplan.planner import planner as planner_mod
+    from migplan.planner.background import Here
+    from migplan.planner.plan import PlanError
+
+    monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    real = planner_mod._workload
+
+    def renamed(problem: Any, it: Any, mapped: Any) -> Any:
+        import dataclasses
+
+        w = real(problem, it, mapped)
+        return dataclasses.replace(w, name="ghost") if w.name == "b" else w  # a replica the problem never had
+
+    monkeypatch.setattr(planner_mod, "_workload", renamed)
+    state = fleet(gpu("h1", 0), gpu("h1", 1))
+    profs = profiles(wl("a", 4000), wl("b", 15000))
+    for background in (forkmap.Forked(), Here()):
+        with pytest.raises(PlanError, match="every workload replica must appear exactly once"):
+            plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=background)
+    assert len(FORKED) == 2 and no_children_left()

@@ -39,7 +39,7 @@ from migplan.planner.plan import (
     plan_freed,
 )
 from migplan.planner.problem import Item, Problem, build_problem
-from migplan.planner.validate import GpuChecks, check_gpus, validate
+from migplan.planner.validate import GpuChecks, WorkloadChecks, check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
@@ -341,7 +341,8 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
     model is refused with a PlanError while it is built, before it can fill memory. `curve`: when
     consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`).
-    `background`: where the GPU checks run while the rest of the plan is worked out (default: here)."""
+    `background`: where the checks of the GPUs and of the workloads run while the rest of the plan is worked
+    out (default: here)."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
     # The lower bound's LP is made from the plan's own model and started while CBC solves that model, for
@@ -371,12 +372,15 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         raise
     for name, reason in problem.rejected:
         mapped.unplaced[name] = reason
+    bg = background or Here()
     checks: Handle[GpuChecks] | None = None
+    placed: Handle[WorkloadChecks] | None = None
     try:
         gpus = _gpus(problem, mapped)
-        checks = (background or Here()).start(check_gpus, gpus, problem)
+        checks = bg.start(check_gpus, gpus, problem)
         items = list(problem.items) + list(problem.rejected_items)
         wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
+        placed = bg.start(check_workloads, gpus, wls, problem)
         value = sum(it.value for it in problem.items if it.name in mapped.placed)
         catalog = {g.key: GpuLayouts(problem.models[g.model], g.current, g.target) for g in gpus}
         try:
@@ -385,14 +389,15 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
             raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
         lb = _bound(bound) if bound is not None else None
     except BaseException:
-        if checks is not None:
-            checks.cancel()
+        for started in (checks, placed):
+            if started is not None:
+                started.cancel()
         raise
     finally:
         if bound is not None:
             bound.cancel()
-    assert checks is not None
-    try:  # the GPU checks run meanwhile (`background`): stopped whatever happens
+    assert checks is not None and placed is not None
+    try:  # the checks run meanwhile (`background`): stopped whatever happens
         solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
         used = {g.model for g in problem.gpus}
         host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
@@ -413,9 +418,10 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
                     models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
                     consolidation=consolidation)
-        bad = validate(plan, problem, gpu_checks=checks.result())
+        bad = validate(plan, problem, gpu_checks=checks.result(), workload_checks=placed.result())
     finally:
         checks.cancel()
+        placed.cancel()
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan

@@ -71,21 +71,22 @@ def _item_checks(w: WorkloadPlan, it: Item, g: GpuPlan, problem: Problem, frozen
     return out
 
 
-def _workloads(plan: Plan, problem: Problem) -> list[str]:
+def _workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
     out = []
     items = {it.name: it for it in problem.items}
     rejected = {n for n, _ in problem.rejected}
-    names = [w.name for w in plan.workloads]
+    names = [w.name for w in workloads]
     if sorted(names) != sorted(set(items) | rejected) or len(names) != len(set(names)):
         out.append("workloads: every workload replica must appear exactly once")
     taken: dict[tuple[GpuKey, str | None], str] = {}
     spots: dict[str, dict[object, str]] = defaultdict(dict)
-    kept = {w.name for w in plan.workloads if w.kept}
-    for w in plan.workloads:
+    kept = {w.name for w in workloads if w.kept}
+    planned = {g.key: g for g in gpus}
+    for w in workloads:
         if w.status != "placed" or w.name not in items:
             continue
         it = items[w.name]
-        g = plan.gpu(w.host or "", w.gpu if w.gpu is not None else -1)
+        g = planned.get((w.host or "", w.gpu if w.gpu is not None else -1))
         if g is None:
             out.append(f"{w.name}: placed on unknown GPU {w.host}/{w.gpu}")
             continue
@@ -130,14 +131,14 @@ def _busy(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
     return out
 
 
-def _moves(plan: Plan, problem: Problem) -> list[str]:
+def _moves(workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
     """Consolidation: at most `max_moves` running workloads change instance (outgrown ones, which must move
     anyway, are not counted); `movable: false` workloads keep their place wherever they still fit it."""
     out = []
     pol = problem.policy
     items = {it.name: it for it in problem.items}
     outgrown = problem_outgrown(problem)
-    moved = [w for w in plan.workloads if w.name in items and items[w.name].running is not None and not w.kept
+    moved = [w for w in workloads if w.name in items and items[w.name].running is not None and not w.kept
              and w.name not in outgrown]
     if pol.consolidate and pol.max_moves is not None and len(moved) > pol.max_moves:
         out.append(f"moves: {len(moved)} running workloads change instance, more than max_moves {pol.max_moves}")
@@ -160,17 +161,18 @@ def problem_outgrown(problem: Problem) -> frozenset[str]:
     return frozenset(out)
 
 
-def _keep_free(plan: Plan, problem: Problem) -> list[str]:
+def _keep_free(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
     k = problem.policy.keep_free
     if not k:
         return []
-    used = {(w.host, w.gpu) for w in plan.workloads if w.status == "placed"}
-    free = sum(1 for g in plan.gpus if g.hold is None and (g.target is None or not len(g.target))
+    used = {(w.host, w.gpu) for w in workloads if w.status == "placed"}
+    free = sum(1 for g in gpus if g.hold is None and (g.target is None or not len(g.target))
                and (g.host, g.index) not in used)
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]
 
 
 GpuChecks = tuple[list[str], list[str]]
+WorkloadChecks = tuple[list[str], list[str]]
 
 
 def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> GpuChecks:
@@ -179,21 +181,32 @@ def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> GpuChecks:
     return _gpus(gpus, problem), _busy(gpus, problem)
 
 
-def validate(plan: Plan, problem: Problem, *, gpu_checks: GpuChecks | None = None) -> list[str]:
-    """Every violation of the catalog's rules and the problem's constraints in `plan`; `gpu_checks`:
-    `check_gpus(plan.gpus, problem)`, made beforehand."""
+def check_workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...],
+                    problem: Problem) -> WorkloadChecks:
+    """The checks of the plan's workloads (accounting, instance, fit, pin, spread; keep-free, moves, whole):
+    made as soon as the workloads are placed, while the planner orders the migrations and sums up."""
+    return _workloads(gpus, workloads, problem), (_keep_free(gpus, workloads, problem)
+                                                   + _moves(workloads, problem) + _whole(workloads, problem))
+
+
+def validate(plan: Plan, problem: Problem, *, gpu_checks: GpuChecks | None = None,
+             workload_checks: WorkloadChecks | None = None) -> list[str]:
+    """Every violation of the catalog's rules and the problem's constraints in `plan`; `gpu_checks` and
+    `workload_checks`: `check_gpus(plan.gpus, problem)` and `check_workloads(plan.gpus, plan.workloads,
+    problem)`, made beforehand."""
     if plan.fingerprint != problem.fingerprint:
         return ["fingerprint: the plan was computed from another observed state"]
     gpus, busy = gpu_checks if gpu_checks is not None else check_gpus(plan.gpus, problem)
-    return (gpus + _workloads(plan, problem) + busy + _keep_free(plan, problem) + _moves(plan, problem)
-            + _whole(plan, problem))
+    placed, rest = (workload_checks if workload_checks is not None
+                    else check_workloads(plan.gpus, plan.workloads, problem))
+    return gpus + placed + busy + rest
 
 
-def _whole(plan: Plan, problem: Problem) -> list[str]:
+def _whole(workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
     """`min_profile: whole`: placed only on a whole MIG-disabled GPU (the fit check holds the rest)."""
     out = []
     need = {it.name for it in problem.items if it.fits and all(profs == (WHOLE_GPU,) for _, profs in it.fits)}
-    for w in plan.workloads:
+    for w in workloads:
         if w.name in need and w.status == "placed" and w.instance is not None:
             out.append(f"{w.name}: needs a whole MIG-disabled GPU (min_profile: whole), placed on {w.instance}")
     return out
