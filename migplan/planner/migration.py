@@ -110,7 +110,11 @@ class _Order:
             inst = _inst(m.source.instance)
             if inst is not None:
                 sources.setdefault(m.source.key, set()).add(inst)
-        for k, g in gpus.items():
+        touched = {m.source.key for m in moves} | {m.target.key for m in moves if m.target is not None}
+        for k in touched:  # the only GPUs the order looks at: a fleet's others need no state here
+            g = gpus.get(k)
+            if g is None:
+                continue
             cur = set(g.current.instances) if g.current is not None else set()
             want = set(g.target.instances) if g.target is not None else set()
             self.gpus[k] = _Gpu(g.model, g.target, g.current is not None,

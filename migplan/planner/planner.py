@@ -382,9 +382,11 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
         placed = bg.start(check_workloads, gpus, wls, problem)
         value = sum(it.value for it in problem.items if it.name in mapped.placed)
-        catalog = {g.key: GpuLayouts(problem.models[g.model], g.current, g.target) for g in gpus}
+        moves = _moves(problem, sp, mapped, gpus)
+        touched = {m.source.key for m in moves} | {m.target.key for m in moves if m.target is not None}
+        catalog = {g.key: GpuLayouts(problem.models[g.model], g.current, g.target) for g in gpus if g.key in touched}
         try:
-            migrations = order(catalog, _moves(problem, sp, mapped, gpus))
+            migrations = order(catalog, moves)
         except ValueError as err:
             raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
         lb = _bound(bound) if bound is not None else None
