@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from migplan import jsontext, yamldoc
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.files import write_atomic
-from migplan.fleet.snapshot import Snapshot, parse_snapshot, snapshot_to_dict
 from migplan.fleet.state import FleetState
 from migplan.planner.plan import Plan, parse_plan, plan_to_dict
 from migplan.profiles import PROFILES_VERSION, Workload
+
+if TYPE_CHECKING:  # fleet.snapshot (and nvidia-smi's parsers under it) is imported where a snapshot is read or written
+    from migplan.fleet.snapshot import Snapshot
 
 PROFILES_KIND = "migplan/profiles"
 Path = str | os.PathLike[str]
@@ -61,11 +63,15 @@ def load_plan(path: Path, catalog: Catalog | None = None) -> Plan:
 # --- snapshot ------------------------------------------------------------------------------------
 
 def write_snapshot(path: Path, snapshot: Snapshot, *, forbid: Iterable[Path] = ()) -> None:
+    from migplan.fleet.snapshot import snapshot_to_dict
+
     write_document(path, snapshot_to_dict(snapshot), forbid=forbid)
 
 
 def load_snapshot(path: Path, catalog: Catalog | None = None) -> Snapshot:
     """The whole snapshot document, validated (models and layouts against `catalog`, default built-in)."""
+    from migplan.fleet.snapshot import parse_snapshot
+
     return parse_snapshot(yamldoc.load(path), catalog or builtin_catalog())
 
 

@@ -595,11 +595,12 @@ def _ansible(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
 def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
     if not root.is_map:
         root.fail("an inventory is a mapping (migplan 'version: 1' format or an Ansible YAML inventory)")
-    from migplan import k8s_nodes  # `kubectl get nodes -o json` (migplan/k8s_nodes.py)
-
-    if k8s_nodes.is_node_list(root):
-        return k8s_nodes.parse_nodes(root, catalog)
     keys = {k for k, _ in root.items()}
+    if "kind" in keys:  # a node list says its kind (imported only then: it brings mig_parted's parser)
+        from migplan import k8s_nodes  # `kubectl get nodes -o json` (migplan/k8s_nodes.py)
+
+        if k8s_nodes.is_node_list(root):
+            return k8s_nodes.parse_nodes(root, catalog)
     if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/ansible_inventory.py)
         from migplan import ansible_inventory
 

@@ -12,7 +12,6 @@ from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
-from migplan.commands.report import write_page
 from migplan.layout import picture
 from migplan.planner import Plan, plan_to_dict
 from migplan.planner.milp import SOLVERS
@@ -117,5 +116,7 @@ def propose(
                          "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
     result = run_propose(ctx, req, report=info)
     if report_html:  # migplan/commands/report.py
+        from migplan.commands.report import write_page
+
         write_page(ctx, result, report_html, forbid=[out, inventory, profiles, snapshot, config], report=info)
     emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog))
