@@ -10,8 +10,10 @@ How a document is read (every refusal is an `InputError` with file and line, nev
   which never blocks: the file is opened with O_NONBLOCK and checked with fstat on the opened
   descriptor), at most `MAX_FILE_MB` MiB (64; the environment variable MIGPLAN_MAX_FILE_MB
   raises or lowers it), UTF-8, without control characters.
-* Parsing: libyaml's C parser (`yaml.cyaml.CParser`, the parser of `CSafeLoader`) when PyYAML
-  was built with it, else PyYAML's pure-Python parser. Both only produce events; the same
+* Parsing: first `migplan.yamlplain`, a reader of the plain YAML that large inventories and profiles
+  are made of (block mappings and lists of plain words and one-line flow collections; it builds the
+  same tree as below and gives up on anything else). Then libyaml's C parser (`yaml.cyaml.CParser`,
+  the parser of `CSafeLoader`) when PyYAML was built with it, else PyYAML's pure-Python parser. Both only produce events; the same
   iterative composer below builds the tree from them, so tags, anchors, merge keys, limits and
   values are handled identically. Where the two parsers differ (libyaml accepts tabs after
   tokens, `#` right after `|` or `>`, and a byte-order mark anywhere) the text goes to PyYAML
