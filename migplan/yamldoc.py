@@ -13,15 +13,15 @@ How a document is read (every refusal is an `InputError` with file and line, nev
 * Parsing: first `migplan.yamlplain`, a reader of the plain YAML that large inventories and profiles
   are made of (block mappings and lists of plain words and one-line flow collections; it builds the
   same tree as below and gives up on anything else). Then libyaml's C parser (`yaml.cyaml.CParser`,
-  the parser of `CSafeLoader`) when PyYAML was built with it, else PyYAML's pure-Python parser. Both only produce events; the same
-  iterative composer below builds the tree from them, so tags, anchors, merge keys, limits and
-  values are handled identically. Where the two parsers differ (libyaml accepts tabs after
-  tokens, `#` right after `|` or `>`, and a byte-order mark anywhere) the text goes to PyYAML
-  alone; when the libyaml path refuses a document of at most `REPARSE_LIMIT_BYTES`, PyYAML reads
-  it again. So a document is accepted, read and refused (same message, same line) alike with or
-  without libyaml; a differential fuzz test checks it. Speed: a 7 MB profiles file of 20,000
-  workloads loads in about 4.5 s instead of 27 s (libyaml, and the garbage collector paused while
-  the tree is built and read, see `paused_gc`).
+  the parser of `CSafeLoader`) when PyYAML was built with it, else PyYAML's pure-Python parser.
+  Both only produce events; the same iterative composer below builds the tree from them, so tags,
+  anchors, merge keys, limits and values are handled identically. Where the two parsers differ
+  (libyaml accepts tabs after tokens, `#` right after `|` or `>`, and a byte-order mark anywhere)
+  the text goes to PyYAML alone; when the libyaml path refuses a document of at most
+  `REPARSE_LIMIT_BYTES`, PyYAML reads it again. So a document is accepted, read and refused (same
+  message, same line) alike by the three; differential fuzz tests check it. Speed: a 7 MB profiles
+  file of 20,000 workloads loads in about 4.5 s instead of 27 s (libyaml, and the garbage collector
+  paused while the tree is built and read, see `paused_gc`).
 * One document per file. Nesting is at most `MAX_DEPTH` levels (counted through aliases), and
   aliases may expand to at most `MAX_ALIAS_NODES` nodes in all (a "billion laughs" document is
   refused before anything is built); an alias inside the collection it names is refused.
