@@ -198,6 +198,11 @@ def _layout_conflicts(model: GpuModel, layout: Layout) -> tuple[Conflict, ...]:
     return tuple(check_layout(model, layout))
 
 
+# Layouts already read, by their entries' texts: a large inventory writes a few layouts thousands of times,
+# and each entry was parsed again (Layouts and Instances are immutable, so GPUs may share them).
+_LAYOUTS: dict[tuple[str, ...], Layout] = {}
+
+
 def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
     f = node.fields({"index", "model", "uuid", "mig", "layout"}, {"index", "model"})
     try:
@@ -214,13 +219,19 @@ def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
     if "layout" in f:
         if mig is False:
             f["layout"].fail("a GPU with 'mig: false' has no layout", hint="remove 'layout' or set 'mig: true'")
-        insts = []
-        for n in f["layout"].list():
-            try:
-                insts.append(Instance.parse(n.str()))
-            except InputError as err:
-                n.fail(err.message)
-        layout = Layout.of(insts)
+        entries = f["layout"].list()
+        texts = tuple(n.str() for n in entries)
+        layout = _LAYOUTS.get(texts)
+        if layout is None:
+            insts = []
+            for n, text in zip(entries, texts, strict=True):
+                try:
+                    insts.append(Instance.parse(text))
+                except InputError as err:
+                    n.fail(err.message)
+            layout = Layout.of(insts)
+            if len(_LAYOUTS) < 10_000:
+                _LAYOUTS[texts] = layout
         conflicts = _layout_conflicts(model, layout)
         if conflicts:
             f["layout"].fail("invalid layout: " + "; ".join(c.message for c in conflicts),
