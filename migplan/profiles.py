@@ -221,7 +221,64 @@ def _mib(node: Node) -> tuple[float, int]:
     return float(raw), whole
 
 
+def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, object] | None:
+    """A mapping of the statistics' keys to plain numbers (int or float, not bool), written once each, as its
+    keys and converted values: what `fields` and `value("number")` would read from it; None for anything
+    else (another key, a list, a text, a null, a duplicate), which the checked path then reads and reports.
+    The statistics are most of a profile (8 of its ~15 values), so they are read here without a Node each."""
+    raw = node.raw_pairs()
+    if raw is None or len(raw) > len(allowed):
+        return None
+    out: dict[str, object] = {}
+    for key, value in raw:
+        data = getattr(value, "data", None)
+        if key not in allowed or key in out or (type(data) is not int and type(data) is not float):
+            return None
+        out[key] = data
+    return out
+
+
+_MEMORY_KEYS = frozenset({"p50", "p95", "p99", "max"})
+_COMPUTE_KEYS = frozenset({"p50", "p95", "p99", "max"})
+
+
+def _memory_fast(node: Node) -> MemoryStats | None:
+    """`_memory` for whole MiB in order within range (nearly every profile), else None: the checked path."""
+    got = _statistics(node, _MEMORY_KEYS)
+    if got is None or len(got) != 4:
+        return None
+    p50, p95, p99, peak = got["p50"], got["p95"], got["p99"], got["max"]
+    if not (type(p50) is int and type(p95) is int and type(p99) is int and type(peak) is int):
+        return None  # fractions are rounded up by `_mib`
+    if not 0 <= p50 <= p95 <= p99 <= peak <= names.MAX_MEMORY_MIB:
+        return None
+    return MemoryStats(p50, p95, p99, peak)
+
+
+def _compute_fast(node: Node) -> ComputeStats | None:
+    """`_compute` for shares within 0..1 in order (nearly every profile), else None: the checked path."""
+    got = _statistics(node, _COMPUTE_KEYS)
+    if got is None or not {"p50", "p95", "max"} <= got.keys():
+        return None
+    vals = []
+    for k in ("p50", "p95", "p99", "max"):
+        if k in got:
+            v = got[k]
+            if type(v) is int and v not in (0, 1):
+                return None  # out of range (and a huge integer is no float)
+            vals.append(float(v))  # type: ignore[arg-type]
+    if not all(0.0 <= a <= b <= 1.0 for a, b in zip(vals, vals[1:] + [1.0], strict=True)):
+        return None
+    return ComputeStats(p50=float(got["p50"]), p95=float(got["p95"]), max=float(got["max"]),  # type: ignore[arg-type]
+                        p99=float(got["p99"]) if "p99" in got else None)  # type: ignore[arg-type]
+
+
 def _memory(node: Node) -> MemoryStats:
+    fast = _memory_fast(node)
+    return fast if fast is not None else _memory_checked(node)
+
+
+def _memory_checked(node: Node) -> MemoryStats:
     keys = ["p50", "p95", "p99", "max"]
     f = node.fields(set(keys), set(keys))
     read = [_mib(f[k]) for k in keys]
@@ -231,6 +288,11 @@ def _memory(node: Node) -> MemoryStats:
 
 def _compute(node: Node) -> ComputeStats:
     """p50, p95 and max are required; p99 is optional (profiles written before it was collected)."""
+    fast = _compute_fast(node)
+    return fast if fast is not None else _compute_checked(node)
+
+
+def _compute_checked(node: Node) -> ComputeStats:
     f = node.fields({"p50", "p95", "p99", "max"}, {"p50", "p95", "max"})
     keys: list[str] = [k for k in ("p50", "p95", "p99", "max") if k in f]
     vals = [f[k].number(minimum=0.0, maximum=1.0) for k in keys]

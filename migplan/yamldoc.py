@@ -775,6 +775,20 @@ class Node:
             out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
         return out
 
+    def raw_pairs(self) -> list[tuple[builtins.str, yaml.Node]] | None:
+        """A mapping's (key text, value node) pairs as written, duplicates included, without a Node per value:
+        for readers that take a common shape quickly and leave the rest to `fields` (None: not a mapping,
+        or a key that is not a name)."""
+        node = self._node
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        out = []
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode) or not isinstance(k.value, builtins.str):
+                return None
+            out.append((k.value, v))
+        return out
+
     def list(self) -> list[Node]:
         if not self.is_list:
             self.fail(f"expected a list, got {_describe_value(self.value())}")

@@ -121,3 +121,54 @@ def test_unknown_measured_model(tmp_path: Path) -> None:
         check_models(ps, builtin_catalog())
     assert err.value.source == str(f) and err.value.line == 3 and "observed.gpu_model" in str(err.value)
     check_models(load_profiles(write(tmp_path, DOC)), builtin_catalog())
+
+
+def _read_or_error(fn, node):  # type: ignore[no-untyped-def]
+    try:
+        return ("ok", fn(node))
+    except InputError as err:
+        return ("error", str(err))
+
+
+def test_the_quick_reading_of_statistics_is_the_checked_one() -> None:
+    """Memory and compute statistics are read without a Node per value when they are plain numbers in order
+    (`_memory_fast`, `_compute_fast`); on 3,000 generated mappings, valid and not (texts, booleans, nulls,
+    fractions, huge and negative numbers, .nan and .inf, missing, extra and repeated keys, disorder), the
+    quick reading either gives up or gives exactly what the checked reading gives, and gives up wherever
+    the checked one refuses (which then reports, as before)."""
+    import random
+
+    from migplan import profiles, yamldoc
+
+    rng = random.Random(1201)
+    values = ["0", "1", "5405", "8329", "1048576", "1048577", "-1", "0.5", "0.25", "1.0", "1.5", "15400.2", "-0.0",
+              "1e3", ".nan", ".inf", "true", "null", "'12'", "x", "[1]", "99999999999999999999999999", "0x10",
+              "1_000", "0.999999", "0.000001"]
+    keys = ["p50", "p95", "p99", "max", "p90", "p50"]
+    taken = {"memory": 0, "compute": 0}
+    for _ in range(3000):
+        if rng.random() < 0.3:
+            chosen = rng.sample(keys, rng.choice([3, 4, 5]))
+        else:  # the usual keys, p99 sometimes left out (compute may omit it)
+            chosen = ["p50", "p95", "p99", "max"] if rng.random() < 0.8 else ["p50", "p95", "max"]
+        r = rng.random()
+        if r < 0.35:  # memory-like: whole MiB in order
+            texts = [str(v) for v in sorted(rng.randint(0, 80000) for _ in chosen)]
+        elif r < 0.7:  # compute-like: shares in order
+            texts = [repr(v) for v in sorted(round(rng.random(), rng.choice([1, 3, 6])) for _ in chosen)]
+        else:
+            texts = [rng.choice(values) for _ in chosen]
+        if rng.random() < 0.15:  # one value changed: out of order, a text, a bool...
+            texts[rng.randrange(len(texts))] = rng.choice(values)
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in zip(chosen, texts, strict=True)) + "}"
+        node = yamldoc.parse(f"m: {text}\n", "p.yaml")
+        assert node is not None
+        m = node.fields({"m"})["m"]
+        for what, fast, checked in (("memory", profiles._memory_fast, profiles._memory_checked),
+                                    ("compute", profiles._compute_fast, profiles._compute_checked)):
+            quick = fast(m)
+            slow = _read_or_error(checked, m)
+            if quick is not None:
+                taken[what] += 1
+                assert slow == ("ok", quick), (what, text, quick, slow)
+    assert taken["memory"] > 300 and taken["compute"] > 300, taken
