@@ -384,20 +384,25 @@ def test_one_job_runs_the_call_here_when_its_result_is_asked(monkeypatch: pytest
     assert handle.result() == (os.getpid(), 6)
 
 
-def test_the_planner_checks_gpus_and_workloads_elsewhere_and_plans_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_planner_checks_large_plans_elsewhere_and_plans_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner_fixtures import CAT, fleet, gpu, profiles, wl
 
     from migplan.adapters.solver import PulpSolver
     from migplan.planner import Policy, plan
+    from migplan.planner import planner as planner_mod
     from migplan.planner.background import Here
 
     monkeypatch.setenv("MIGPLAN_JOBS", "2")
     state = fleet(*[gpu("h1", i, layout=["3g.20gb@0", "3g.20gb@4"] if i % 2 else None) for i in range(4)])
     profs = profiles(*[wl(f"w{i}", 3000 + 2500 * i, 0.05 + 0.1 * (i % 5)) for i in range(9)])
+    small = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=forkmap.Forked())
+    assert not FORKED  # 4 GPUs: fewer than BACKGROUND_MIN_GPUS, the checks are cheaper than a fork
+    monkeypatch.setattr(planner_mod, "BACKGROUND_MIN_GPUS", 4)
     there = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=forkmap.Forked())
     assert len(FORKED) == 2 and no_children_left()  # the GPUs' checks, then the workloads' ones
     here = plan(state, profs, CAT, Policy(), PulpSolver(time_limit=30), background=Here())
     assert (there.summary, there.gpus, there.workloads) == (here.summary, here.gpus, here.workloads)
+    assert (small.summary, small.gpus, small.workloads) == (here.summary, here.gpus, here.workloads)
 
 
 def test_a_gpu_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -411,6 +416,7 @@ def test_a_gpu_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatch: py
     from migplan.planner.plan import PlanError
 
     monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    monkeypatch.setattr(planner_mod, "BACKGROUND_MIN_GPUS", 0)  # a small fleet's checks go there too
     real = planner_mod.diff
     monkeypatch.setattr(planner_mod, "diff", lambda *a, **k: real(*a, **k)[1:])  # the first action lost
     state = fleet(gpu("h1", 0), gpu("h1", 1))
@@ -432,6 +438,7 @@ def test_a_workload_check_that_fails_elsewhere_still_refuses_the_plan(monkeypatc
     from migplan.planner.plan import PlanError
 
     monkeypatch.setenv("MIGPLAN_JOBS", "2")
+    monkeypatch.setattr(planner_mod, "BACKGROUND_MIN_GPUS", 0)  # a small fleet's checks go there too
     real = planner_mod._workload
 
     def renamed(problem: Any, it: Any, mapped: Any) -> Any:
