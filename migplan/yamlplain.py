@@ -10,7 +10,8 @@ lines themselves, in about a third of the time (bench/results/startup-large.md).
 It takes only what it fully understands and returns None for everything else, which `yamldoc` then
 reads with libyaml or PyYAML as before, with their checks and error messages. What it takes:
 
-* lines indented with spaces (no tab, no carriage return anywhere), blank lines, comment lines, and
+* lines indented with spaces (no tab, carriage return or other YAML line break anywhere), blank lines,
+  comment lines, and
   trailing comments (` #...`) on lines without quotes;
 * block mappings of plain keys, `key: value` or `key:` with a nested block below it (more indented,
   or a list at the same indentation); block lists of `- value` and `- key: value` (a mapping that
@@ -48,6 +49,7 @@ _KEY = re.compile(rf"({_FIRST}(?:{_SAFE}| +(?={_SAFE}))*):(?: +|$)")
 # `,` `]` `}` or the end of the line
 _FLOW_PLAIN = re.compile(rf"{_FIRST}(?:{_SAFE}| +(?={_SAFE}))*")
 _SPACES = re.compile(r" *")
+_ODD = ("\t", "\r", "\ufeff", "\x85", "\u2028", "\u2029")
 _WORD = rf"{_FIRST}(?:{_SAFE}| +(?={_SAFE}))*"
 # Flow collections of plain words, by far the most common (`{p50: 5405, p95: 8329}`, `[a, b]`), and
 # mappings of words and such lists (`{index: 0, layout: [3g.40gb@0, 4g.40gb@4]}`): each checked whole by
@@ -100,7 +102,9 @@ class _Refused(Exception):
 def compose(text: str) -> yaml.Node | None:
     """The node tree of `text` as `yamldoc.compose` makes it, or None when `text` is outside the subset
     (or empty): the caller then reads it with libyaml or PyYAML."""
-    if "\t" in text or "\r" in text or "\ufeff" in text:
+    # tabs, carriage returns, byte-order marks and YAML's other line breaks (NEL, LS, PS: PyYAML ends a
+    # line, and a comment, at each of them) are yamldoc's
+    if any(c in text for c in _ODD):
         return None
     try:
         lines = _lines(text)

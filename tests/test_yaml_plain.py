@@ -150,6 +150,9 @@ def test_documents_in_the_subset_are_read_alike(text: str) -> None:
     "a: 2026-02-30\n",  # a value yamldoc refuses
     "a: é\n",  # outside the word characters
     "a: 1\r\nb: 2\r\n",
+    "a: b # x\x85c: d\n",  # YAML's other line breaks end a comment (NEL, LS, PS): here, c is a key
+    "# x\u2028a: 1\nb: 2\n",
+    "a: 1 # \u2029b: 2\n",
     "just a scalar\n",
     "# only a comment\n",
     "",
@@ -168,7 +171,8 @@ def test_a_refused_value_still_gets_yamldocs_error() -> None:
 
 KEYS = ["a", "k2", "name", "0755", "on", "1e3", "x y", "a-b", "-a", "a.b", "~", "null", "<<", "a:b", "é", "@x",
         "'q'", '"q"', "1", "true", "", "a b", "[x]", "{x}", "-", "? x", "a#b"]
-VALUES = ["x", "5405", "0.206", "-5", "+5", ".5", "1e3", "0x1F", "0o17", "1_000", "1:30", "2026-01-01", "2026-02-30",
+VALUES = ["x", "# c\x85k: v", "y\u2028z",
+          "5405", "0.206", "-5", "+5", ".5", "1e3", "0x1F", "0o17", "1_000", "1:30", "2026-01-01", "2026-02-30",
           "2026-11-16T00:00:00Z", "yes", "no", "on", "~", "null", "", ".inf", ".nan", "a b", "a  b", "a:b", "a: b",
           "http://x", "a#b", "a #b", "'q'", "'it''s'", '"q"', '"a\\"b"', '"a # b"', "'a # b'", "-", "- x", "--x", "---",
           "&a x", "*a", "!t x", "!!str 5", "|", ">", "?", "@x", "%x", "`x`", "{a: 1}", "[1, 2]", "{a: [1, 2]}",
