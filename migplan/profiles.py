@@ -221,7 +221,7 @@ def _mib(node: Node) -> tuple[float, int]:
     return float(raw), whole
 
 
-def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, object] | None:
+def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, float] | None:
     """A mapping of the statistics' keys to plain numbers (int or float, not bool), written once each, as its
     keys and converted values: what `fields` and `value("number")` would read from it; None for anything
     else (another key, a list, a text, a null, a duplicate), which the checked path then reads and reports.
@@ -229,7 +229,7 @@ def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, object] | None
     raw = node.raw_pairs()
     if raw is None or len(raw) > len(allowed):
         return None
-    out: dict[str, object] = {}
+    out: dict[str, float] = {}  # int or float values
     for key, value in raw:
         data = getattr(value, "data", None)
         if key not in allowed or key in out or (type(data) is not int and type(data) is not float):
@@ -238,13 +238,12 @@ def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, object] | None
     return out
 
 
-_MEMORY_KEYS = frozenset({"p50", "p95", "p99", "max"})
-_COMPUTE_KEYS = frozenset({"p50", "p95", "p99", "max"})
+_STATISTICS = frozenset({"p50", "p95", "p99", "max"})  # memory_mib's and compute's keys
 
 
 def _memory_fast(node: Node) -> MemoryStats | None:
     """`_memory` for whole MiB in order within range (nearly every profile), else None: the checked path."""
-    got = _statistics(node, _MEMORY_KEYS)
+    got = _statistics(node, _STATISTICS)
     if got is None or len(got) != 4:
         return None
     p50, p95, p99, peak = got["p50"], got["p95"], got["p99"], got["max"]
@@ -257,7 +256,7 @@ def _memory_fast(node: Node) -> MemoryStats | None:
 
 def _compute_fast(node: Node) -> ComputeStats | None:
     """`_compute` for shares within 0..1 in order (nearly every profile), else None: the checked path."""
-    got = _statistics(node, _COMPUTE_KEYS)
+    got = _statistics(node, _STATISTICS)
     if got is None or not {"p50", "p95", "max"} <= got.keys():
         return None
     vals = []
@@ -266,11 +265,11 @@ def _compute_fast(node: Node) -> ComputeStats | None:
             v = got[k]
             if type(v) is int and v not in (0, 1):
                 return None  # out of range (and a huge integer is no float)
-            vals.append(float(v))  # type: ignore[arg-type]
+            vals.append(float(v))
     if not all(0.0 <= a <= b <= 1.0 for a, b in zip(vals, vals[1:] + [1.0], strict=True)):
         return None
-    return ComputeStats(p50=float(got["p50"]), p95=float(got["p95"]), max=float(got["max"]),  # type: ignore[arg-type]
-                        p99=float(got["p99"]) if "p99" in got else None)  # type: ignore[arg-type]
+    return ComputeStats(p50=float(got["p50"]), p95=float(got["p95"]), max=float(got["max"]),
+                        p99=float(got["p99"]) if "p99" in got else None)
 
 
 def _memory(node: Node) -> MemoryStats:

@@ -186,46 +186,35 @@ def test_shorthand_takes_mig_and_check_shows_undeclared_as_mig_off(tmp_path) -> 
     assert r.exit_code == 0 and "(not declared)" not in r.stdout and "MIG off: not declared" in r.stdout
 
 
+def _one_host(tmp_path: Path, name: str, gpus: str) -> Path:
+    """An inventory of one host whose `gpus:` list is `gpus` (its entries' lines, not indented)."""
+    head = "version: 1\nhosts:\n  a:\n    address: 10.0.0.1\n    gpus:\n"
+    f = tmp_path / name
+    f.write_text(head + textwrap.indent(gpus, "      "))
+    return f
+
+
 def test_a_layout_written_again_is_checked_again_for_each_gpu(tmp_path: Path) -> None:
     """Layouts are read once per text and shared by the GPUs that write them; each GPU's model still checks
     it (3g.40gb exists on an A100-80GB, not on an A100-40GB), and a bad entry is refused at its own line."""
-    ok = write(tmp_path, """
-        version: 1
-        hosts:
-          a:
-            address: 10.0.0.1
-            gpus:
-              - {index: 0, model: A100-SXM4-80GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}
-              - {index: 1, model: A100-SXM4-80GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}
-        """)
+    first = "- {index: 0, model: A100-SXM4-80GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}\n"
+    ok = _one_host(tmp_path, "ok.yaml", first + "- {index: 1, model: A100-SXM4-80GB, mig: true, "
+                                                "layout: [3g.40gb@0, 3g.40gb@4]}\n")
     gpus = load_inventory(ok, CAT).hosts[0].gpus
     assert gpus[0].layout == gpus[1].layout == Layout.parse(["3g.40gb@0", "3g.40gb@4"])
-    other = write(tmp_path, """
-        version: 1
-        hosts:
-          a:
-            address: 10.0.0.1
-            gpus:
-              - {index: 0, model: A100-SXM4-80GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}
-              - {index: 1, model: A100-SXM4-40GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}
-        """, "other.yaml")
+    other = _one_host(tmp_path, "other.yaml", first + "- {index: 1, model: A100-SXM4-40GB, mig: true, "
+                                                      "layout: [3g.40gb@0, 3g.40gb@4]}\n")
     with pytest.raises(InputError, match="3g.40gb") as err:
         load_inventory(other, CAT)
-    assert err.value.line == 8
-    bad = write(tmp_path, """
-        version: 1
-        hosts:
-          a:
-            address: 10.0.0.1
-            gpus:
-              - {index: 0, model: A100-SXM4-80GB, mig: true, layout: [3g.40gb@0, 3g.40gb@4]}
-              - index: 1
-                model: A100-SXM4-80GB
-                mig: true
-                layout:
-                  - 3g.40gb@0
-                  - 3g.40gb@x
-        """, "bad.yaml")
+    assert err.value.line == 7
+    bad = _one_host(tmp_path, "bad.yaml", first + textwrap.dedent("""\
+        - index: 1
+          model: A100-SXM4-80GB
+          mig: true
+          layout:
+            - 3g.40gb@0
+            - 3g.40gb@x
+        """))
     with pytest.raises(InputError) as err:
         load_inventory(bad, CAT)
-    assert err.value.line == 13 and "3g.40gb@x" in str(err.value)
+    assert err.value.line == 12 and "3g.40gb@x" in str(err.value)

@@ -7,10 +7,12 @@ returned (PlanError).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
@@ -39,7 +41,7 @@ from migplan.planner.plan import (
     plan_freed,
 )
 from migplan.planner.problem import Item, Problem, build_problem
-from migplan.planner.validate import GpuChecks, WorkloadChecks, check_gpus, check_workloads, validate
+from migplan.planner.validate import check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
@@ -346,43 +348,36 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
     out, for plans of `BACKGROUND_MIN_GPUS` GPUs or more (default, and for smaller plans: here)."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
-    # The lower bound's LP is made from the plan's own model and started while CBC solves that model, for
-    # a plan that leaves out nothing the model could place (the usual case); it is solved again with the
-    # plan's left-out counts when there are any. It runs while the plan's layouts, workloads and migrations
-    # are worked out (bench/large_inputs.py: ~0.3 s of 3 at 7,000 GPUs), and is the LP that solving one
-    # after the other would solve.
-    made: list[tuple[Formulation, SolveHandle]] = []
+    # a fork costs ~1-2 ms: worth it when the checks take longer (~15 us a GPU at 7,000 GPUs)
+    bg = background if background is not None and len(problem.gpus) >= BACKGROUND_MIN_GPUS else Here()
+    with contextlib.ExitStack() as started:  # every solve and check begun here is stopped on the way out
+        # The lower bound's LP is made from the plan's own model and started while CBC solves that model, for
+        # a plan that leaves out nothing the model could place (the usual case); it is solved again with the
+        # plan's left-out counts when there are any. It runs while the plan's layouts, workloads and
+        # migrations are worked out (bench/large_inputs.py: ~0.3 s of 3 at 7,000 GPUs), and is the LP that
+        # solving one after the other would solve.
+        made: list[tuple[Formulation, SolveHandle]] = []
 
-    def start_bound(f: Formulation) -> None:
-        g = reweighted(f, LB_WEIGHTS, place_all=True)
-        made.append((g, start_solve(solver, g.milp, relax=True)))
+        def start_bound(f: Formulation) -> None:
+            g = reweighted(f, LB_WEIGHTS, place_all=True)
+            made.append((g, _begun(started, start_solve(solver, g.milp, relax=True))))
 
-    bound: SolveHandle | None = None
-    try:
         mapped, res, left_out = _solve(problem, sp, solver, say, limit,
                                        meanwhile=start_bound if lower_bound else None)
+        bound: SolveHandle | None = None
         if lower_bound:  # `_solve` ran `start_bound` on its first model
             g, bound = made[0]
             if any(left_out.values()):
                 bound.cancel()
                 g = dataclasses.replace(g, milp=dataclasses.replace(g.milp, upper=list(g.milp.upper)))
-                bound = start_solve(solver, _bound_model(problem, sp, left_out, g), relax=True)
-    except BaseException:
-        for _, handle in made:
-            handle.cancel()
-        raise
-    for name, reason in problem.rejected:
-        mapped.unplaced[name] = reason
-    # a fork costs ~1-2 ms: worth it when the checks take longer (~15 us a GPU at 7,000 GPUs)
-    bg = background if background is not None and len(problem.gpus) >= BACKGROUND_MIN_GPUS else Here()
-    checks: Handle[GpuChecks] | None = None
-    placed: Handle[WorkloadChecks] | None = None
-    try:
+                bound = _begun(started, start_solve(solver, _bound_model(problem, sp, left_out, g), relax=True))
+        for name, reason in problem.rejected:
+            mapped.unplaced[name] = reason
         gpus = _gpus(problem, mapped)
-        checks = bg.start(check_gpus, gpus, problem)
+        checks = _begun(started, bg.start(check_gpus, gpus, problem))
         items = list(problem.items) + list(problem.rejected_items)
         wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
-        placed = bg.start(check_workloads, gpus, wls, problem)
+        placed = _begun(started, bg.start(check_workloads, gpus, wls, problem))
         value = sum(it.value for it in problem.items if it.name in mapped.placed)
         moves = _moves(problem, sp, mapped, gpus)
         touched = {m.source.key for m in moves} | {m.target.key for m in moves if m.target is not None}
@@ -392,16 +387,6 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         except ValueError as err:
             raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
         lb = _bound(bound) if bound is not None else None
-    except BaseException:
-        for started in (checks, placed):
-            if started is not None:
-                started.cancel()
-        raise
-    finally:
-        if bound is not None:
-            bound.cancel()
-    assert checks is not None and placed is not None
-    try:  # the checks run meanwhile (`background`): stopped whatever happens
         solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
         used = {g.model for g in problem.gpus}
         host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
@@ -423,12 +408,18 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
                     models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
                     consolidation=consolidation)
         bad = validate(plan, problem, gpu_checks=checks.result(), workload_checks=placed.result())
-    finally:
-        checks.cancel()
-        placed.cancel()
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan
+
+
+H = TypeVar("H", bound=Handle[Any])  # a solve (SolveHandle) or a check under way
+
+
+def _begun(stack: contextlib.ExitStack[bool | None], handle: H) -> H:
+    """`handle`, to be cancelled when `stack` closes (a no-op once its result is in)."""
+    stack.callback(handle.cancel)
+    return handle
 
 
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,

@@ -171,26 +171,25 @@ def _keep_free(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], p
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]
 
 
-GpuChecks = tuple[list[str], list[str]]
-WorkloadChecks = tuple[list[str], list[str]]
+Checks = tuple[list[str], list[str]]  # two families' messages, which `validate` puts in its own order
 
 
-def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> GpuChecks:
+def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> Checks:
     """The checks that need only the plan's GPUs (layout, frozen, actions; busy): the planner has them made
     as soon as the GPUs' targets are known, while it works out the rest (background.py)."""
     return _gpus(gpus, problem), _busy(gpus, problem)
 
 
 def check_workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...],
-                    problem: Problem) -> WorkloadChecks:
+                    problem: Problem) -> Checks:
     """The checks of the plan's workloads (accounting, instance, fit, pin, spread; keep-free, moves, whole):
     made as soon as the workloads are placed, while the planner orders the migrations and sums up."""
     return _workloads(gpus, workloads, problem), (_keep_free(gpus, workloads, problem)
                                                    + _moves(workloads, problem) + _whole(workloads, problem))
 
 
-def validate(plan: Plan, problem: Problem, *, gpu_checks: GpuChecks | None = None,
-             workload_checks: WorkloadChecks | None = None) -> list[str]:
+def validate(plan: Plan, problem: Problem, *, gpu_checks: Checks | None = None,
+             workload_checks: Checks | None = None) -> list[str]:
     """Every violation of the catalog's rules and the problem's constraints in `plan`; `gpu_checks` and
     `workload_checks`: `check_gpus(plan.gpus, problem)` and `check_workloads(plan.gpus, plan.workloads,
     problem)`, made beforehand."""
