@@ -226,15 +226,14 @@ def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, float] | None:
     keys and converted values: what `fields` and `value("number")` would read from it; None for anything
     else (another key, a list, a text, a null, a duplicate), which the checked path then reads and reports.
     The statistics are most of a profile (8 of its ~15 values), so they are read here without a Node each."""
-    raw = node.raw_pairs()
-    if raw is None or len(raw) > len(allowed):
+    pairs = node.scalar_items()
+    if pairs is None or len(pairs) > len(allowed):
         return None
     out: dict[str, float] = {}  # int or float values
-    for key, value in raw:
-        data = getattr(value, "data", None)
-        if key not in allowed or key in out or (type(data) is not int and type(data) is not float):
+    for key, value in pairs:
+        if key not in allowed or key in out or (type(value) is not int and type(value) is not float):
             return None
-        out[key] = data
+        out[key] = value
     return out
 
 

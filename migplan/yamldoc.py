@@ -775,18 +775,18 @@ class Node:
             out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
         return out
 
-    def raw_pairs(self) -> list[tuple[builtins.str, yaml.Node]] | None:
-        """A mapping's (key text, value node) pairs as written, duplicates included, without a Node per value:
-        for readers that take a common shape quickly and leave the rest to `fields` (None: not a mapping,
-        or a key that is not a name)."""
+    def scalar_items(self) -> list[tuple[builtins.str, Any]] | None:
+        """A mapping of plain values as (key text, converted value) pairs as written, duplicates included,
+        without a Node per value: for readers that take a common shape quickly and leave everything else to
+        `fields` (None: not a mapping, a key that is not a name, or a value that is not a scalar)."""
         node = self._node
         if not isinstance(node, yaml.MappingNode):
             return None
         out = []
         for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode) or not isinstance(k.value, builtins.str):
+            if not isinstance(k, yaml.ScalarNode) or not isinstance(k.value, builtins.str) or type(v) is not _Scalar:
                 return None
-            out.append((k.value, v))
+            out.append((k.value, v.data))
         return out
 
     def list(self) -> list[Node]:
