@@ -12,7 +12,12 @@ the already occupied memory slices"):
   * the instances together use no more copy engines, decoders, encoders, JPEG decoders and optical
     flow accelerators than the GPU has: the model's engine budget, by default the whole-GPU profile's
     `-lgip` engine columns (docs/mig-geometry.md §1). This is what keeps `1g.24gb+me.all` (all four
-    decoders of an RTX PRO 6000) from sharing the GPU with anything but `-me` instances.
+    decoders of an RTX PRO 6000) from sharing the GPU with anything but `-me` instances;
+  * no two profiles of one of the model's enforced exclusions together: the driver's own rules, e.g. MIG
+    User Guide "Concepts": "prior to NVIDIA driver release R510, the combination of a (4 memory, 4 compute)
+    and a (4 memory, 3 compute) profile was not supported" (4g.20gb with 3g.20gb on A100). A catalog model
+    stands for a current driver and enforces none of its R510 kind; the model `GpuModel.for_driver` makes
+    for an older host does (docs/mig-geometry.md §1).
 """
 
 from __future__ import annotations
@@ -120,7 +125,7 @@ class Layout:
 class Conflict:
     """One broken rule, with the instances involved."""
 
-    rule: str  # unknown-profile | bad-start | overlap | compute | max-count | media-extensions | engines
+    rule: str  # unknown-profile | bad-start | overlap | compute | max-count | media-extensions | engines | combination
     message: str
     instances: tuple[Instance, ...]
 
@@ -180,6 +185,11 @@ def check_layout(model: GpuModel, layout: Layout) -> list[Conflict]:
             detail = ", ".join(f"{i} uses {p.engines.get(kind)}" for i, p in known if p.engines.get(kind))
             conflicts.append(Conflict("engines", f"instances need {need} {ENGINE_NAMES[kind]} ({detail}) but "
                                       f"{model.id} has {most}", users))
+    for rule, hit in model.excluded_together(p.name for _, p in known):
+        users = tuple(i for i, p in known if model.plain_of(p.name) in hit)
+        why = f": {rule.reason}" if rule.reason else ""
+        conflicts.append(Conflict("combination", f"{' and '.join(hit)} may not share a GPU on {model.id}{why}",
+                                  users))
     return conflicts
 
 
@@ -205,6 +215,21 @@ def _candidates(model: GpuModel, profiles: Sequence[GiProfile]) -> list[tuple[In
                 mask |= 1 << slot
             out.append((Instance(start, prof.name), prof, mask))
     out.sort(key=lambda c: (c[0].start, -c[1].memory_slices, -c[1].compute_slices, c[1].name))
+    return out
+
+
+def _excluded(model: GpuModel, names: Sequence[str], profiles: Sequence[GiProfile]) -> list[tuple[int, ...]]:
+    """Per candidate, the count indices (`names` order) of the profiles its own may not share a GPU with (the
+    model's enforced exclusions, compared by plain name); () for all when the model has none."""
+    if not model.enforced_exclusions:
+        return [()] * len(profiles)
+    plain = [model.plain_of(n) for n in names]
+    out = []
+    for prof in profiles:
+        mine = model.plain_of(prof.name)
+        others = {i for e in model.enforced_exclusions if mine in e.profiles
+                  for i, p in enumerate(plain) if p in e.profiles and p != mine}
+        out.append(tuple(sorted(others)))
     return out
 
 
@@ -256,11 +281,19 @@ def enumerate_layouts(model: GpuModel, *, profiles: Iterable[str] | None = None,
     table = [(inst, mask, prof.compute_slices,
               ((slot[prof.name], 1), *((len(names) + j, use[k]) for j, (_, use) in enumerate(budget) if use[k])))
              for k, (inst, prof, mask) in enumerate(cands)]
+    # per candidate: the profile counts that must be 0 for it to fit (the model's enforced exclusions)
+    shut = _excluded(model, names, [p for _, p, _ in cands])
     total_g = model.compute_slices
 
     def fits(c: int, used_mask: int, used_g: int, counts: tuple[int, ...]) -> bool:
         _, mask, g, adds = table[c]
         return not mask & used_mask and used_g + g <= total_g and all(counts[i] + n <= caps[i] for i, n in adds)
+
+    if any(shut):  # only models with an exclusion in force pay for the check
+        plain_fits = fits
+
+        def fits(c: int, used_mask: int, used_g: int, counts: tuple[int, ...]) -> bool:
+            return plain_fits(c, used_mask, used_g, counts) and not any(counts[i] for i in shut[c])
 
     out: list[Layout] = []
     # A state: (first candidate to try, memory mask, compute slices used, depth, chosen, counts);

@@ -89,7 +89,11 @@ def test_profiles_older_drivers_lack_carry_min_driver() -> None:
     assert {p.name for p in a100.profiles} - {p.name for p in old.profiles} == {"1g.5gb+me", "1g.10gb"}
     assert a100.for_driver("525.85.12") is a100
     assert [p.name for p in a30.for_driver("470.57.02").profiles if p.variant] == ["1g.6gb+me"]
-    assert not old.has_profile("1g.10gb") and len(enumerate_layouts(old, maximal=True)) == 19  # mig-geometry §7
+    # mig-geometry §7: 19 maximal layouts of profiles 19/14/9/5/0, "minus the R510-only 4g+3g layout, the older
+    # count of 18": a driver before R510 also refuses 4g.20gb with 3g.20gb (MIG UG "Concepts")
+    assert not old.has_profile("1g.10gb") and len(enumerate_layouts(old, maximal=True)) == 18
+    r510 = a100.for_driver("510.39.01")
+    assert not r510.has_profile("1g.10gb") and len(enumerate_layouts(r510, maximal=True)) == 19
 
 
 @pytest.mark.parametrize(("text", "parsed"), [("470", (470,)), ("470.57", (470, 57)), ("R525.85.12", (525, 85, 12))])

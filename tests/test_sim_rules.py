@@ -152,6 +152,41 @@ def test_a_second_media_extensions_instance_is_refused(tmp_path: Path) -> None:
     assert sim(p, "mig", "-cgi", "5:2")[0] == 0
 
 
+@pytest.mark.parametrize(("model", "four", "three"), [("A100-SXM4-40GB", "4g.20gb", "3g.20gb"),
+                                                     ("A100-SXM4-80GB", "4g.40gb", "3g.40gb")])
+def test_an_older_driver_refuses_4g_next_to_3g(tmp_path: Path, model: str, four: str, three: str) -> None:
+    """mig-geometry.md §1 (MIG UG "Concepts"): "prior to NVIDIA driver release R510, the combination of a (4 memory,
+    4 compute) and a (4 memory, 3 compute) profile was not supported". The reference has no nvidia-smi text for
+    that refusal: the simulator prints §5's generic Insufficient Resources (unverified for this case)."""
+    m = MODELS[model]
+    p4, p3 = m.profile(four), m.profile(three)
+    assert p4 is not None and p3 is not None
+    both = [(p4.id, 0), (p3.id, 4)]
+    assert [r for r, _ in geo.conflicts(m, both, "470.57.02")] == ["combination"]
+    assert geo.conflicts(m, both, "510.39.01") == geo.conflicts(m, both, "535.129.03") == geo.conflicts(m, both) == []
+    old = write_host(tmp_path / "old.json", model, 1, layouts=[f"{four}@0"], driver_version="470.57.02")
+    assert {r.name: r.free for r in geo.read_lgip(sim(old, "mig", "-lgip")[1])}[three] == 0
+    assert sim(old, "mig", "-cgi", f"{p3.id}:4") == (23, refused(p3.id, "Insufficient Resources"), "")
+    assert sim(old, "mig", "-cgi", f"{three}:0")[0] == 23  # no start: every placement is refused alike
+    assert sim(old, "--query-gpu=index,driver_version", "--format=csv,noheader")[1] == "0, 470.57.02\n"
+    assert sim(old, "mig", "-dci")[0] == 0 and sim(old, "mig", "-dgi")[0] == 0
+    assert sim(old, "mig", "-cgi", f"{p3.id}:4,{p3.id}:0")[0] == 0  # 3g next to 3g: no driver rule
+    new = write_host(tmp_path / "new.json", model, 1, layouts=[f"{four}@0"], driver_version="510.39.01")
+    assert sim(new, "mig", "-cgi", f"{p3.id}:4")[0] == 0
+    assert {r.name: r.free for r in geo.read_lgip(sim(new, "mig", "-lgip")[1])}[three] == 0  # now taken
+    with pytest.raises(ValueError, match="combination: .*before driver R510"):
+        host_state(model, 1, layouts=[f"{four}@0", f"{three}@4"], driver_version="470.57.02")
+    assert host_state(model, 1, layouts=[f"{four}@0", f"{three}@4"])["gpus"][0]["gpu_instances"]
+
+
+def test_the_driver_rule_is_stated_in_eighths_of_the_memory() -> None:
+    """The UG counts the rule in the A100's 8 memory slices: an A30 (4 slices, 4g.24gb the whole GPU) and the RTX
+    PRO 6000 (twelfths) are untouched, whatever the driver."""
+    a30 = MODELS["A30"]
+    assert geo.conflicts(a30, [(0, 0)], "460.73.01") == []
+    assert geo.driver_branch("470.57.02") == geo.driver_branch("R470") == 470
+
+
 CUSTOM = {"version": 1, "models": [{  # a made-up GPU where only the count and compute rules bind
     "id": "Z8", "architecture": "hopper", "memory_slices": 8, "compute_slices": 3,
     "smi_names": ["NVIDIA Z8"], "pci_device_ids": ["0x9998"], "profiles": [

@@ -35,13 +35,14 @@ MODELS: list[dict[str, Any]] = [
      "drivers": "R450 and later (MIG from 450.80.02, UG_DEPLOY). Numbers: the UG / A100_40_LGIP driver (R525 or "
                 "later: it lists 1g.10gb), the smallest seen: older drivers print more (A100_PCIE40_OLD: 2g.10gb "
                 "9.75, 3g/4g 19.62, 7g 39.50 GiB). 1g.5gb+me from R470, 1g.10gb from R525 (UG A100 table notes): "
-                "min_driver. 4g.20gb with 3g.20gb needs R510 (UG; not checked per layout)."},
+                "min_driver. 4g.20gb with 3g.20gb needs R510 (UG concepts): exclusions."},
     {"src": "A100-80GB", "id": "A100-SXM4-80GB",
      "aliases": ["A100-80GB", "A100-PCIE-80GB", "A100 80GB PCIe"], "arch": "ampere",
      "pci_drop": ["0x20f3", "0x20f5"],  # A800-80GB: its own model below
      "drivers": "R450 and later (UG_DEPLOY). Numbers: the go-nvml mock's (matching the UG), lowered to the "
                 "smallest real output: 1g.10gb/1g.10gb+me 9.50 GiB on an older driver (A100_80_97). 1g.10gb+me "
-                "from R470 and 1g.20gb from R525 (UG A100 table notes, which name the 80GB profiles too)."},
+                "from R470 and 1g.20gb from R525 (UG A100 table notes, which name the 80GB profiles too). 4g.40gb "
+                "with 3g.40gb needs R510 (UG concepts, by geometry): exclusions."},
     {"copy": "A100-SXM4-80GB", "id": "A800-80GB", "aliases": ["A800-80GB", "A800 80GB PCIe", "A800-PCIE-80GB"],
      "arch": "ampere", "verified": False, "smi_name": ["NVIDIA A800 80GB PCIe"], "pci": ["0x20f3", "0x20f5"],
      "source": ["A800_NAME", "MIGPARTED_CFG"],
@@ -139,6 +140,16 @@ MIN_DRIVER: dict[tuple[str, str], str] = {
     ("A100-SXM4-40GB", "1g.10gb"): "525",
     ("A100-SXM4-80GB", "1g.10gb+me"): "470",
     ("A100-SXM4-80GB", "1g.20gb"): "525",
+}
+
+# Profiles older supported drivers refuse on one GPU: model id -> [(profiles, the branch that lifted it)]. MIG UG
+# "Concepts" (mig-geometry.md §1): "prior to NVIDIA driver release R510, the combination of a (4 memory, 4 compute)
+# and a (4 memory, 3 compute) profile was not supported". Stated by geometry, so it holds for the A100-80GB names
+# too (and the A800-80GB copies it). Hopper and later need R525 or newer for MIG at all (UG_DEPLOY): no entry.
+R510_REASON = 'MIG User Guide, "Concepts": not supported together before NVIDIA driver R510'
+EXCLUSIONS: dict[str, list[tuple[list[str], str]]] = {
+    "A100-SXM4-40GB": [(["4g.20gb", "3g.20gb"], "510")],
+    "A100-SXM4-80GB": [(["4g.40gb", "3g.40gb"], "510")],
 }
 
 # SM counts no source prints (the reference's placeholders were a mock's 16*g / 18*g). Conservative values from
@@ -358,6 +369,10 @@ def build(ref: dict[str, Any]) -> dict[str, Any]:
         if "engine_budget" in m:
             entry["engine_budget"] = m["engine_budget"]
         entry["drivers"] = m["drivers"]
+        rules = EXCLUSIONS.get(m["id"]) or EXCLUSIONS.get(m.get("copy", ""))
+        if rules:
+            entry["exclusions"] = [{"profiles": list(names), "min_driver": branch, "reason": R510_REASON}
+                                   for names, branch in rules]
         built[m["id"]] = entry
         out.append(entry)
     return {"version": 1, "models": out}

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from migplan import __version__
-from migplan.catalog.geometry import Engines, GiProfile, GpuModel
+from migplan.catalog.geometry import Engines, Exclusion, GiProfile, GpuModel
 
 CACHE_ENV = "MIGPLAN_CACHE_DIR"
 FORMAT = 1  # bump when the JSON layout below changes
@@ -128,4 +128,6 @@ def _model(d: dict[str, Any]) -> GpuModel:
         d[name] = tuple(str(x) for x in d[name])
     if d["engine_budget"] is not None:
         d["engine_budget"] = tuple((str(kind), int(n)) for kind, n in d["engine_budget"])
+    d["exclusions"] = tuple(Exclusion(tuple(str(n) for n in e["profiles"]), e["min_driver"], str(e["reason"]))
+                            for e in d["exclusions"])
     return GpuModel(**d)

@@ -9,12 +9,20 @@ Profile variants (docs/mig-geometry.md §2): the part of a profile name after `<
 (plain), ``+me``, ``+me.all``, ``-me``, ``+gfx``, or any other ``+attr[,attr]`` / ``-attr``.
 Engine budgets (docs/mig-geometry.md §1): the instances of one GPU together use at most the copy
 engines, decoders, encoders, JPEG decoders and optical-flow accelerators of the whole-GPU profile.
+
+Driver rules (docs/mig-geometry.md §1, §7): a profile an older driver lacks carries `min_driver`; profiles
+an older driver refuses on one GPU are an `Exclusion` with the driver that lifted it. MIG User Guide,
+"Concepts": "prior to NVIDIA driver release R510, the combination of a (4 memory, 4 compute) and a (4 memory,
+3 compute) profile was not supported" (4g.20gb with 3g.20gb on A100-40GB). A catalog model stands for a
+driver that meets every `min_driver`; `GpuModel.for_driver` makes the model of an older one.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from migplan.errors import CatalogError
@@ -47,6 +55,42 @@ def driver_version(text: str) -> tuple[int, ...]:
     if not _DRIVER.fullmatch(t):
         raise CatalogError(f"{text!r} is not a driver version", hint="write a branch or version, e.g. 470 or 525.85.12")
     return tuple(int(x) for x in t.split("."))
+
+
+def driver_meets(driver: str, minimum: str) -> bool:
+    """Whether `driver` (`535.183.01`, or a branch `535`) is `minimum` (`470`, `525.85.12`) or newer. A bare
+    branch is taken as its first release: `525` does not meet `525.85.12`. CatalogError for a malformed one."""
+    want, have = driver_version(minimum), driver_version(driver)
+    have = have + (0,) * (len(want) - len(have))  # a bare branch `525` is taken as 525.0.0
+    return have[: len(want)] >= want
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Profiles no two of which the driver creates on one GPU (compared by plain profile name, so a `+me`
+    variant counts as its plain profile). `min_driver`: the driver that lifted the rule; a model that stands
+    for a driver (a catalog model: the newest) enforces only the exclusions without one (docs/mig-geometry.md
+    §1). `reason` is said when a layout breaks it."""
+
+    profiles: tuple[str, ...]
+    min_driver: str | None = None
+    reason: str = ""
+
+    def broken_by(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The excluded profiles among `names` (plain names) when two or more of them are there, else ()."""
+        there = tuple(p for p in self.profiles if p in set(names))
+        return there if len(there) > 1 else ()
+
+
+def among(exclusions: Iterable[Exclusion], names: set[str]) -> tuple[Exclusion, ...]:
+    """The exclusions as they hold among the profiles `names` (a model's, after some were left out): each
+    limited to those profiles, and gone where fewer than two remain (a profile a host lacks excludes nothing)."""
+    out = []
+    for e in exclusions:
+        kept = tuple(p for p in e.profiles if p in names)
+        if len(kept) > 1:
+            out.append(e if kept == e.profiles else replace(e, profiles=kept))
+    return tuple(out)
 
 
 def default_ci_profile(architecture: str, compute_slices: int, memory_slices: int, one_slice_memory: int) -> int:
@@ -113,11 +157,7 @@ class GiProfile:
 
     def offered_by(self, driver: str) -> bool:
         """Whether a driver (`535.183.01`, or a branch `535`) offers this profile (min_driver)."""
-        if self.min_driver is None:
-            return True
-        want, have = driver_version(self.min_driver), driver_version(driver)
-        have = have + (0,) * (len(want) - len(have))  # a bare branch `525` is taken as 525.0.0
-        return have[: len(want)] >= want
+        return self.min_driver is None or driver_meets(driver, self.min_driver)
 
     @property
     def lgip_gib(self) -> str:
@@ -147,6 +187,8 @@ class GpuModel:
     # some source gives (B200: CE only), and only those are enforced.
     engine_budget: tuple[tuple[str, int], ...] | None = None
     drivers: str = ""  # the driver range this model's numbers hold for (docs/mig-geometry.md §10)
+    # Profiles the driver refuses on one GPU; only those without `min_driver` are enforced (`for_driver`)
+    exclusions: tuple[Exclusion, ...] = ()
 
     @functools.cached_property
     def _by_name(self) -> dict[str, GiProfile]:
@@ -238,9 +280,71 @@ class GpuModel:
         """The catalog model this one stands for (`A100-SXM4-40GB` for `A100-SXM4-40GB@host-1a2b3c4d`)."""
         return self.id.split("@host-", 1)[0]
 
-    def for_driver(self, driver: str) -> GpuModel:
-        """This model as a host with `driver` (`535.183.01` or `535`) has it: profiles whose min_driver is
-        newer are left out. CatalogError for a malformed version."""
-        driver_version(driver)
-        kept = tuple(p for p in self.profiles if p.offered_by(driver))
-        return self if len(kept) == len(self.profiles) else replace(self, profiles=kept)
+    @functools.cached_property
+    def enforced_exclusions(self) -> tuple[Exclusion, ...]:
+        """The exclusions in force on this model: those no newer driver lifted (min_driver None)."""
+        return tuple(e for e in self.exclusions if e.min_driver is None)
+
+    def plain_of(self, name: str) -> str:
+        """The plain profile a name stands for in exclusions and patterns: its base name where the model has
+        that profile (`1g.5gb` for `1g.5gb+me`), else the name itself."""
+        if self.has_profile(name):
+            base = self.profile(name).base_name
+            return base if self.has_profile(base) else name
+        return name
+
+    def excluded_together(self, names: Iterable[str]) -> list[tuple[Exclusion, tuple[str, ...]]]:
+        """(exclusion, its profiles among `names`) for each enforced exclusion that profiles `names` break
+        together (a variant counts as its plain profile)."""
+        if not self.enforced_exclusions:
+            return []
+        plain = {self.plain_of(n) for n in names}
+        return [(e, hit) for e in self.enforced_exclusions if (hit := e.broken_by(plain))]
+
+    def lifted_by(self, names: Iterable[str]) -> str | None:
+        """The newest `min_driver` of the exclusions (not enforced on this model) that profiles `names` break
+        together: a host whose GPU holds them runs at least that driver. None when they break none."""
+        plain = {self.plain_of(n) for n in names}
+        found = [e.min_driver for e in self.exclusions if e.min_driver is not None and e.broken_by(plain)]
+        return max(found, key=driver_version) if found else None
+
+    def for_host(self, driver: str | None, holding: Iterable[str] = (), *, own_table: bool = False) -> GpuModel:
+        """`for_driver`, unless the profiles `holding` (the GPU's current layout) hold a combination that driver
+        would refuse: the driver made that layout (an unknown driver, or a record older than the driver's), so
+        the GPU is planned as the driver that lifted the rule."""
+        limited = self.for_driver(driver, own_table=own_table)
+        names = list(holding)
+        if names and limited.excluded_together(names):
+            lifted = self.lifted_by(names)
+            if lifted is not None:
+                return self.for_driver(lifted, own_table=own_table)
+        return limited
+
+    def for_driver(self, driver: str | None, *, own_table: bool = False) -> GpuModel:
+        """This model as a host with `driver` (`535.183.01` or a branch `535`; None: unknown, taken as the
+        oldest) has it: profiles whose min_driver is newer are left out (`own_table`: the profiles are the
+        host's own -lgip, which already says what the driver offers, and stay) and the exclusions a newer
+        driver lifted are enforced. The same object when nothing changes, else a model `<base id>@host-<digest>`
+        (no aliases or names: a lookup by name never finds it). CatalogError for a malformed version."""
+        if driver is not None:
+            driver_version(driver)
+        kept = self.profiles if own_table else tuple(
+            p for p in self.profiles if p.min_driver is None or (driver is not None and p.offered_by(driver)))
+        shown = f"driver {driver}" if driver is not None else "an unknown driver"
+        host = f"this host has {shown}" if driver is not None else "this host's driver is unknown (taken as the oldest)"
+        rules = []
+        for e in among(self.exclusions, {p.name for p in kept}):
+            if e.min_driver is None:
+                rules.append(e)
+            elif driver is None or not driver_meets(driver, e.min_driver):  # not lifted on this driver
+                rules.append(Exclusion(e.profiles, None, "; ".join(x for x in (e.reason, host) if x)))
+        if len(kept) == len(self.profiles) and tuple(rules) == self.enforced_exclusions:
+            return self
+        base = self.base_id
+        # the same digest as an inventory host's model of that driver had before exclusions; another for a table's
+        tag = f"driver:{driver}" if self.id == base and not own_table else \
+            f"{self.id}{' own table' if own_table else ''} driver:{driver}"
+        lacks = "" if len(kept) == len(self.profiles) else " without the profiles it lacks"
+        return replace(self, id=f"{base}@host-{hashlib.sha256(tag.encode()).hexdigest()[:8]}", profiles=kept,
+                       exclusions=tuple(rules), aliases=(), smi_names=(), pci_device_ids=(), confidence="host",
+                       source=f"model {self.id} as {shown} has it{lacks}")

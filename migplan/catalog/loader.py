@@ -16,7 +16,10 @@ and enumeration, planning and `nvidia-smi` commands are built from it):
 * `min_driver` of a profile: a driver branch or version, `470` or `525.85.12` (an optional `R` prefix);
 * `engine_budget` of a model: a mapping of some of ce/dec/enc/jpeg/ofa to 0..`MAX_ENGINES`; without it
   the whole-GPU profile's engines are the budget (docs/mig-geometry.md §1);
-* `drivers` of a model: free text, the driver range its numbers hold for.
+* `drivers` of a model: free text, the driver range its numbers hold for;
+* `exclusions` of a model: a list of `{profiles: [two or more of its plain profile names], min_driver,
+  reason}`: profiles the driver creates no two of on one GPU; with `min_driver`, only on older drivers
+  (the MIG User Guide's R510 rule for 4g.20gb with 3g.20gb; docs/mig-geometry.md §1).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from migplan.catalog.geometry import (
     ARCHITECTURES,
     ENGINE_KINDS,
     Engines,
+    Exclusion,
     GiProfile,
     GpuModel,
     driver_version,
@@ -53,7 +57,7 @@ MAX_NOTE = 2000
 
 _MODEL_KEYS = {
     "id", "aliases", "smi_names", "pci_device_ids", "architecture", "memory_slices", "compute_slices",
-    "verified", "confidence", "source", "profiles", "engine_budget", "drivers",
+    "verified", "confidence", "source", "profiles", "engine_budget", "drivers", "exclusions",
 }
 _MODEL_REQUIRED = {"id", "architecture", "memory_slices", "compute_slices", "profiles"}
 _PROFILE_KEYS = {
@@ -84,6 +88,33 @@ def _note(node: Node) -> str:
     return v
 
 
+def _min_driver(node: Node) -> str:
+    v = _name(node)
+    try:
+        driver_version(v)
+    except CatalogError as err:
+        node.fail(err.message, hint=err.hint)
+    return v
+
+
+def _exclusions(node: Node, profiles: list[GiProfile]) -> tuple[Exclusion, ...]:
+    known = {p.name for p in profiles}
+    plain = {p.name for p in profiles if not p.media_extensions and (not p.variant or p.base_name not in known)}
+    out = []
+    for n in node.list():
+        f = n.fields({"profiles", "min_driver", "reason"}, {"profiles"})
+        names = _str_list(f["profiles"])
+        for pn, name in zip(f["profiles"].list(), names, strict=True):
+            if name not in plain:
+                pn.fail(f"{name!r} is not a plain profile of this model",
+                        hint=f"an exclusion names plain profiles: {', '.join(sorted(plain))}")
+        if len(set(names)) < 2 or len(set(names)) != len(names):
+            f["profiles"].fail("an exclusion names two or more different profiles, each once")
+        out.append(Exclusion(names, _min_driver(f["min_driver"]) if "min_driver" in f else None,
+                             _note(f["reason"]) if "reason" in f else ""))
+    return tuple(out)
+
+
 def _str_list(node: Node) -> tuple[str, ...]:
     return tuple(_name(n) for n in node.list())
 
@@ -110,13 +141,7 @@ def _profile(node: Node, memory_slices: int, compute_slices: int) -> GiProfile:
         f["starts"].fail("a start is listed twice")
     engines = Engines(**_engines(f["engines"])) if "engines" in f else Engines()
     me = f["media_extensions"].bool() if "media_extensions" in f else profile_variant(name) == "+me"
-    min_driver = None
-    if "min_driver" in f:
-        min_driver = _name(f["min_driver"])
-        try:
-            driver_version(min_driver)
-        except CatalogError as err:
-            f["min_driver"].fail(err.message, hint=err.hint)
+    min_driver = _min_driver(f["min_driver"]) if "min_driver" in f else None
     return GiProfile(
         name=name,
         id=f["id"].int(minimum=0, maximum=MAX_PROFILE_ID),
@@ -203,6 +228,7 @@ def _checked_model(f: dict[str, Node], model_id: str, arch: str, profiles: list[
                                                         key=lambda kv: ENGINE_KINDS.index(kv[0])))
                        if "engine_budget" in f else None),
         drivers=_note(f["drivers"]) if "drivers" in f else "",
+        exclusions=_exclusions(f["exclusions"], profiles) if "exclusions" in f else (),
     )
 
 

@@ -49,6 +49,14 @@ def _model_yaml(m: GpuModel) -> list[str]:
                                                       if k in ENGINE_KINDS) + "}")
     if m.drivers:
         out.append(f"  drivers: {_q(m.drivers)}")
+    if m.exclusions:
+        out.append("  exclusions:")
+        for e in m.exclusions:
+            out.append(f"  - profiles: {_flow(_q(n) for n in e.profiles)}")
+            if e.min_driver is not None:
+                out.append(f"    min_driver: {_q(e.min_driver)}")
+            if e.reason:
+                out.append(f"    reason: {_q(e.reason)}")
     out.append("  profiles:")
     for p in m.profiles:
         out += _profile_yaml(p)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from migplan.catalog.geometry import Engines, GiProfile, GpuModel
+from migplan.catalog.geometry import Engines, GiProfile, GpuModel, among
 from migplan.names import profile_size
 from migplan.smi.rows import PlacementRow, ProfileRow
 
@@ -109,7 +109,9 @@ def host_model(model: GpuModel, table: HostTable) -> GpuModel:
         return model
     by_name = {p.name: p for p in model.profiles}
     profiles = tuple(_profile(r, by_name.get(r.name)) for r in sorted(table.rows, key=lambda r: r.id))
-    return dataclasses.replace(model, id=f"{model.id}@host-{table.digest()}", profiles=profiles, aliases=(),
+    # the catalog's exclusions hold among the profiles the host lists (the driver's own rules, not in the table)
+    return dataclasses.replace(model, id=f"{model.id}@host-{table.digest()}", profiles=profiles,
+                               exclusions=among(model.exclusions, {p.name for p in profiles}), aliases=(),
                                smi_names=(), pci_device_ids=(), confidence="host",
                                source=f"the host's own nvidia-smi mig -lgip/-lgipp (catalog model {model.id})")
 

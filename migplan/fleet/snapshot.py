@@ -90,11 +90,18 @@ class DiscoveredGpu:
         return self.mig_capable and self.mig_current != self.mig_pending
 
     def planning_model(self, catalog: Catalog) -> GpuModel | None:
-        """The model to plan this GPU with: built from its own table where that differs from the catalog."""
+        """The model to plan this GPU with: built from its own table where that differs from the catalog, and
+        with its driver's rules (`GpuModel.for_driver`; an unknown driver is taken as the oldest): the profiles
+        an older driver lacks are left out where the GPU printed no table of its own (its table says what it
+        offers), and the combinations an older driver refuses are enforced (MIG User Guide, "Concepts": 4g.20gb
+        with 3g.20gb before R510). A combination the GPU's current layout holds is evidently allowed by its driver
+        (which made it; an unknown driver, an old snapshot): it is planned as the driver that lifted it."""
         if self.model is None:
             return None
         base = catalog.get(self.model)
-        return host_model(base, self.table) if self.table is not None else base
+        own = host_model(base, self.table) if self.table is not None else base
+        holding = [i.profile for i in self.layout.instances] if self.layout is not None else []
+        return own.for_host(self.driver_version, holding, own_table=self.table is not None)
 
     def state(self, host: str, model: str | None = None) -> GpuState | None:
         if self.model is None or not self.mig_capable:

@@ -207,7 +207,8 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
 
     With `catalog`, offline planning is conservative about drivers: a profile the catalog marks
     `min_driver` is offered only on a host whose inventory `driver:` meets it (no `driver:`, none of
-    them); such a GPU is planned with the catalog model less those profiles (`FleetState.models`)."""
+    them), and a combination an older driver refuses (an exclusion's `min_driver`) is refused there too;
+    such a GPU is planned with the model of that driver (`driver_model`, in `FleetState.models`)."""
     gpus, models = [], {}
     owned: dict[tuple[str, str | None], GpuModel] = {}  # (model, driver) -> driver_model: once, not per GPU
     for host, spec in inventory.gpus():
@@ -218,6 +219,8 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
             own = owned.get((spec.model, host.driver))
             if own is None:
                 own = owned[(spec.model, host.driver)] = driver_model(catalog.get(spec.model), host.driver)
+            if layout is not None and own.excluded_together(i.profile for i in layout.instances):
+                own = driver_model(catalog.get(spec.model), host.driver, layout)  # the layout shows a newer driver
             if own.id != spec.model:
                 models[own.id] = own
                 model = own.id
@@ -226,14 +229,12 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
     return FleetState(tuple(gpus), source="inventory", models=tuple(models.values()))
 
 
-def driver_model(model: GpuModel, driver: str | None) -> GpuModel:
-    """`model` as a host with `driver` (None: unknown, so the oldest) offers it; the same object when no
-    profile is missing, else a model `<id>@host-<digest>` of the profiles that driver has."""
-    kept = tuple(p for p in model.profiles if p.min_driver is None or (driver is not None and p.offered_by(driver)))
-    if len(kept) == len(model.profiles):
-        return model
-    digest = hashlib.sha256(f"driver:{driver}".encode()).hexdigest()[:8]
-    why = f"driver {driver}" if driver else "an unknown driver (set driver: in the inventory)"
-    return dataclasses.replace(model, id=f"{model.id}@host-{digest}", profiles=kept, aliases=(), smi_names=(),
-                               pci_device_ids=(), confidence="host",
-                               source=f"catalog model {model.id} without the profiles {why} lacks")
+def driver_model(model: GpuModel, driver: str | None, layout: Layout | None = None) -> GpuModel:
+    """`model` as a host with `driver` (None: unknown, so the oldest) has it (`GpuModel.for_host`): the same
+    object when that driver lacks no profile and refuses no combination the model allows, else a model
+    `<id>@host-<digest>` of the profiles it has that enforces the combinations it refuses (MIG User Guide,
+    "Concepts": 4g.20gb with 3g.20gb before R510), unless the GPU's declared `layout` holds one."""
+    own = model.for_host(driver, [i.profile for i in layout.instances] if layout is not None else ())
+    if own is model or driver:
+        return own
+    return dataclasses.replace(own, source=f"{own.source} (set driver: in the inventory)")

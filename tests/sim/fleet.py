@@ -57,10 +57,10 @@ def instances_of(layout: Any) -> list[tuple[str, int]]:
     return out
 
 
-def check_layout(model: geo.Model, layout: Any) -> None:
-    """Raise ValueError when the simulator's own rules refuse `layout` on `model`."""
+def check_layout(model: geo.Model, layout: Any, driver: str | None = None) -> None:
+    """Raise ValueError when the simulator's own rules refuse `layout` on `model` (on a host with `driver`)."""
     placed = instances_of(layout)
-    bad = geo.conflicts(model, placed)
+    bad = geo.conflicts(model, placed, driver)
     if bad:
         shown = " ".join(f"{n}@{s}" for n, s in placed)
         raise ValueError(f"invalid layout {shown} on {model.id}: " + "; ".join(f"{r}: {m}" for r, m in bad))
@@ -76,8 +76,9 @@ def resolve_model(model: Any, catalog_files: Iterable[str] = ()) -> geo.Model | 
 def gpu_state(model: geo.Model | None, index: int, *, hostname: str = "gpu-host", mig: bool = True,
               layout: Any = None, cis: bool = True, procs: Sequence[Proc] = (),
               name: str | None = None, memory_total_mib: int | None = None,
-              mode_reset: str = "in-use") -> dict[str, Any]:
-    """One GPU: `model` None is a GPU without MIG (like a T4). `layout` is created with default CIs."""
+              mode_reset: str = "in-use", driver: str | None = None) -> dict[str, Any]:
+    """One GPU: `model` None is a GPU without MIG (like a T4). `layout` is created with default CIs, checked by
+    the rules of a host with `driver` (None: a current one)."""
     uuid = _uuid(f"{hostname}/{index}")
     gpu: dict[str, Any] = {
         "index": index, "model": None if model is None else model.id,
@@ -90,7 +91,7 @@ def gpu_state(model: geo.Model | None, index: int, *, hostname: str = "gpu-host"
     }
     state: dict[str, Any] = {"uuid_counter": 0}
     if layout is not None and model is not None:
-        check_layout(model, layout)
+        check_layout(model, layout, driver)
         for pname, start in instances_of(layout):
             prof = model.profile(pname)
             assert prof is not None  # check_layout refused unknown profiles
@@ -127,11 +128,12 @@ def host_state(model: Any, n_gpus: int, *, hostname: str = "gpu-host", mig: bool
                busy: dict[int, Sequence[Proc]] | None = None, faults: Sequence[dict[str, Any]] = (),
                **flags: Any) -> dict[str, Any]:
     """A host with `n_gpus` GPUs of one model. `layouts`: one for all GPUs or one per GPU (None = empty).
-    `busy`: GPU index -> processes. `flags`: root, ssh, driver_loaded, nvidia_smi, user, catalog_files..."""
+    `busy`: GPU index -> processes. `flags`: root, ssh, driver_loaded, nvidia_smi, user, catalog_files,
+    driver_version (e.g. "470.57.02": placement rules of that driver; default sim.DEFAULT_DRIVER)..."""
     m = resolve_model(model, flags.get("catalog_files", ()))
     per_gpu = [layouts] * n_gpus if _one_layout(layouts) else list(layouts)
     gpus = [gpu_state(m, i, hostname=hostname, mig=mig, layout=per_gpu[i], cis=cis,
-                      procs=(busy or {}).get(i, ())) for i in range(n_gpus)]
+                      procs=(busy or {}).get(i, ()), driver=flags.get("driver_version")) for i in range(n_gpus)]
     return {"version": 1, "hostname": hostname, "root": True, "ssh": "ok", "uuid_counter": 100,
             "faults": [dict(f) for f in faults], "gpus": gpus, "log": [], **flags}
 

@@ -11,7 +11,9 @@ nvmlGpuInstancePlacement_t): a profile starts only where -lgipp lists it; no two
 memory slice; the compute slices of all instances fit the GPU; a profile never exceeds its "Instances
 Total"; at most one instance with media extensions (`+me`) per GPU (UG: "A single 1g profile can include
 media extensions"); the instances together use no more CE/DEC/ENC/JPEG/OFA engines than the whole-GPU profile
-lists in -lgip (or the model's `engine_budget`, where only some are known).
+lists in -lgip (or the model's `engine_budget`, where only some are known); and, on a host whose driver is
+older than R510, no (4 memory, 4 compute) instance next to a (4 memory, 3 compute) one (UG "Concepts", quoted
+at R510_COMBINATION).
 
 Custom models (a host state's `catalog_files`) are read from migplan's documented catalog YAML format
 with PyYAML, again without migplan's code.
@@ -40,7 +42,19 @@ CI_DEFAULT_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 # = 7 (real GH200 output, mig-catalog.yaml ci_profile_notes; other models inferred). A100: not seen, 0 used.
 CI_DEFAULT_1G_DOUBLE_MEMORY = 7
 
-RULES = ("unknown-profile", "bad-start", "overlap", "compute", "max-count", "media-extensions", "engines")
+RULES = ("unknown-profile", "bad-start", "overlap", "compute", "max-count", "media-extensions", "engines",
+         "combination")
+
+# mig-geometry.md §1, quoting the MIG User Guide ("Concepts"): "prior to NVIDIA driver release R510, the combination
+# of a (4 memory, 4 compute) and a (4 memory, 3 compute) profile was not supported" (4g.20gb + 3g.20gb on A100-40GB).
+# Stated in slices of an 8-memory-slice GPU: (memory slices, compute slices) of the two GI shapes, and the branch.
+R510_COMBINATION = ((4, 4), (4, 3))
+R510 = 510
+
+
+def driver_branch(driver: str) -> int:
+    """`470.57.02` (nvidia-smi's driver_version) or a bare branch `470` -> 470."""
+    return int(driver.strip().lstrip("Rr").split(".")[0])
 ENGINES = ("ce", "dec", "enc", "jpeg", "ofa")
 
 
@@ -338,8 +352,21 @@ def find_model(model_id: str, catalog_files: Iterable[str] = ()) -> Model:
 
 # --- the placement rules ------------------------------------------------------------------------
 
-def conflicts(model: Model, placed: Sequence[tuple[str | int, int]]) -> list[tuple[str, str]]:
-    """(rule, message) for every rule that GPU instances `placed` ((profile, start) pairs) break."""
+def driver_conflicts(model: Model, profiles: Sequence[Profile], driver: str | None) -> list[tuple[str, str]]:
+    """The R510_COMBINATION rule on a host with `driver` (None: a current driver, where it does not apply)."""
+    if driver is None or model.memory_slices != 8 or driver_branch(driver) >= R510:
+        return []
+    shapes = {(p.memory_slices, p.compute_slices): p.name for p in profiles}
+    if not all(shape in shapes for shape in R510_COMBINATION):
+        return []
+    both = " and ".join(shapes[shape] for shape in R510_COMBINATION)
+    return [("combination", f"{both} together are not supported before driver R510 (this host: {driver})")]
+
+
+def conflicts(model: Model, placed: Sequence[tuple[str | int, int]],
+              driver: str | None = None) -> list[tuple[str, str]]:
+    """(rule, message) for every rule that GPU instances `placed` ((profile, start) pairs) break on a host with
+    `driver` (None: a current driver, where no driver rule applies)."""
     out: list[tuple[str, str]] = []
     known: list[tuple[Profile, int]] = []
     for ref, start in placed:
@@ -369,6 +396,7 @@ def conflicts(model: Model, placed: Sequence[tuple[str | int, int]]) -> list[tup
             out.append(("max-count", f"{n} x {prof.name}; Instances Total is {prof.max_count}"))
     if sum(1 for p, _ in known if p.media_extensions) > 1:
         out.append(("media-extensions", "more than one instance with media extensions (+me)"))
+    out += driver_conflicts(model, [p for p, _ in known], driver)
     if any(rule == "media-extensions" for rule, _ in out):
         return out  # a second +me already explains the media engines it would share (one cause, one rule)
     for kind, most in model.engine_limits().items():
@@ -378,11 +406,13 @@ def conflicts(model: Model, placed: Sequence[tuple[str | int, int]]) -> list[tup
     return out
 
 
-def remaining(model: Model, placed: Sequence[tuple[str | int, int]], prof: Profile) -> int:
-    """How many more `prof` instances fit now: the -lgip "Free" column (nvidia-smi-mig.md §3)."""
+def remaining(model: Model, placed: Sequence[tuple[str | int, int]], prof: Profile, driver: str | None = None) -> int:
+    """How many more `prof` instances fit now: the -lgip "Free" column (nvidia-smi-mig.md §3). Under a driver
+    rule (R510_COMBINATION) the column is taken to count what the driver would create: unverified, no -lgip of
+    such a host is in the reference."""
     cur, count = list(placed), 0
     for start in prof.starts:
-        if not conflicts(model, [*cur, (prof.id, start)]):
+        if not conflicts(model, [*cur, (prof.id, start)], driver):
             cur.append((prof.id, start))
             count += 1
     return count

@@ -112,6 +112,14 @@ def new_uuid(state: dict[str, Any], prefix: str, seed: str) -> str:
 
 # --- geometry -------------------------------------------------------------------------------
 
+DEFAULT_DRIVER = "535.129.03"  # what a host state without `driver_version` reports
+
+
+def driver_of(state: dict[str, Any]) -> str:
+    """The simulated host's driver version (`driver_version` of the state): placement rules depend on it."""
+    return str(state.get("driver_version", DEFAULT_DRIVER))
+
+
 def gi_profile(model: Model, gi: dict[str, Any]) -> Profile:
     prof = model.profile(int(gi["profile_id"]))
     if prof is None:
@@ -328,11 +336,11 @@ LCI_HEAD = [  # §9 verbatim (H100, with Placement, 70 columns)
 ]
 
 
-def lgip_rows(model: Model, gpu: dict[str, Any]) -> list[str]:
+def lgip_rows(model: Model, gpu: dict[str, Any], driver: str | None = None) -> list[str]:
     """One GPU's -lgip rows: the verbatim sample's lines where there is one (GPU index and Free column set
     to this GPU's), else rows in the same 79-column format (§3)."""
     placed = placed_of(gpu)
-    free = {p.id: geo.remaining(model, placed, p) for p in model.profiles}
+    free = {p.id: geo.remaining(model, placed, p, driver) for p in model.profiles}
     if model.lgip_sample is not None:
         out = []
         for line in model.lgip_sample.splitlines()[len(LGIP_HEAD):]:
@@ -364,7 +372,7 @@ def do_lgip(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject:
         raise Fail([f"Failed to display GPU instance profiles: {err}"], code_of(err))  # §3
     out.extend(LGIP_HEAD)
     for gpu, model in gpus:
-        out.extend(lgip_rows(model, gpu))
+        out.extend(lgip_rows(model, gpu, driver_of(state)))
 
 
 def do_lgipp(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
@@ -422,8 +430,11 @@ def do_lci(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
 
 # --- mig create / destroy -------------------------------------------------------------------
 
-def resolve_gi(model: Model, placed: Placed, token: str) -> tuple[Profile | None, int | None, str | None]:
-    """(profile, start, error) for one `-cgi` tuple `PROFILE[:START]` (§5), by the simulator's own rules."""
+def resolve_gi(model: Model, placed: Placed, token: str,
+               driver: str | None = None) -> tuple[Profile | None, int | None, str | None]:
+    """(profile, start, error) for one `-cgi` tuple `PROFILE[:START]` (§5), by the simulator's own rules on a host
+    with `driver`. A combination the driver does not support (geometry.R510_COMBINATION) is refused with the
+    generic "Insufficient Resources" of §5: the reference has no text for that refusal (unverified)."""
     ref, sep, start_txt = token.rpartition(":") if ":" in token else (token, "", "")
     prof = model.profile(ref)
     if prof is None or (sep and not start_txt.isdigit()):
@@ -432,9 +443,9 @@ def resolve_gi(model: Model, placed: Placed, token: str) -> tuple[Profile | None
         return prof, None, "Invalid Argument"  # a placement -lgipp does not list (unverified code)
     starts = [int(start_txt)] if sep else sorted(prof.starts, reverse=True)  # driver's choice: undocumented (§5)
     for start in starts:
-        if not geo.conflicts(model, [*placed, (prof.id, start)]):
+        if not geo.conflicts(model, [*placed, (prof.id, start)], driver):
             return prof, start, None
-    return prof, None, "Insufficient Resources"  # overlap, compute slices, per-profile or +me limit (§5)
+    return prof, None, "Insufficient Resources"  # overlap, compute slices, per-profile, +me or driver limit (§5)
 
 
 def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: dict[str, Any] | None) -> None:
@@ -442,7 +453,7 @@ def do_cgi(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject: 
     tokens = str(opts["cgi"]).split(",")
     for gpu, model in gpus:
         for item, token in enumerate(tokens):
-            prof, start, err = resolve_gi(model, placed_of(gpu), token)
+            prof, start, err = resolve_gi(model, placed_of(gpu), token, driver_of(state))
             err = injected(inject, item, state) or err
             if err or prof is None or start is None:
                 shown = token.rpartition(":")[0] if ":" in token else token  # echoed as typed (§5)
@@ -642,7 +653,7 @@ def gpu_field(state: dict[str, Any], gpu: dict[str, Any], field: str) -> str | N
         "memory.total": gpu["memory_total_mib"], "memory.used": used, "memory.free": gpu["memory_total_mib"] - used,
         "mig.mode.current": "[N/A]" if mig is None else ("Enabled" if gpu["mig_current"] else "Disabled"),
         "mig.mode.pending": "[N/A]" if mig is None else ("Enabled" if gpu["mig_pending"] else "Disabled"),
-        "pci.device_id": gpu["pci_device_id"], "driver_version": state.get("driver_version", "535.129.03"),
+        "pci.device_id": gpu["pci_device_id"], "driver_version": driver_of(state),
         "count": len(state["gpus"]),
     }
     return None if field not in values else str(values[field])
@@ -729,7 +740,7 @@ def do_table(state: dict[str, Any], opts: dict[str, Any], out: list[str], inject
     GPU, GI ID, CI ID, MIG device index, memory used / total of the instance)."""
     gpus = select(state, opts.get("id"))
     out += ["+---------------------------------------------------------------------------------------+",
-            f"| NVIDIA-SMI (simulated)       Driver Version: {state.get('driver_version', '535.129.03'):<41}|",
+            f"| NVIDIA-SMI (simulated)       Driver Version: {driver_of(state):<41}|",
             "+---------------------------------------------------------------------------------------+"]
     rows = []
     for gpu in gpus:
