@@ -82,8 +82,9 @@ def test_busy_instance_kept_without_consent(allow) -> None:
     st = fleet(gpu("a", 0, layout=["1g.5gb@3"], busy=(Instance(3, "1g.5gb"),)))
     p = run(st, profiles(wl("big", 30000)), dataclasses.replace(EXACT, allow_disrupt=allow))
     if allow:
-        # the busy instance goes (consent), and the full-GPU workload gets the GPU with MIG off
-        assert placed(p)["big"] == ("a", 0, None) and targets(p)[("a", 0)] is None
+        # the busy instance goes (consent), and the full-GPU workload gets the whole GPU as a 7g instance: MIG stays
+        # on (disabling it needs a GPU reset on Ampere, weights.mode + weights.reset)
+        assert placed(p)["big"] == ("a", 0, "7g.40gb@0") and targets(p)[("a", 0)] == ["7g.40gb@0"]
         assert p.summary.busy_disrupted == 1
     else:
         assert "1g.5gb@3" in (targets(p)[("a", 0)] or []) and p.summary.workloads_unplaced == 1

@@ -46,8 +46,13 @@ def test_whole_gpu_workload_takes_the_whole_gpu_with_mig_off() -> None:
     assert p.summary.gpus_used == 1
 
 
-def test_whole_gpu_on_a_mig_enabled_empty_gpu_disables_mig() -> None:
+def test_whole_gpu_workload_on_a_mig_enabled_empty_gpu_keeps_mig_on() -> None:
+    # disabling MIG is a mode change, a GPU reset on Ampere (weights.mode + weights.reset): a lone 7g instance
+    # holds the workload without one; a workload that must have the whole GPU still gets MIG disabled
     p = run(fleet(gpu("h", 0, layout=[])), profiles(wl("llm", 30000)))
+    assert placed(p)["llm"] == ("h", 0, "7g.40gb@0")
+    assert [str(a) for a in p.gpus[0].actions] == ["create-gi 7g.40gb@0", "create-ci 7g.40gb@0"]
+    p = run(fleet(gpu("h", 0, layout=[])), profiles(wl("llm", 30000, min_profile="whole")))
     assert placed(p)["llm"] == ("h", 0, None)
     assert [str(a) for a in p.gpus[0].actions] == ["disable-mig +reset"]
 

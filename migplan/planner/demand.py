@@ -46,6 +46,12 @@ class Weights:
     change: float = 5.0  # per GPU whose layout changes
     fragment: float = 1.0  # per instance in a used GPU's layout pattern
     waste: float = 0.5  # per allocated but not demanded slice (compute + memory)
+    # per GPU whose MIG mode changes, and again when that change needs a GPU reset (Ampere; docs/model.md §7): 2 + 2,
+    # on top of `change`, so a GPU whose mode changes costs more than one whose instances merely change; above an
+    # instance (`fragment`) and below a GPU and the least a running workload's move costs (consolidating,
+    # MOVE_SHARE_OF_GPU x gpu = 5): of equally good GPUs, one whose mode stays, then one that needs no reset
+    mode: float = 2.0
+    reset: float = 2.0
 
 
 # Consolidating, a move of a running workload costs this share of a GPU's weight (5 of 100 by default),

@@ -17,6 +17,7 @@ Rows (one function per family below)
   keep-free sum_g x[g, empty] >= K
   moves     (consolidation with a budget) sum_{g,p} |d(g,p)| x[g,p] <= max_moves
 Objective (minimise)  W_u sum value_c u_c + W_d disruptions + W_gpu used + W_chg changed
+                      + W_mode MIG mode changes + W_reset of them needing a GPU reset
                       + W_frag instances + W_waste excess slices
                       (consolidating: a displaced item costs W_gpu / 20 x (1 + priority / top priority), not W_d)
 
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from migplan.catalog.geometry import GpuModel
+from migplan.fleet.diff import RESET_ON_MODE_CHANGE
 from migplan.layout import Layout
 from migplan.planner.demand import MOVE_SHARE_OF_GPU, Weights
 from migplan.planner.groups import Group, Klass, Split
@@ -66,6 +68,8 @@ class PatternInfo:
     used: int
     change: int
     evict: bool = False  # WHOLE only: the running whole-GPU workload leaves, another takes the GPU
+    mode: int = 0  # 1 when it changes the GPU's MIG mode (a layout on a MIG-disabled GPU, WHOLE on an enabled one)
+    reset: int = 0  # 1 when that mode change needs a GPU reset (fleet.diff.RESET_ON_MODE_CHANGE: Ampere)
 
     @property
     def empty(self) -> bool:
@@ -92,14 +96,23 @@ class Formulation:
         return c.special or bool(self.refine & set(c.sample.groups))
 
 
+def _mode(model: GpuModel, changes: bool) -> tuple[int, int]:
+    """(mode, reset) of a pattern: whether it changes the MIG mode, and whether that needs a GPU reset. On
+    Ampere the driver resets the GPU to change the mode, which fails while a client such as nvidia-persistenced
+    holds it; Hopper and later change it without a reset (MIG User Guide, "Getting Started with MIG",
+    docs/nvidia-smi.md §1; `fleet.diff` writes the same `+reset` on the action)."""
+    return int(changes), int(changes and model.architecture in RESET_ON_MODE_CHANGE)
+
+
 def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     if pattern is WHOLE:
         # MIG disabled: a running whole-GPU workload (or unprofiled processes) keeps the GPU, else it offers one
         # WHOLE_GPU place; every running instance goes (its workloads are displaced, busy ones destroyed)
         taken = g.soft_whole >= 0 or g.busy_whole or g.hard_whole
         displaced = Counter(c for _, c in g.soft)
+        mode, reset = _mode(model, g.current is not None)  # MIG enabled now: disabling it
         return PatternInfo(WHOLE, Counter() if taken else Counter({WHOLE_GPU: 1}), displaced,
-                           len(g.soft_busy), 1, int(g.current is not None))
+                           len(g.soft_busy), 1, int(g.current is not None), mode=mode, reset=reset)
     pk = keys(model, pattern)
     kept = {k for k, _ in g.soft if k in pk}
     displaced = Counter(c for k, c in g.soft if k not in pk)
@@ -110,7 +123,9 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     same = (g.current is not None and pk == keys(model, g.current)) or (
         len(pattern) == 0 and (g.current is None or len(g.current) == 0))
     destroyed = len(g.soft_busy - pk) + int(g.busy_whole)  # enabling MIG stops the whole-GPU processes
-    return PatternInfo(pattern, free, displaced, destroyed, int(len(pattern) > 0), int(not same))
+    mode, reset = _mode(model, g.current is None and len(pattern) > 0)  # MIG disabled now: enabling it
+    return PatternInfo(pattern, free, displaced, destroyed, int(len(pattern) > 0), int(not same),
+                       mode=mode, reset=reset)
 
 
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
@@ -540,7 +555,8 @@ def _objective(f: Formulation, w: Weights) -> None:
         info = f.patterns[gi][pi]
         n_inst = len(info.pattern) if info.pattern is not WHOLE else 0  # MIG off: no instance at all
         cost = (sum(move[c] * n for c, n in info.displaced.items()) + w.disrupt * info.destroyed_busy
-                + w.gpu * info.used + w.change * info.change + w.fragment * n_inst)
+                + w.gpu * info.used + w.change * info.change + w.mode * info.mode + w.reset * info.reset
+                + w.fragment * n_inst)
         f.milp.cost(v, cost)
     if not w.waste:  # the lower bound's weights: every placement costs 0.0, no waste to work out
         for v in (*f.y_pool.values(), *f.y_group.values()):

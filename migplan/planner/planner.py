@@ -45,7 +45,7 @@ from migplan.planner.validate import check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
-LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0)
+LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0)
 
 
 def gpu_lower_bound(problem: Problem, sp: Split, solver: Solver,
