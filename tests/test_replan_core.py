@@ -1,5 +1,6 @@
-"""The pure parts of replan: the hysteresis decision, maintenance windows, the cool-down, the metrics text and
-the schedule files (checked with the real systemd-analyze where it is installed)."""
+"""The pure parts of replan: the hysteresis decision and its line (also on plans the planner makes), maintenance
+windows, the cool-down, the metrics text and the schedule files (checked with the real systemd-analyze where
+it is installed; tests/test_replan_schedule.py reads the scheduled command back as cron and systemd do)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from migplan.commands.schedule import install, remove
 from migplan.errors import InputError
+from migplan.layout import Layout
 from migplan.replan import metrics, schedule
-from migplan.replan.decide import Standing, decide, in_cooldown
+from migplan.replan.decide import Served, Standing, decide, in_cooldown, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window
 
 
@@ -23,42 +25,137 @@ class _Summary:
         self.gpus_changed = changed
 
 
+class _Gpu:
+    def __init__(self, host: str, index: int, target: list[str] | None) -> None:
+        self.host, self.index = host, index
+        self.target = Layout.parse(target) if target is not None else None
+
+
 class _Plan:
-    def __init__(self, changed: int = 1) -> None:
+    """What decide reads of a plan: whether it changes a GPU, and each GPU's target layout."""
+
+    def __init__(self, changed: int = 1, targets: dict[tuple[str, int], list[str] | None] | None = None) -> None:
         self.summary = _Summary(changed)
+        self.gpus = tuple(_Gpu(h, i, t) for (h, i), t in (targets or {}).items())
 
 
-NOW = Standing(left_out=0, outgrown=0, gpus_used=10, waste_mib=100_000)
+def _at(instance: str | None, gpu: int = 0, *, outgrown: bool = False) -> Served:
+    return Served(("h", gpu, instance), outgrown)
+
+
+OUT = Served(None)  # left out
+NOW = Standing({"a": _at("3g.20gb@0")}, gpus_used=10, waste_mib=100_000)
 
 
 @pytest.mark.parametrize(("planned", "applies", "urgent", "words"), [
-    (Standing(0, 0, 10, 100_000), False, False, "not applied: frees 0 GPU(s), threshold 1"),
-    (Standing(0, 0, 9, 100_000), True, False, "frees 1 GPU(s) (threshold 1)"),
-    (Standing(0, 0, 10, 95_000), False, False, "cuts unneeded memory by 5%, threshold 10%"),
-    (Standing(0, 0, 10, 80_000), True, False, "cuts unneeded memory by 20% (threshold 10%)"),
+    (Standing(NOW.workloads, 10, 100_000), False, False, "not applied: frees 0 GPU(s), threshold 1"),
+    (Standing(NOW.workloads, 9, 100_000), True, False, "frees 1 GPU(s) (threshold 1)"),
+    (Standing(NOW.workloads, 10, 95_000), False, False, "cuts unneeded memory by 5%, threshold 10%"),
+    (Standing(NOW.workloads, 10, 80_000), True, False, "cuts unneeded memory by 20% (threshold 10%)"),
 ])
 def test_the_decision_applies_only_past_a_threshold(planned: Standing, applies: bool, urgent: bool,
                                                     words: str) -> None:
     d = decide(NOW, planned, _Plan(), ReplanPolicy())  # type: ignore[arg-type]
     assert (d.apply, d.urgent) == (applies, urgent) and words in d.line, d.line
+    assert applies or d.line.endswith("; no demand left out or outgrown"), d.line
 
 
-def test_demand_left_out_and_outgrown_instances_are_urgent() -> None:
-    now = dataclasses.replace(NOW, left_out=2, outgrown=1)
-    d = decide(now, Standing(0, 0, 11, 100_000), _Plan(), ReplanPolicy())  # type: ignore[arg-type]
+def test_a_plan_that_places_and_moves_says_how_many_of_each() -> None:
+    now = Standing({"x": OUT, "y": OUT, "z": _at("1g.5gb@0", outgrown=True), "w": _at("2g.10gb@4")}, 10, 100_000)
+    planned = Standing({"x": _at("1g.5gb@0", 1), "y": _at("1g.5gb@1", 1), "z": _at("2g.10gb@2"),
+                        "w": _at("2g.10gb@4")}, 11, 100_000)
+    d = decide(now, planned, _Plan(), ReplanPolicy())  # type: ignore[arg-type]
     assert d.apply and d.urgent
-    assert d.reasons[:2] == ("places 2 workload(s) now left out", "moves 1 workload(s) that outgrew their instance")
+    assert d.reasons == ("places 2 workload(s) now left out",
+                         "gives 1 workload(s) that outgrew their instance a larger one"), d.reasons
 
 
-def test_a_plan_that_leaves_out_more_than_runs_now_is_not_applied() -> None:
-    now = dataclasses.replace(NOW, left_out=0)
-    d = decide(now, Standing(1, 0, 5, 0), _Plan(), ReplanPolicy())  # type: ignore[arg-type]
-    assert not d.apply and "would leave out 1 more" in d.line
+def test_an_outgrown_workload_the_plan_leaves_out_is_no_move() -> None:
+    """Outgrown count falls only because the plan leaves z out (its instance goes), while it places x in its
+    stead: no move is claimed and nothing is urgent; the line says what the plan does instead."""
+    now = Standing({"x": OUT, "z": _at("1g.5gb@0", outgrown=True)}, 1, 1_000)
+    planned = Standing({"x": _at("2g.10gb@0"), "z": OUT}, 1, 1_000)
+    plan = _Plan(targets={("h", 0): ["2g.10gb@0"]})
+    d = decide(now, planned, plan, ReplanPolicy())  # type: ignore[arg-type]
+    assert not d.apply and not d.urgent and "outgrew" not in " ".join(d.reasons), d
+    assert d.line == ("not applied: frees 0 GPU(s), threshold 1; cuts unneeded memory by 0%, threshold 10%; "
+                      "places 1 workload(s) now left out but leaves out 1 that run now; gives none of the 1 "
+                      "workload(s) that outgrew their instance a larger one"), d.line
+    alone = decide(Standing({"z": now.workloads["z"]}, 2, 1_000), Standing({"z": OUT}, 1, 1_000), plan,
+                   ReplanPolicy())  # type: ignore[arg-type]
+    assert not alone.apply and alone.line == "not applied: it would leave out 1 workload(s) that run now"
+
+
+def test_an_outgrown_workload_that_keeps_running_in_place_is_not_left_out() -> None:
+    """Without consent to disrupt, the plan lists z as not placed, yet z keeps its instance (it stays in the
+    target): placing x elsewhere is urgent, and neither a move nor a drop is claimed."""
+    now = Standing({"x": OUT, "z": _at("1g.5gb@0", outgrown=True)}, 1, 1_000)
+    planned = Standing({"x": _at("2g.10gb@2"), "z": OUT}, 1, 1_000)
+    d = decide(now, planned, _Plan(changed=0, targets={("h", 0): ["1g.5gb@0", "2g.10gb@2"]}),
+               ReplanPolicy())  # type: ignore[arg-type]
+    assert d.apply and d.urgent and d.line == "applied: places 1 workload(s) now left out", d.line
+    gone = decide(now, planned, _Plan(changed=1, targets={("h", 0): ["2g.10gb@2"]}),
+                  ReplanPolicy())  # type: ignore[arg-type]
+    assert not gone.apply and "but leaves out 1 that run now" in gone.line, gone.line
+
+
+def test_a_plan_that_swaps_who_is_left_out_says_so_when_it_applies() -> None:
+    now = Standing({"x": OUT, "y": _at("1g.5gb@0")}, 2, 10_000)
+    planned = Standing({"x": _at("1g.5gb@0", 1), "y": OUT}, 1, 10_000)
+    d = decide(now, planned, _Plan(targets={("h", 0): None, ("h", 1): ["1g.5gb@0"]}),
+               ReplanPolicy())  # type: ignore[arg-type]
+    assert d.apply and not d.urgent and d.reasons == ("frees 1 GPU(s) (threshold 1)",)
+    assert d.line.endswith("(it also places 1 workload(s) now left out and leaves out 1 that run now)"), d.line
+
+
+def test_a_plan_that_leaves_out_more_than_it_places_is_not_applied() -> None:
+    d = decide(NOW, Standing({"a": OUT}, 5, 0), _Plan(), ReplanPolicy())  # type: ignore[arg-type]
+    assert not d.apply and d.line == "not applied: it would leave out 1 workload(s) that run now", d.line
+    now = Standing({"a": _at("1g.5gb@0"), "b": _at("1g.5gb@1"), "x": OUT}, 2, 0)
+    d = decide(now, Standing({"a": OUT, "b": OUT, "x": _at("3g.20gb@4")}, 1, 0), _Plan(targets={("h", 0): []}),
+               ReplanPolicy())  # type: ignore[arg-type]
+    assert not d.apply and d.line == "not applied: it would leave out 2 workload(s) that run now, placing 1 now " \
+        "left out", d.line
+    # a workload the plan does not place but whose instance stays (it may not be stopped) is not left out
+    kept = decide(now, Standing({"a": OUT, "b": _at("1g.5gb@1"), "x": OUT}, 1, 0),
+                  _Plan(targets={("h", 0): ["1g.5gb@0", "1g.5gb@1"], ("h", 1): None}), ReplanPolicy())  # type: ignore[arg-type]
+    assert kept.apply and kept.line == "applied: frees 1 GPU(s) (threshold 1)", kept.line
 
 
 def test_a_plan_without_changes_is_nothing_to_do() -> None:
-    d = decide(NOW, Standing(0, 0, 8, 0), _Plan(changed=0), ReplanPolicy())  # type: ignore[arg-type]
+    d = decide(NOW, Standing(NOW.workloads, 8, 0), _Plan(changed=0), ReplanPolicy())  # type: ignore[arg-type]
     assert not d.apply and d.line == "nothing to do: the plan changes no GPU"
+    left = Standing({"x": OUT, "z": _at("1g.5gb@0", outgrown=True)}, 1, 0)
+    same = decide(left, left, _Plan(changed=0, targets={("h", 0): ["1g.5gb@0"]}), ReplanPolicy())  # type: ignore[arg-type]
+    assert not same.apply and same.line == "nothing to do: the plan changes no GPU", same.line
+
+
+# The same, on plans the planner makes (CBC) from a problem: one A100 with 1g.5gb@0 1g.5gb@1 2g.10gb@2 3g.20gb@4,
+# where `a` (8,000 MiB sized) has outgrown its 1g.5gb and `b` fits its own.
+def _decided(allow_disrupt: bool, *extra: str) -> tuple[str, dict[str, tuple[str | None, int | None, str | None]]]:
+    from planner_fixtures import CAT, EXACT, fleet, gpu, placed, profiles, run, wl
+
+    from migplan.planner.problem import build_problem
+
+    state = fleet(gpu("h", 0, layout=["1g.5gb@0", "1g.5gb@1", "2g.10gb@2", "3g.20gb@4"]))
+    ps = profiles(wl("a", 8000, host="h", gpu_idx=0, inst="1g.5gb@0"),
+                  wl("b", 3000, host="h", gpu_idx=0, inst="1g.5gb@1"), *(wl(n, 3000) for n in extra))
+    policy = dataclasses.replace(EXACT, allow_disrupt=allow_disrupt)
+    plan = run(state, ps, policy)
+    d = decide(standing_now(build_problem(state, ps, CAT, policy)), standing_planned(plan), plan, ReplanPolicy())
+    return d.line, placed(plan)
+
+
+def test_planned_lines_say_what_the_planner_did() -> None:
+    line, where = _decided(True)  # moves a
+    assert line == "applied: gives 1 workload(s) that outgrew their instance a larger one", line
+    assert where["a"] == ("h", 0, "2g.10gb@2")
+    line, where = _decided(False)  # may not move a: it keeps running where it is, nothing to do
+    assert line == "nothing to do: the plan changes no GPU" and "a" not in where, line
+    # may not move a, places c: urgent for c, and no move claimed (it was "moves 1 workload(s) that outgrew
+    # their instance": a counted as relieved because the plan left it out)
+    line, where = _decided(False, "c")
+    assert line == "applied: places 1 workload(s) now left out" and "c" in where and "a" not in where, line
 
 
 def test_the_cool_down_names_gpus_changed_within_it() -> None:
@@ -124,13 +221,6 @@ def test_schedule_cadence(every: str, cron: str, calendar: str) -> None:
 def test_a_cadence_that_does_not_divide_an_hour_or_a_day_is_refused(every: str) -> None:
     with pytest.raises(ValueError):
         schedule.Schedule(every=every).minutes()
-
-
-def test_scheduled_commands_are_validated_tokens() -> None:
-    with pytest.raises(ValueError):
-        schedule.check_argv(["migplan", "replan", "; rm -rf /"])
-    with pytest.raises(ValueError):
-        schedule.check_argv(["migplan", "replan", "$(id)"])
 
 
 def test_install_is_idempotent_and_remove_removes_everything(tmp_path: Path) -> None:
