@@ -34,6 +34,7 @@ need sudo "become tests (tests/fleet/test_sudo.py: the real sudo for two local t
 need "--no-install-recommends prometheus" "Prometheus tests (tests/test_prometheus.py: promtool backfills, a real prometheus)" promtool prometheus
 need chromium "HTML report's browser tests (a real headless Chromium)" chromium
 need zsh "completion tests (the zsh completion script in a real zsh)" zsh
+need systemd "schedule tests (tests/test_replan_schedule.py: systemd-analyze verify of the written units)" systemd-analyze
 
 # The Ansible tests read INI inventories with the real ansible-core (the optional migplan[ansible] extra).
 python3 -m pip install -q --disable-pip-version-check -e '.[test,ansible]'

@@ -8,13 +8,14 @@ and syslog keep as they are; `--quiet` prints only warnings and errors.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, ProfilesOpt, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
+from migplan.errors import InputError
 from migplan.text import printable
 
 
@@ -88,18 +89,68 @@ schedule_app = typer.Typer(help="Run replan on a schedule (cron or a systemd tim
                            no_args_is_help=True)
 
 
+def _replan_command() -> Any:
+    """`replan`'s click command, built as `migplan replan` builds it (migplan.cli.app), to parse with."""
+    from migplan.cli.app import app
+
+    single = typer.Typer(context_settings=app.info.context_settings)  # -h and --help, as under `migplan`
+    single.command("replan")(replan)
+    return typer.main.get_command(single)
+
+
+# replan options that make a scheduled run do something else than a run
+_NOT_SCHEDULED = {"help": "prints replan's help instead of running it",
+                  "history": "lists past runs instead of running"}
+
+
+def check_replan_args(args: list[str]) -> None:
+    """Parse the options to schedule with replan's own parser, running nothing; InputError (exit 2) naming
+    an option replan does not have, a value it refuses, or an argument it takes no place for.
+
+    Not `make_context(resilient_parsing=True)`: a resilient parse passes over unknown options and missing
+    values. The parser alone reads neither the environment nor runs a callback; each option given is then
+    converted as replan converts it (its only callback, --help's, is refused before)."""
+    cmd = _replan_command()
+    usage_error: type[Any] = typer.BadParameter.__bases__[0]  # click's UsageError (typer >= 0.2x has its own)
+    ctx = cmd.context_class(cmd, info_name="replan", **cmd.context_settings)
+    try:
+        opts, extra, order = cmd.make_parser(ctx).parse_args(list(args))
+    except usage_error as e:
+        if hasattr(e, "possibilities"):  # NoSuchOption
+            hint = f" (did you mean {' or '.join(sorted(e.possibilities))}?)" if e.possibilities else ""
+            raise InputError(f"replan has no option {e.option_name}{hint}: remove it from the options after -- "
+                             "('migplan replan --help' lists them)") from None
+        raise InputError(f"the replan options after --: {e.format_message()}") from None  # a value missing
+    if extra:
+        raise InputError(f"replan takes no argument {extra[0]!r}: after -- give replan's options only, e.g. -i "
+                         "/etc/migplan/inventory.yaml")
+    for param in order:
+        if param.name in _NOT_SCHEDULED:
+            names = "/".join(sorted(param.opts, key=lambda o: (len(o), o)))  # click keeps help's names in a set
+            raise InputError(f"replan {names} {_NOT_SCHEDULED[param.name]}: leave it out of the options after --")
+    for param in dict.fromkeys(order):
+        try:
+            param.process_value(ctx, opts[param.name])
+        except usage_error as e:
+            raise InputError(f"the replan options after --: {e.format_message()}") from None
+
+
 def _files(kind: str, every: str, at_boot: bool, migplan: str, args: list[str]) -> dict[str, str]:
     from migplan.replan import schedule as s
 
+    check_replan_args(args)
     argv = (migplan, "replan", "--quiet", *args)
-    plan = s.Schedule(every=every, argv=s.check_argv(argv))
-    out: dict[str, str] = {}
-    if kind == "cron":
-        out[s.CRON_PATH] = s.cron_entry(plan)
-    else:
-        out.update({f"{s.UNIT_DIR}/{k}": v for k, v in s.replan_units(plan).items()})
-    if at_boot:
-        out[f"{s.UNIT_DIR}/{s.RESTORE_SERVICE}"] = s.restore_unit(migplan)
+    try:
+        plan = s.Schedule(every=every, argv=s.check_argv(argv))
+        out: dict[str, str] = {}
+        if kind == "cron":
+            out[s.CRON_PATH] = s.cron_entry(plan)
+        else:
+            out.update({f"{s.UNIT_DIR}/{k}": v for k, v in s.replan_units(plan).items()})
+        if at_boot:
+            out[f"{s.UNIT_DIR}/{s.RESTORE_SERVICE}"] = s.restore_unit(migplan)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     return out
 
 
@@ -112,9 +163,16 @@ RootOpt = Annotated[str, typer.Option("--root", help="Install under this directo
 
 
 def _migplan_path() -> str:
+    import os
     import shutil
 
-    return shutil.which("migplan") or sys.argv[0]
+    return os.path.abspath(shutil.which("migplan") or sys.argv[0])  # ExecStart= needs an absolute path
+
+
+def _kind(kind: str) -> str:
+    if kind not in ("cron", "systemd"):
+        raise InputError(f"--with {kind!r}: give cron or systemd")
+    return kind
 
 
 @schedule_app.command("install")
@@ -126,12 +184,7 @@ def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot:
     """Write the cron entry or the systemd units (idempotent: unchanged files are left alone)."""
     from migplan.commands.schedule import install
 
-    if kind not in ("cron", "systemd"):
-        raise typer.BadParameter("--with: cron or systemd")
-    try:
-        files = _files(kind, every, at_boot, _migplan_path(), list(args or []))
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+    files = _files(_kind(kind), every, at_boot, _migplan_path(), list(args or []))
     for line in install(files, root=root, systemd=kind == "systemd" or at_boot):
         info(line)
 
@@ -141,10 +194,7 @@ def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot:
 def schedule_show(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot: BootOpt = False,
                   args: Annotated[Optional[list[str]], typer.Argument(show_default=False)] = None) -> None:  # noqa: UP045
     """Print what 'schedule install' would write, file by file."""
-    try:
-        files = _files(kind, every, at_boot, _migplan_path(), list(args or []))
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+    files = _files(_kind(kind), every, at_boot, _migplan_path(), list(args or []))
     for path, text in files.items():
         typer.echo(f"# {path}\n{text}")
 

@@ -25,8 +25,8 @@ def install(files: Mapping[str, str], *, root: str = "/", systemd: bool = True) 
     for path, text in files.items():
         target = _under(root, path)
         try:
-            same = target.read_text() == text
-        except (FileNotFoundError, UnicodeDecodeError):
+            same = target.read_bytes() == text.encode("utf-8")  # as write_atomic writes it
+        except FileNotFoundError:
             same = False
         if same:
             out.append(f"unchanged: {target}")
