@@ -110,9 +110,9 @@ def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_pa
     mutating = [t for t in runner.trips if t.startswith("nvidia-smi") and not is_read_only(t.split())]
     assert len(mutating) == 3 * GPUS  # -dci, -dgi, -cgi (or -mig, -r, -cgi) per GPU: nothing batched across GPUs
     overhead = [t for t in runner.trips if t not in mutating]
-    # the lock, the reads before (pre-flight help + state) and after (read-back, memory, UUIDs), mkdir, the
-    # assignments, one env file (the one placed workload), last-applied.json
-    assert overhead == ["lock", "batch of 9", "batch of 5", f"mkdir -p -- {host.state_dir}/env",
+    # the lock, the reads before (pre-flight help + state, plain nvidia-smi's processes among them) and after
+    # (read-back, memory, UUIDs), mkdir, the assignments, one env file (the one placed workload), last-applied.json
+    assert overhead == ["lock", "batch of 10", "batch of 5", f"mkdir -p -- {host.state_dir}/env",
                         f"put {host.state_dir}/assignments.json", f"put {host.state_dir}/env/chat.env",
                         f"put {host.state_dir}/last-applied.json"], overhead
     assert len(runner.trips) / GPUS <= 4
@@ -153,8 +153,8 @@ def test_reapplying_reads_once_and_changes_nothing(tmp_path: Path) -> None:
     runner = Trips(state)
     rep = _apply(runner, host, done, tmp_path / "j2.jsonl")
     assert [g.outcome for g in rep.gpus] == [GpuOutcome.UNCHANGED] * GPUS
-    assert runner.trips[:2] == ["lock", "batch of 9"] and not any(t.startswith("nvidia-smi") for t in runner.trips)
-    assert len(read_state(state)["log"]) - before == 9  # the one batch of reads, nothing else on the GPUs
+    assert runner.trips[:2] == ["lock", "batch of 10"] and not any(t.startswith("nvidia-smi") for t in runner.trips)
+    assert len(read_state(state)["log"]) - before == 10  # the one batch of reads, nothing else on the GPUs
     assert rep.assignments[0].device and rep.assignments[0].device.startswith("MIG-")
 
 

@@ -44,7 +44,7 @@ from migplan.adapters.runner import CommandRunner, HostError
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import MigplanError
-from migplan.fleet.discover import discover_host
+from migplan.fleet.discover import READS, busy_without_table, discover_host
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredGpu, DiscoveredHost, DiscoveredInstance
 from migplan.fleet.state import GpuState, changes
 from migplan.fleet.steps import (
@@ -240,13 +240,16 @@ def _busy_problem(plan: GpuPlan, live: GpuState, allow_disrupt: bool) -> str | N
     return None
 
 
-def _precheck(plan: GpuPlan, live: GpuState | None, options: ApplyOptions) -> GpuResult | None:
-    """The GPU's result when nothing is to be run on it (unchanged, held, stale or busy), else None."""
+def _precheck(plan: GpuPlan, live: GpuState | None, options: ApplyOptions,
+              seen: GpuState | None = None) -> GpuResult | None:
+    """The GPU's result when nothing is to be run on it (unchanged, held, stale or busy), else None. `seen`: `live`
+    for the stale check, its busy instances placed as the plan's discovery placed them (`_as_planned`); whether
+    the plan would destroy a busy instance is judged on `live`, what is read now."""
     if live is not None and live.current == plan.target and live.mig_pending is None:
         return GpuResult(plan.index, GpuOutcome.UNCHANGED, "already as planned", layout=_listed(plan.target))
     if plan.hold is not None:
         return GpuResult(plan.index, GpuOutcome.SKIPPED, f"{plan.hold} in the plan")
-    stale = changes(plan.observed, live)
+    stale = changes(plan.observed, seen if seen is not None else live)
     if stale:
         return GpuResult(plan.index, GpuOutcome.REFUSED, "changed since the plan was made: " + "; ".join(stale)
                          + " (re-plan with 'migplan propose')")
@@ -255,6 +258,24 @@ def _precheck(plan: GpuPlan, live: GpuState | None, options: ApplyOptions) -> Gp
     if busy:
         return GpuResult(plan.index, GpuOutcome.SKIPPED, busy)
     return None
+
+
+def _as_planned(assumed: GpuState, live: GpuState | None, d: DiscoveredGpu | None,
+                apps: Callable[[], Sequence[smi.ComputeApp]]) -> GpuState | None:
+    """`live` with the busy instances the plan assumed, when they differ from it only by how processes were placed
+    on GPU instances: by plain `nvidia-smi`'s Processes table (fleet.discover), or without it (a discovery that
+    could not read it, or a migplan before it did) -- a changed way of reading is not a changed GPU. So: when the
+    rules without that table, applied to the processes read now, give what the plan assumed; or when processes
+    cannot be placed now (every instance counts as busy, the plan's busy ones among them). Else `live` itself."""
+    if live is None or d is None or set(live.busy) == set(assumed.busy):
+        return live
+    if d.mig_current and d.processes and set(assumed.busy) <= set(live.busy):
+        return dataclasses.replace(live, busy=assumed.busy)
+    try:
+        without = busy_without_table(d, apps())
+    except _FAILURES:  # `--query-compute-apps` was read with the host: only a lost batch gets here
+        return live
+    return dataclasses.replace(live, busy=assumed.busy) if set(without) == set(assumed.busy) else live
 
 
 def _checkpoint(d: DiscoveredGpu) -> _Live:
@@ -397,6 +418,7 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
             live[d.index], models[d.index] = st, own
     results: dict[int, GpuResult] = {}
     todo: dict[int, _Gpu] = {}
+    apps = functools.cache(session.compute_apps)  # read with the host (FIRST_READS): asked for a busy difference
     for gp in sorted(plans, key=lambda p: p.index):
         model = models.get(gp.index) or catalog.get(gp.model)
         short = shortfalls(catalog.get(gp.model), model, gp.target)
@@ -408,7 +430,7 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
         st = live.get(gp.index)
         if st is not None and st.model != gp.model:  # the same GPU, described by another (equivalent) model
             st = dataclasses.replace(st, model=gp.model)
-        early = _precheck(gp, st, options)
+        early = _precheck(gp, st, options, _as_planned(gp.observed, st, found.get(gp.index), apps))
         if early is not None:
             results[gp.index] = early
             continue
@@ -494,14 +516,14 @@ def _verify_all(session: SmiSession, gs: Sequence[_Gpu], options: ApplyOptions) 
 
 LIST_ALL_GI = (smi.NVIDIA_SMI, "mig", "-lgi")
 LIST_ALL_CI = (smi.NVIDIA_SMI, "mig", "-lci")
-MIG_TABLE = (smi.NVIDIA_SMI,)  # plain nvidia-smi: the MIG devices table with each device's memory (§12)
+MIG_TABLE = (smi.NVIDIA_SMI,)  # plain nvidia-smi: MIG devices with their memory, processes with GI/CI ids (§12)
 # What a host's apply reads, in two round trips for the whole host (`_read_together`): before anything, the
-# pre-flight's help text and everything `discover_host` asks (the per-GPU listings answered by one host-wide
-# listing each); after the changes, the read-back (`--query-gpu` for the modes, `-lgi`), the memory table when
-# instances were created, and what `device_record` needs for the assignments (`-L`, `-lci`).
-FIRST_READS = (MIG_HELP, tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps()),
-               tuple(smi.query_driver_versions()), LIST_ALL_GI, LIST_ALL_CI, (smi.NVIDIA_SMI, "mig", "-lgip"),
-               (smi.NVIDIA_SMI, "mig", "-lgipp"))
+# pre-flight's help text and everything `discover_host` asks (`fleet.discover.READS`: the per-GPU listings
+# answered by one host-wide listing each, and plain `nvidia-smi`, so that the host read again places processes
+# on GPU instances as the discovery the plan was made from did); after the changes, the read-back
+# (`--query-gpu` for the modes, `-lgi`), the memory table when instances were created, and what
+# `device_record` needs for the assignments (`-L`, `-lci`).
+FIRST_READS = (MIG_HELP, *READS)
 DEVICE_READS = (tuple(smi.query_gpus()), tuple(smi.list_gpus()), LIST_ALL_GI, LIST_ALL_CI)
 
 

@@ -1,29 +1,36 @@
 """Discovery: read each host's GPUs, MIG mode, instances, MIG devices and processes over a runner.
 
-Per host (one connection, commands from `migplan.smi` builders only):
+Per host (one connection, commands from `migplan.smi` builders only; `--query-gpu` first, then the
+rest in one round trip, `READS`):
   nvidia-smi --query-gpu=...            GPUs, MIG mode current/pending  -> catalog model
   nvidia-smi -L                         MIG device UUIDs
   nvidia-smi --query-compute-apps=...   processes (pid, GPU UUID, memory)
-  nvidia-smi mig -i N -lgi / -lci       GPU instances with placements, compute instances (MIG GPUs)
+  nvidia-smi mig -lgi / -lci            GPU instances with placements, compute instances (MIG GPUs)
+  nvidia-smi mig -lgip / -lgipp         each MIG GPU's own profile table
+  nvidia-smi                            the Processes table: each process's GPU index, GI and CI id
 
 Everything a host prints is parsed as data by `migplan.smi` (bounded, validated) and checked
 against the catalog; nothing from it is ever put on a command line. `--query-compute-apps` names
-only the GPU a process runs on (docs/nvidia-smi.md §13: it has no GI/CI field), so a process is
-put on a GPU instance when that is unambiguous (a MIG device UUID, or a single instance with a
-compute instance); otherwise it is kept as unattributed and every instance of that GPU counts as
-busy, so nothing that may be in use is destroyed without consent.
+only the GPU a process runs on (docs/nvidia-smi.md §13: it has no GI/CI field); plain `nvidia-smi`
+prints the GI and CI id of each process (§12), so a process is put on the GPU instance with that
+GI id (its CI one of that instance's compute instances). Where that table says nothing (N/A outside
+MIG mode, no table, a process it does not list, a read that failed: noted), a process is put on a
+GPU instance only when that is unambiguous (a MIG device UUID, or a single instance with a compute
+instance); otherwise it is kept as unattributed and every instance of that GPU counts as busy, so
+nothing that may be in use is destroyed without consent. An instance without a process is idle.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 
 from migplan import smi
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, HostError
-from migplan.adapters.smi_session import SmiSession
+from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import CatalogError
 from migplan.fleet.host_table import HostTable, differences, host_model, table_from_smi
@@ -38,6 +45,7 @@ from migplan.fleet.snapshot import (
 )
 from migplan.inventory import Host, Inventory
 from migplan.layout import Instance, Layout, check_layout
+from migplan.smi import usage
 
 
 class DiscoveryError(HostError):
@@ -55,11 +63,11 @@ class UnknownModelError(HostError):
 def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
                   timeout: float = DEFAULT_TIMEOUT) -> DiscoveredHost:
     """Everything discovery reports about one host; raises a HostError/SmiError when it cannot."""
-    s = SmiSession(runner, timeout=timeout)
-    infos = s.gpus()
+    s, infos = _first_reads(runner, timeout)
     listing = {g.index: g for g in s.gpu_listing()}
     apps = s.compute_apps()
     notes: list[str] = []
+    processes = functools.cache(lambda: _process_table(s, notes))  # plain nvidia-smi, once
     drivers = _drivers(s, notes) if infos else {}
     if not infos:
         notes.append("nvidia-smi lists no GPUs")
@@ -75,7 +83,7 @@ def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
             own = host_model(model, table) if table is not None else model
             devices = listing[info.index].mig_devices if info.index in listing else ()
             instances = _instances(host, info.index, own, gi_rows, ci_rows, devices, notes)
-        gpu = _discovered_gpu(host, info, model, instances, apps, notes)
+        gpu = _discovered_gpu(host, info, model, instances, apps, notes, processes)
         gpus.append(dataclasses.replace(gpu, driver_version=drivers.get(info.index), table=table))
     return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes))
 
@@ -169,22 +177,122 @@ def _device_uuids(gpu: int, ci_rows: Sequence[smi.ComputeInstanceRow], devices: 
     return {(c.gi_id, c.ci_id): d.uuid for c, d in zip(cis, ordered, strict=True)}
 
 
-def _discovered_gpu(host: Host, info: smi.GpuQueryRow, model: GpuModel | None,
-                    instances: tuple[DiscoveredInstance, ...], apps: Sequence[smi.ComputeApp],
-                    notes: list[str]) -> DiscoveredGpu:
-    mine = [a for a in apps if a.gpu_uuid == info.uuid]
-    by_uuid = {c.uuid: i for i in instances for c in i.compute_instances if c.uuid}
-    with_ci = [i for i in instances if i.compute_instances]
+# What a host's discovery reads after `--query-gpu`, in one round trip (`_first_reads`; apply's FIRST_READS holds
+# them all): a per-GPU listing `mig -i N -lgi/-lci/-lgip/-lgipp` is answered by the host-wide one (`BatchedReads`;
+# without -i they list every MIG-enabled GPU, docs/nvidia-smi.md §3, §4, §6, §9), and plain `nvidia-smi` is the one
+# text that names each process's GPU and compute instance (its Processes table, §12; §13 has no such field).
+MIG_READS: tuple[tuple[str, ...], ...] = (tuple(usage.plain()), *((smi.NVIDIA_SMI, "mig", listing) for listing in
+                                                                  ("-lgi", "-lci", "-lgip", "-lgipp")))
+READS: tuple[tuple[str, ...], ...] = (tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps()),
+                                      tuple(smi.query_driver_versions()), *MIG_READS)
+
+
+def _first_reads(runner: CommandRunner, timeout: float) -> tuple[SmiSession, list[smi.GpuQueryRow]]:
+    """The host's session and GPUs: `--query-gpu` on its own first (a host that cannot answer fails there, after one
+    connection attempt), then the rest of `READS` in one round trip (`BatchedReads.prefetch`; the MIG reads only when
+    a GPU has MIG on). A `BatchedReads` runner is the caller's own batch (apply's) and is used as it is."""
+    if isinstance(runner, BatchedReads):
+        s = SmiSession(runner, timeout=timeout)
+        return s, s.gpus()
+    reads = BatchedReads(runner)
+    s = SmiSession(reads, timeout=timeout)
+    infos = s.gpus()
+    mig = any(i.mig_current for i in infos)
+    reads.prefetch([a for a in READS[1:] if mig or a not in MIG_READS], timeout=timeout)  # False: read one by one
+    return s, infos
+
+
+def _process_table(s: SmiSession, notes: list[str]) -> list[usage.ProcessRow] | None:
+    """The rows of plain `nvidia-smi`'s Processes table ([] when it lists none, or prints no such table). None when
+    it cannot be read: that is noted, and the processes are placed as without it (it is never the host's failure)."""
+    without = "processes are placed on GPU instances without its Processes table"
+    try:
+        done = s.run(usage.plain())
+    except HostError as err:  # e.g. a timeout: the host's other reads stand
+        notes.append(f"plain 'nvidia-smi' not read ({err.detail}); {without}")
+        return None
+    if not done.ok:
+        notes.append(f"plain 'nvidia-smi' failed (exit {done.exit_code}); {without}")
+        return None
+    try:
+        return usage.parse_processes(done.stdout)
+    except smi.SmiError as err:
+        notes.append(f"plain 'nvidia-smi': {err.message}; {without}")
+        return None
+
+
+def placed_processes(gpu: int, uuid: str | None, mig: bool, instances: Sequence[DiscoveredInstance],
+                     apps: Sequence[smi.ComputeApp], rows: Sequence[usage.ProcessRow] | None = None,
+                     notes: list[str] | None = None) -> tuple[dict[Instance, list[GpuProcess]], list[GpuProcess]]:
+    """One GPU's processes: by GPU instance where that is known, else unattributed (a MIG GPU's every instance then
+    counts as busy). Known: from a MIG device UUID in `--query-compute-apps`; else from the GI and CI id plain
+    `nvidia-smi` prints for the PID on this GPU (`rows`, docs/nvidia-smi.md §12); else when the GPU has one instance
+    with a compute instance. Without `rows` (not read, N/A, or the PID not in them), the other two rules alone."""
+    by_uuid = {c.uuid: i.instance for i in instances for c in i.compute_instances if c.uuid}
+    with_ci = [i.instance for i in instances if i.compute_instances]
+    in_table = _by_table(gpu, instances, rows, notes) if mig and rows else {}
     placed: dict[Instance, list[GpuProcess]] = {}
     loose: list[GpuProcess] = []
     for a in apps:
         proc = GpuProcess(a.pid, a.process_name, a.used_memory_mib)
+        mine = uuid is not None and a.gpu_uuid == uuid
         if a.gpu_uuid in by_uuid:
-            placed.setdefault(by_uuid[a.gpu_uuid].instance, []).append(proc)
-        elif a in mine and info.mig_current and len(with_ci) == 1:
-            placed.setdefault(with_ci[0].instance, []).append(proc)
-        elif a in mine:
+            where: tuple[Instance, ...] = (by_uuid[a.gpu_uuid],)
+        else:
+            where = in_table.get(a.pid, ()) if mine else ()
+        if not where and mine and mig and len(with_ci) == 1:
+            where = (with_ci[0],)
+        for inst in where:
+            here = placed.setdefault(inst, [])
+            if all(p.pid != proc.pid for p in here):  # one entry per process and instance
+                here.append(proc)
+        if mine and not where:
             loose.append(proc)
+    return placed, loose
+
+
+def _by_table(gpu: int, instances: Sequence[DiscoveredInstance], rows: Sequence[usage.ProcessRow],
+              notes: list[str] | None) -> dict[int, tuple[Instance, ...]]:
+    """PID -> the GPU instances the Processes table puts it on, for each PID whose every row on this GPU names the GI
+    id of an instance `-lgi` lists and the CI id of one of its compute instances (`-lci`). A PID with a row that
+    does not is left to the other rules (noted once per GPU: the two listings disagree)."""
+    known = {i.gi_id: (i.instance, {c.ci_id for c in i.compute_instances}) for i in instances if i.gi_id is not None}
+    found: dict[int, set[Instance]] = {}
+    unknown: dict[int, usage.ProcessRow] = {}
+    for r in rows:
+        if r.gpu != gpu:
+            continue
+        inst, cis = known.get(r.gi_id, (None, set())) if r.gi_id is not None else (None, set())
+        if inst is None or r.ci_id not in cis:
+            unknown[r.pid] = r
+            continue
+        found.setdefault(r.pid, set()).add(inst)
+    odd = [r for r in unknown.values() if r.gi_id is not None]
+    if odd and notes is not None:
+        r = odd[0]
+        notes.append(f"GPU {gpu}: plain 'nvidia-smi' lists {len(odd)} process(es) on a GPU or compute instance that "
+                     f"'nvidia-smi mig -lgi'/'-lci' do not list (PID {r.pid}: GPU instance {r.gi_id}, compute "
+                     f"instance {'N/A' if r.ci_id is None else r.ci_id}); they are placed without it")
+    return {pid: tuple(sorted(v)) for pid, v in found.items() if pid not in unknown}
+
+
+def busy_without_table(gpu: DiscoveredGpu, apps: Sequence[smi.ComputeApp]) -> tuple[Instance, ...]:
+    """`gpu`'s busy instances as the rules without plain `nvidia-smi`'s Processes table place `apps` (what a
+    discovery that could not read that table, or a migplan before it read it, reported): for apply's stale check."""
+    placed, loose = placed_processes(gpu.index, gpu.uuid, gpu.mig_current, gpu.instances, apps)
+    return dataclasses.replace(gpu, processes=tuple(loose), instances=tuple(
+        dataclasses.replace(i, processes=tuple(placed.get(i.instance, ()))) for i in gpu.instances)).busy_instances
+
+
+def _discovered_gpu(host: Host, info: smi.GpuQueryRow, model: GpuModel | None,
+                    instances: tuple[DiscoveredInstance, ...], apps: Sequence[smi.ComputeApp],
+                    notes: list[str],
+                    table: Callable[[], Sequence[usage.ProcessRow] | None] | None = None) -> DiscoveredGpu:
+    """One GPU as discovered. `table`: plain `nvidia-smi`'s Processes rows, asked only for a MIG GPU with processes."""
+    mig = bool(info.mig_current)
+    rows = table() if table is not None and mig and instances and any(a.gpu_uuid == info.uuid for a in apps) \
+        else None
+    placed, loose = placed_processes(info.index, info.uuid, mig, instances, apps, rows, notes)
     instances = tuple(DiscoveredInstance(i.instance, i.gi_id, i.compute_instances, tuple(placed.get(i.instance, ())))
                       for i in instances)
     if loose and info.mig_current and instances:

@@ -22,11 +22,14 @@ from migplan.layout import Layout
 
 CATALOG = builtin_catalog()
 # Every command discovery may run: the argv the smi builders make, nothing else.
-# Discovery only reads: these are every command it may run (the profile tables are read for MIG GPUs).
+# Discovery only reads: these are every command it may run (the profile tables are read for MIG GPUs; the
+# listings host-wide in its one batch of reads, per GPU when that batch failed; plain `nvidia-smi` for the
+# Processes table).
 ALLOWED_ARGV = {tuple(smi.query_gpus()), tuple(smi.list_gpus()), tuple(smi.query_compute_apps()),
-                tuple(smi.query_driver_versions())} | {
+                tuple(smi.query_driver_versions()), (smi.NVIDIA_SMI,)} | {
     tuple(f(i)) for i in range(8) for f in (smi.list_gpu_instances, smi.list_compute_instances,
-                                            smi.list_gi_profiles, smi.list_gi_placements)}
+                                            smi.list_gi_profiles, smi.list_gi_placements)} | {
+    (smi.NVIDIA_SMI, "mig", x) for x in ("-lgi", "-lci", "-lgip", "-lgipp")}
 
 
 def discover(fleet: Fleet, inventory: Inventory, **kw: object) -> Snapshot:
@@ -56,11 +59,13 @@ def test_every_catalog_model_partitioned_empty_disabled_and_busy(fleet: Fleet) -
         assert rec is not None and [g.model for g in rec.gpus] == [model.id] * 4
         g0, g1, g2, g3 = rec.gpus
         assert (g0.layout, g1.layout, g2.layout, g3.layout) == (mixed, single, Layout(), None)
-        # a lone instance gets its process; with several instances it cannot be placed: all are busy
+        # each process is on the GPU instance plain nvidia-smi's Processes table names: the others are idle
         assert g1.busy_instances == single.instances
         assert [(p.pid, p.name, p.used_memory_mib) for i in g1.instances for p in i.processes] == \
             [(2000 + int(name[1:]), "train.py", 777)]
-        assert g0.busy_instances == mixed.instances and [p.pid for p in g0.processes] == [1000 + int(name[1:])]
+        assert g0.busy_instances == (mixed.instances[1],) and g0.processes == ()
+        assert [(i.instance, p.pid) for i in g0.instances for p in i.processes] == [
+            (mixed.instances[1], 1000 + int(name[1:]))]
         assert g2.busy_instances == () and not g3.mig_current
         uuids = [c.uuid for i in g0.instances for c in i.compute_instances]
         assert len(uuids) == len(mixed) and all(u and u.startswith("MIG-") for u in uuids)
@@ -81,7 +86,7 @@ def test_every_catalog_model_partitioned_empty_disabled_and_busy(fleet: Fleet) -
     fs = snap.fleet_state()
     assert len(fs.gpus) == 4 * len(MODELS) and fs.source == "discovery"
     g = fs.gpu("m0", 0)
-    assert g is not None and g.busy == expected["m0"][1].instances and g.mig_enabled
+    assert g is not None and g.busy == (expected["m0"][1].instances[1],) and g.mig_enabled
     whole, idle = fs.gpu("m0", 3), fs.gpu("m0", 2)
     assert whole is not None and whole.whole_gpu_busy and not whole.mig_enabled
     assert idle is not None and not idle.whole_gpu_busy
