@@ -8,8 +8,10 @@ a real run. Without an inner runner everything is recorded (and `get_file` fails
 read from).
 
 `commands` is the recorded list (a copy), each a `RecordedAction` whose `str()` is one printable
-line: the exact command line an SSH server would get, or `put PATH (N bytes, mode 0644)`.
-Recorded argv is what the caller asked for, without the host's become prefix.
+line: the exact command line an SSH server would get, `put PATH (N bytes, mode 0644)`, or, for a
+`put_files` (one round trip in a real run, one step here), `put files in DIR: NAME (N bytes, mode 0644),
+...; remove the other SUB/*.SUFFIX files that begin with MARKER`. Recorded argv is what the caller asked for,
+without the host's become prefix.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from migplan.adapters.runner import (
     MAX_TRANSFER_BYTES,
     CommandRunner,
     Completed,
+    FilesDone,
+    FileToPut,
+    Prune,
     TransferError,
+    check_file_set,
     check_mode,
     check_remote_path,
     command_line,
@@ -39,15 +45,23 @@ def _nothing_is_read_only(argv: Sequence[str]) -> bool:
 
 @dataclass(frozen=True)
 class RecordedAction:
-    """A mutating step a dry run did not perform: a command (`kind="run"`) or a file put (`"put"`)."""
+    """A mutating step a dry run did not perform: a command (`kind="run"`), a file put (`"put"`) or a set of
+    files (`"files"`: `path` is the directory)."""
 
     kind: str
     argv: tuple[str, ...] = ()
     path: str = ""
     data: bytes | None = None  # the file content (put) or stdin (run)
     mode: int | None = None
+    files: tuple[FileToPut, ...] = ()
+    prune: Prune | None = None
 
     def __str__(self) -> str:
+        if self.kind == "files":
+            listed = ", ".join(f"{f.name} ({len(f.data)} bytes, mode {f.mode:04o})" for f in self.files)
+            stale = f"; remove the other {self.prune.subdir}/*{self.prune.suffix} files that begin with " \
+                f"{self.prune.marker}" if self.prune is not None else ""
+            return f"put files in {self.path}: {listed or 'none'}{stale}"
         if self.kind == "put":
             size = len(self.data or b"")
             return f"put {self.path} ({size} bytes, mode {self.mode or 0:04o})"
@@ -101,6 +115,14 @@ class RecordingRunner:
         check_mode(mode)
         with self._lock:
             self._actions.append(RecordedAction("put", ("put", path), path=path, data=bytes(data), mode=mode))
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        """Recorded as one step (checked as a real run checks it); nothing is done, so nothing is reported."""
+        path, items = check_file_set(self._host, directory, files, prune)
+        with self._lock:
+            self._actions.append(RecordedAction("files", ("put-files", path), path=path, files=items, prune=prune))
+        return FilesDone()
 
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes:

@@ -20,10 +20,28 @@ the put runs as the become user, through argv commands only (no shell string is 
 
 and a get is `sudo -n head -c MAX+1 -- PATH`. A remote put replaces PATH itself: a symlink at PATH
 is replaced, not followed (unlike `write_atomic` for local files).
+
+A set of files in one directory (`put_files`: an apply's assignments.json, env files and last-applied.json)
+costs one round trip: one SFTP session as the login user (`SshRunner`), Python's own calls (`LocalRunner`), or,
+with a become prefix, ONE exec of `sudo -n sh -c FILES_SCRIPT`. FILES_SCRIPT is a constant of this module (the
+same text on every call, checked by the tests); everything that varies (the directory, the names, modes, sizes
+and contents) travels on stdin in a framed form (`files_payload`), never on the command line, and the script
+checks every header field again before using it. Names are restricted to `NAME` or `SUB/NAME` of letters,
+digits and `._-` (not starting with a dot), so no name is ever a pattern, an option or a path out of the
+directory. Each file goes to a fresh temporary name next to it (`.NAME.migplan-TOKEN.tmp`, created 0600), is
+chmod-ed and renamed over its name with `mv -f -T` only when it differs from what is there (`cmp -s` and the
+mode; a symlink there always counts as different and is replaced, not followed), so an unchanged file keeps its
+inode and mtime. All the contents are read (and their sizes checked against the header, and the end marker
+after the last) before the first rename, so a cut-short upload replaces nothing. `prune` then removes, in one
+sub-directory, the regular files whose name ends with its suffix and whose content begins with its marker,
+except those just written: stale files that migplan wrote, never anything else. The directory and the
+sub-directories written or pruned must be directories, not symbolic links (a link there would make migplan
+write and remove files somewhere else): refused, on every runner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -62,13 +80,47 @@ class Completed:
         return self.exit_code == 0
 
 
+@dataclass(frozen=True)
+class FileToPut:
+    """One file of a `put_files` set: `name` is `NAME` or `SUB/NAME` inside the set's directory."""
+
+    name: str
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Which stale files `put_files` removes: in `subdir`, a regular file whose name is letters, digits and
+    `._-` (not starting with a dot) ending with `suffix`, whose content begins with `marker`, and that the set
+    does not write."""
+
+    subdir: str
+    suffix: str
+    marker: str
+
+    def matches(self, name: str) -> bool:
+        return bool(_FILE_PART.fullmatch(name)) and name.endswith(self.suffix) and name != self.suffix
+
+
+@dataclass(frozen=True)
+class FilesDone:
+    """What a `put_files` did, by name (`SUB/NAME` for files in a sub-directory), in the order it did it."""
+
+    written: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()  # the same content and mode already there: not rewritten (mtime kept)
+    removed: tuple[str, ...] = ()  # stale files of `prune`
+
+
 class CommandRunner(Protocol):
     """Runs argv on one host and moves files to and from it.
 
     `LocalRunner`, `migplan.adapters.ssh.SshRunner` and `migplan.adapters.recording.RecordingRunner`
     implement it. `stdin` (bytes) is fed to the command, then end-of-file; None sends end-of-file
     at once. `put_file` writes `data` to an absolute path atomically with permission bits `mode`;
-    `get_file` returns a regular file's content, failing when it is larger than `max_bytes`.
+    `get_file` returns a regular file's content, failing when it is larger than `max_bytes`; `put_files`
+    writes a set of files into one directory in one round trip, leaving unchanged ones alone, and removes the
+    stale files `prune` names (module notes).
     """
 
     @property
@@ -82,6 +134,9 @@ class CommandRunner(Protocol):
 
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes: ...
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone: ...
 
 
 def run_many(runner: CommandRunner, argvs: Sequence[Sequence[str]], *,
@@ -323,6 +378,307 @@ def check_put_size(host: str, data: bytes) -> bytes:
     return bytes(data)
 
 
+# --- a set of files in one round trip (put_files) ------------------------------------------------
+
+MAX_SET_FILES = 4096  # files in one put_files
+FILES_MAGIC = "migplan-files 1"
+_FILE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # room left for `.NAME.migplan-TOKEN.tmp`
+_SET_DIR = re.compile(r"/[A-Za-z0-9@%+=:,./_-]*")  # no blank, quote or pattern character: one shell word
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,16}")
+_MARKER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}=")
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+
+# The one script `put_files` runs through a become prefix (`sudo -n sh -c FILES_SCRIPT`): the same text on every
+# call; all it works on comes on stdin (`files_payload`) and is checked here again. One line (a command token
+# has no control characters); POSIX sh, cmp and find, plus GNU `head -c` (reads no further than asked) and
+# `mv -T`.
+# Phase 1 reads every file to `.NAME.migplan-TOKEN.tmp` (0600, noclobber) and checks its size; nothing is
+# replaced before the end marker is read. Phase 2: `cmp -s` and the mode decide whether a file is replaced
+# (chmod, `mv -f -T`) or left alone. Phase 3 prunes (its directory is checked before phase 2). `fail` removes
+# this call's temporary files.
+FILES_SCRIPT = " ".join(line.strip() for line in r"""
+export LC_ALL=C; d=/nonexistent; k=none;
+fail() { rm -f -- "$d"/.*".migplan-$k.tmp" "$d"/*/.*".migplan-$k.tmp"; printf "migplan-files: %s\n" "$1" >&2;
+  exit 1; };
+IFS= read -r l || fail "no file set on stdin";
+[ "$l" = "migplan-files 1" ] || fail "stdin is not a migplan file set";
+IFS= read -r d && IFS= read -r k || fail "the header is cut short";
+case $k in "" | *[!0-9a-f]*) k=none; fail "bad token";; esac;
+case $d in /*) ;; *) d=/nonexistent; fail "the directory is not absolute";; esac;
+case $d in *[!A-Za-z0-9@%+=:,./_-]* | */../* | */.. | */./* | */. | *//* | */) d=/nonexistent;
+  fail "bad directory";; esac;
+[ -h "$d" ] && fail "$d is a symbolic link";
+mkdir -p -- "$d" && [ -d "$d" ] || fail "cannot create the directory $d";
+printf "begin %s\n" "$k";
+todo=""; keep=" "; pd=""; sx=""; mk=""; ended=0;
+while IFS=" " read -r w a b c; do
+  case $w in
+  f)
+    case $a in [0-7][0-7][0-7][0-7]) ;; *) fail "bad mode";; esac;
+    case $b in "" | *[!0-9]*) fail "bad size";; esac;
+    case $c in "" | [!A-Za-z0-9_]* | */[!A-Za-z0-9_]* | */ | */*/* | *[!A-Za-z0-9._/-]*) fail "bad file name";; esac;
+    case $keep in *" $c "*) fail "$c is twice in the set";; esac;
+    case $c in */*) s=$d/${c%/*};; *) s=$d;; esac;
+    if [ "$s" != "$d" ]; then [ -h "$s" ] && fail "$s is a symbolic link";
+      mkdir -p -- "$s" && [ -d "$s" ] || fail "cannot create the directory $s"; fi;
+    t=$s/.${c##*/}.migplan-$k.tmp;
+    (umask 077 && set -C && head -c "$b" > "$t") || fail "cannot write $t";
+    n=$(wc -c < "$t"); [ "$((n))" -eq "$b" ] || fail "the content of $c is cut short";
+    todo="$todo $a:$c"; keep="$keep$c ";;
+  p)
+    case $a in "" | [!A-Za-z0-9_]* | *[!A-Za-z0-9._-]*) fail "bad prune directory";; esac;
+    case $b in .[A-Za-z0-9]*) ;; *) fail "bad prune suffix";; esac;
+    case $b in .*[!A-Za-z0-9]*) fail "bad prune suffix";; esac;
+    case $c in "" | *[!A-Za-z0-9_=]*) fail "bad prune marker";; esac;
+    pd=$a; sx=$b; mk=$c;;
+  end) ended=1; break;;
+  *) fail "bad header line";;
+  esac;
+done;
+[ "$ended" = 1 ] || fail "the file set is cut short";
+n=$(head -c 1 | wc -c); [ "$((n))" -eq 0 ] || fail "data after the end of the file set";
+q=$d/$pd; [ -n "$pd" ] && [ -h "$q" ] && fail "$q is a symbolic link";
+for e in $todo; do
+  m=${e%%:*}; c=${e#*:}; p=$d/$c;
+  case $c in */*) s=$d/${c%/*};; *) s=$d;; esac;
+  t=$s/.${c##*/}.migplan-$k.tmp;
+  if [ -f "$p" ] && [ ! -h "$p" ] && cmp -s -- "$t" "$p" && [ -n "$(find "$p" -prune -perm "$m" -print)" ]; then
+    rm -f -- "$t"; printf "%s %s\n" = "$c";
+  else
+    chmod "$m" "$t" && mv -f -T -- "$t" "$p" || fail "cannot replace $p"; printf "%s %s\n" + "$c";
+  fi;
+done;
+if [ -n "$pd" ]; then
+  if [ -d "$q" ]; then
+    for f in "$q"/*"$sx"; do
+      n=${f##*/};
+      case $n in "$sx" | [!A-Za-z0-9_]* | *[!A-Za-z0-9._-]*) continue;; esac;
+      case $keep in *" $pd/$n "*) continue;; esac;
+      [ -f "$f" ] && [ ! -h "$f" ] || continue;
+      [ "$(head -c "${#mk}" -- "$f")" = "$mk" ] || continue;
+      rm -f -- "$f" || fail "cannot remove $f"; printf "%s %s\n" - "$pd/$n";
+    done;
+  fi;
+fi;
+printf "done %s\n" "$k"
+""".strip().splitlines())
+
+
+def files_argv() -> list[str]:
+    """The command `put_files` runs through a become prefix (always the same: the data is on stdin)."""
+    return ["sh", "-c", FILES_SCRIPT]
+
+
+def check_file_set(host: str, directory: str, files: Sequence[FileToPut],
+                   prune: Prune | None) -> tuple[str, tuple[FileToPut, ...]]:
+    """The checked directory and files of a `put_files` (module notes): BadPath/BadCommand for what no runner
+    may send, TransferError for a set larger than MAX_TRANSFER_BYTES."""
+    path = check_remote_path(directory)
+    if not _SET_DIR.fullmatch(path):
+        raise BadPath(f"directory {printable(path, 80)!r} has characters other than letters, digits and "
+                      "@%+=:,./_-")
+    items = tuple(files)
+    if len(items) > MAX_SET_FILES:
+        raise BadCommand(f"{len(items)} files in one set (at most {MAX_SET_FILES})")
+    seen: set[str] = set()
+    total = 0
+    for f in items:
+        if not isinstance(f, FileToPut) or not isinstance(f.name, str):
+            raise BadCommand(f"{f!r} is not a FileToPut")
+        parts = f.name.split("/")
+        if len(parts) > 2 or not all(_FILE_PART.fullmatch(p) for p in parts):
+            raise BadPath(f"file name {printable(f.name, 80)!r} is not NAME or SUB/NAME of letters, digits and ._- "
+                          "(not starting with a dot)")
+        if f.name in seen:
+            raise BadCommand(f"{f.name} is twice in the set")
+        seen.add(f.name)
+        check_remote_path(f"{path}/{f.name}")
+        check_mode(f.mode)
+        total += len(check_put_size(host, f.data))
+    if total > MAX_TRANSFER_BYTES:
+        raise TransferError(host, f"refusing to send {total} bytes (at most {MAX_TRANSFER_BYTES})")
+    if prune is not None and not (isinstance(prune, Prune) and _FILE_PART.fullmatch(prune.subdir)
+                                  and _SUFFIX.fullmatch(prune.suffix) and _MARKER.fullmatch(prune.marker)):
+        raise BadCommand(f"{prune!r} is not a sub-directory, a suffix (.ext) and a marker (KEY=)")
+    return path, items
+
+
+def files_payload(directory: str, files: Sequence[FileToPut], prune: Prune | None, token: str) -> bytes:
+    """FILES_SCRIPT's stdin: `migplan-files 1`, the directory, the token, `p SUBDIR SUFFIX MARKER` (when
+    pruning), per file `f MODE SIZE NAME` and then exactly SIZE bytes, and `end` (all checked by
+    `check_file_set` first)."""
+    if not _TOKEN.fullmatch(token):
+        raise BadCommand("a file set needs a token of 32 hex digits")
+    out = [f"{FILES_MAGIC}\n{directory}\n{token}\n".encode()]
+    if prune is not None:
+        out.append(f"p {prune.subdir} {prune.suffix} {prune.marker}\n".encode())
+    for f in files:
+        out += [f"f {f.mode:04o} {len(f.data)} {f.name}\n".encode(), bytes(f.data)]
+    out.append(b"end\n")
+    return b"".join(out)
+
+
+def parse_files_output(host: str, out: bytes, token: str, files: Sequence[FileToPut],
+                       prune: Prune | None) -> FilesDone:
+    """FILES_SCRIPT's stdout: after `begin TOKEN` (anything a login shell printed before it is ignored), one line
+    per file (`+ NAME` written, `= NAME` unchanged), one per pruned file (`- SUB/NAME`), then `done TOKEN`.
+    Anything else is a HostError, never a guess (only names this set could touch are accepted)."""
+    lines = out.decode("utf-8", "replace").split("\n")
+    begin = f"begin {token}"
+    start = len(lines) - 1 - lines[::-1].index(begin) if begin in lines else -1
+    body = lines[start + 1:] if start >= 0 else []
+    names = [f.name for f in files]
+    written: list[str] = []
+    unchanged: list[str] = []
+    removed: list[str] = []
+    bad = start < 0 or body[-2:] != [f"done {token}", ""]
+    for line in body[:-2] if not bad else ():
+        tag, _, name = line.partition(" ")
+        if tag in "+=" and tag and name in names and name not in written and name not in unchanged:
+            (written if tag == "+" else unchanged).append(name)
+        elif tag == "-" and prune is not None and name.startswith(prune.subdir + "/") and name not in names \
+                and prune.matches(name[len(prune.subdir) + 1:]) and name not in removed:
+            removed.append(name)
+        else:
+            bad = True
+    if bad or sorted((*written, *unchanged)) != sorted(names):
+        raise HostError(host, "the file set's script did not report what it did as migplan's script does (not a "
+                        "POSIX sh with GNU coreutils on the host?); the files may be partly written")
+    return FilesDone(tuple(written), tuple(unchanged), tuple(removed))
+
+
+def put_files_via_script(host: str, raw: RawRun, directory: str, files: Sequence[FileToPut], prune: Prune | None,
+                         timeout: float) -> FilesDone:
+    """put_files as the become user: one exec of FILES_SCRIPT, the set on stdin (module notes)."""
+    token = secrets.token_hex(16)
+    code, out, err = raw(files_argv(), files_payload(directory, files, prune, token), timeout, True)
+    if code != 0:
+        raise _transfer_error(host, f"cannot write the files in {directory}", err)
+    return parse_files_output(host, out, token, files, prune)
+
+
+class FileOps(Protocol):
+    """What `put_files_with` needs of a file system (this machine's, or a host's over SFTP). Every call may
+    raise OSError; none follows a symbolic link at `path` except `head`, which is only called on what
+    `lstat` found to be a regular file."""
+
+    def lstat(self, path: str) -> tuple[str, int] | None: ...  # ("dir"|"file"|"link"|"other", mode bits)
+
+    def mkdir(self, path: str) -> None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def head(self, path: str, size: int) -> bytes: ...  # at most `size` bytes of a regular file
+
+    def create(self, path: str, data: bytes, mode: int) -> None: ...  # a new file (exclusive), exactly `mode`
+
+    def rename(self, src: str, dst: str) -> None: ...  # rename(2): replaces dst (a link there, not its target)
+
+    def remove(self, path: str) -> None: ...
+
+
+def file_kind(mode: int) -> str:
+    return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) \
+        else "other"
+
+
+def _real_dir(ops: FileOps, host: str, path: str, *, create: bool) -> bool:
+    """Whether `path` is a directory (made, with its missing parents, when `create`); a link or a file there is
+    a TransferError."""
+    found = ops.lstat(path)
+    if found is None and create:
+        parent = path.rpartition("/")[0]
+        if parent and ops.lstat(parent) is None:
+            _real_dir(ops, host, parent, create=True)
+        ops.mkdir(path)
+        found = ops.lstat(path)
+    if found is None:
+        return False
+    if found[0] == "link":
+        raise TransferError(host, f"{path} is a symbolic link; migplan writes only into a real directory there")
+    if found[0] != "dir":
+        raise TransferError(host, f"{path} is not a directory")
+    return True
+
+
+def put_files_with(ops: FileOps, host: str, directory: str, files: Sequence[FileToPut],
+                   prune: Prune | None) -> FilesDone:
+    """put_files as FILES_SCRIPT does it, through `ops` (the set already checked by `check_file_set`): a file
+    with the same content and mode is left alone, any other is written to a temporary name and renamed over its
+    name; then the stale files of `prune` are removed."""
+    _real_dir(ops, host, directory, create=True)
+    for sub in dict.fromkeys(f.name.rpartition("/")[0] for f in files if "/" in f.name):
+        _real_dir(ops, host, f"{directory}/{sub}", create=True)
+    where = f"{directory}/{prune.subdir}" if prune is not None else ""
+    pruned = prune is not None and _real_dir(ops, host, where, create=False)  # refused before anything is written
+    written: list[str] = []
+    unchanged: list[str] = []
+    for f in files:
+        path = f"{directory}/{f.name}"
+        found = ops.lstat(path)
+        if found == ("file", f.mode) and ops.head(path, len(f.data) + 1) == f.data:
+            unchanged.append(f.name)
+            continue
+        tmp = temp_name(path)
+        try:
+            ops.create(tmp, f.data, f.mode)
+            ops.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                ops.remove(tmp)
+            raise
+        written.append(f.name)
+    removed: list[str] = []
+    if prune is not None and pruned:
+        names = {f.name for f in files}
+        marker = prune.marker.encode()
+        for name in sorted(ops.listdir(where)):
+            rel, path = f"{prune.subdir}/{name}", f"{where}/{name}"
+            found = ops.lstat(path) if prune.matches(name) and rel not in names else None
+            if found is not None and found[0] == "file" and ops.head(path, len(marker)) == marker:
+                ops.remove(path)
+                removed.append(rel)
+    return FilesDone(tuple(written), tuple(unchanged), tuple(removed))
+
+
+class LocalFiles:
+    """`FileOps` on this machine (os calls; a created file is fsynced before its rename)."""
+
+    def lstat(self, path: str) -> tuple[str, int] | None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        return file_kind(st.st_mode), stat.S_IMODE(st.st_mode)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def head(self, path: str, size: int) -> bytes:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return b""
+            return fh.read(size)
+
+    def create(self, path: str, data: bytes, mode: int) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+
 def check_become(host: str, become: Sequence[str], done: Completed) -> Completed:
     """Raise BecomeError when the privilege prefix itself failed (sudo prints `sudo: ...`).
 
@@ -439,6 +795,18 @@ class LocalRunner:
             raise TransferError(self._host, err.message, hint=err.hint) from None
         except OSError as err:
             raise TransferError(self._host, f"cannot write {path}: {err.strerror}") from None
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        """A set of files in one directory (module notes): os calls, or FILES_SCRIPT through the become prefix."""
+        path, items = check_file_set(self._host, directory, files, prune)
+        if self._become:
+            return put_files_via_script(self._host, self._raw, path, items, prune, timeout)
+        try:
+            return put_files_with(LocalFiles(), self._host, path, items, prune)
+        except OSError as err:
+            where = f" ({err.filename})" if err.filename else ""
+            raise TransferError(self._host, f"cannot write the files in {path}: {err.strerror}{where}") from None
 
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes:

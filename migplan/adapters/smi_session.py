@@ -23,7 +23,10 @@ from migplan.adapters.runner import (
     MAX_TRANSFER_BYTES,
     CommandRunner,
     Completed,
+    FilesDone,
+    FileToPut,
     HostError,
+    Prune,
     run_many,
 )
 
@@ -92,6 +95,10 @@ class BatchedReads:
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes:
         return self.inner.get_file(remote_path, max_bytes=max_bytes, timeout=timeout)
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        return self.inner.put_files(directory, files, prune=prune, timeout=timeout)
 
 
 class NoNvidiaSmiError(HostError):

@@ -29,7 +29,9 @@ being opened feeds its error message (a port that speaks HTTP says so).
 
 Files: `put_file`/`get_file` use SFTP over the same connection as the login user (`posix_rename` for
 the atomic replace), or, with a become prefix, argv commands through `run` with stdin (see
-`migplan.adapters.runner`).
+`migplan.adapters.runner`). `put_files` (a set of files in one directory) is one SFTP session on the
+connection's SFTP channel (no process on the host), or, with a become prefix, one exec of the runner module's
+constant FILES_SCRIPT with the files on stdin.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from migplan.adapters.runner import (
     CommandTimeout,
     Completed,
     ConnectionLost,
+    FilesDone,
+    FileToPut,
     Held,
     HoldFailed,
     HostError,
@@ -67,17 +71,22 @@ from migplan.adapters.runner import (
     HostKeyRevokedError,
     HostKeyUnknownError,
     OutputTooLarge,
+    Prune,
     RemoteFileMissing,
     TransferError,
     UnreachableError,
     batch_line,
     batch_token,
     check_become,
+    check_file_set,
     check_mode,
     check_put_size,
     check_remote_path,
     command_line,
+    file_kind,
     get_via_commands,
+    put_files_via_script,
+    put_files_with,
     put_via_commands,
     split_batch,
     temp_name,
@@ -624,6 +633,21 @@ class SshRunner:
                 self._sftp_cleanup(sftp, tmp)
                 raise self._transfer_error(f"cannot write {path}", err) from None
 
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        """A set of files in one directory in one round trip: one SFTP session, or FILES_SCRIPT through the become
+        prefix (module notes of `migplan.adapters.runner`)."""
+        path, items = check_file_set(self.host, directory, files, prune)
+        if self.target.become:
+            return put_files_via_script(self.host, self._raw, path, items, prune, timeout)
+        with self._lock:
+            sftp = self._sftp_client(timeout)
+            try:
+                return put_files_with(_SftpFiles(sftp), self.host, path, items, prune)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                where = f" ({err.filename})" if isinstance(err, OSError) and err.filename else ""
+                raise self._transfer_error(f"cannot write the files in {path}{where}", err) from None
+
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes:
         """A regular file's content (at most `max_bytes`), over SFTP or through the become prefix."""
@@ -852,6 +876,43 @@ class SshRunner:
         finally:
             chan.close()
         return code, out, err_out
+
+
+class _SftpFiles:
+    """`runner.FileOps` over one SFTP session (the login user's rights; `posix_rename` replaces)."""
+
+    def __init__(self, sftp: paramiko.SFTPClient) -> None:
+        self._sftp = sftp
+
+    def lstat(self, path: str) -> tuple[str, int] | None:
+        try:
+            attrs = self._sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        mode = attrs.st_mode or 0
+        return file_kind(mode), stat.S_IMODE(mode)
+
+    def mkdir(self, path: str) -> None:
+        self._sftp.mkdir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return self._sftp.listdir(path)
+
+    def head(self, path: str, size: int) -> bytes:
+        with self._sftp.open(path, "rb") as fh:
+            return bytes(fh.read(size))
+
+    def create(self, path: str, data: bytes, mode: int) -> None:
+        with self._sftp.open(path, "wbx") as fh:
+            fh.chmod(mode)  # before any data is in it
+            fh.set_pipelined(True)
+            fh.write(data)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._sftp.posix_rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        self._sftp.remove(path)
 
 
 def _no_delay(transport: paramiko.Transport) -> None:

@@ -4,15 +4,19 @@ Set-up in sshd.py (SudoUsers) and conftest.py (`sudo_users`); skipped unless roo
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from conftest import Fleet
 from simhosts import Proc, read, state, write
 from sshd import SudoUsers
 
+from migplan.adapters.runner import BecomeError, FileToPut, Prune
 from migplan.adapters.ssh import SshFleet
 from migplan.catalog import builtin_catalog
 from migplan.fleet.discover import discover_fleet
 from migplan.fleet.snapshot import Snapshot
-from migplan.inventory import Inventory, load_inventory
+from migplan.inventory import Host, Inventory, load_inventory
 from migplan.layout import Layout
 
 CATALOG = builtin_catalog()
@@ -58,3 +62,19 @@ def test_sudo_asking_for_a_password_is_become_failed(fleet: Fleet, sudo_users: S
     assert "sudo: a password is required" in p.error.message  # sudo's own text (sudo -n, exit 1)
     assert read(h.state)["log"] == []  # refused before nvidia-smi ran
     assert q.ok and [g.model for g in q.gpus] == ["A30"]  # the other host is unaffected
+
+
+def test_files_through_a_sudo_that_refuses_are_become_failed_and_nothing_is_written(
+        fleet: Fleet, sudo_users: SudoUsers, tmp_path: Path) -> None:
+    """put_files through `sudo -n`: one exec of `sh -c FILES_SCRIPT`, which these sudoers rules do not allow without
+    a password (they allow only the simulator): sudo's refusal is `become-failed`, never a write or a traceback."""
+    h = fleet.host(4)
+    etc = tmp_path / "etc"
+    files = [FileToPut("env/a.env", b"MIGPLAN_WORKLOAD=a\n"), FileToPut("assignments.json", b"{}\n")]
+    with SshFleet(fleet.options()) as ssh:
+        for user in (sudo_users.pw, sudo_users.ok):
+            r = ssh.runner(Host(name=f"files-{user}", address=h.address, port=fleet.server.port, user=user,
+                                key_file=str(fleet.server.client_key), become=("sudo", "-n")))
+            with pytest.raises(BecomeError, match="a password is required"):
+                r.put_files(str(etc), files, prune=Prune("env", ".env", "MIGPLAN_WORKLOAD="))
+    assert not etc.exists()

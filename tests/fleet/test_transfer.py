@@ -1,4 +1,4 @@
-"""put_file / get_file and stdin over a real sshd, and Ctrl-C during a fleet run over SSH.
+"""put_file / get_file / put_files and stdin over a real sshd, and Ctrl-C during a fleet run over SSH.
 
 SFTP needs the sftp subsystem; these tests use their own extra
 sshd on 127.0.0.1 from test_known_hosts_ssh.py (same keys, `Subsystem sftp internal-sftp`, PATH with
@@ -23,10 +23,15 @@ from test_known_hosts_ssh import LocalSshd, start_local_sshd
 
 from migplan.adapters.pool import for_each_host
 from migplan.adapters.runner import (
+    FILES_SCRIPT,
     ConnectionLost,
+    FilesDone,
+    FileToPut,
     OutputTooLarge,
+    Prune,
     RemoteFileMissing,
     TransferError,
+    command_line,
 )
 from migplan.adapters.ssh import SshFleet, SshRunner
 from migplan.inventory import Host
@@ -95,6 +100,43 @@ def test_put_and_get_through_become(ssh: SshFleet, fleet: Fleet, sftp_sshd: Loca
     assert r.get_file(str(target)) == data
     with pytest.raises(RemoteFileMissing):
         r.get_file(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("become", [(), ("sudo", "-n")], ids=["sftp", "become"])
+def test_put_files_is_one_round_trip_prunes_and_keeps_unchanged_files(ssh: SshFleet, fleet: Fleet,
+                                                                      sftp_sshd: LocalSshd, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      become: tuple[str, ...]) -> None:
+    """All files of a set in one round trip: no exec at all over SFTP (one session on the SFTP channel), one exec of
+    the constant script through the become prefix (the pass-through `sudo` of this sshd's PATH)."""
+    r = runner(ssh, fleet, sftp_sshd, name="files", become=become)
+    r.connect()
+    execs: list[str] = []
+    real = r._exec
+    monkeypatch.setattr(r, "_exec", lambda *a: execs.append(a[2]) or real(*a))
+    etc = tmp_path / "etc"
+    (etc / "env").mkdir(parents=True)
+    (etc / "env" / "stale.env").write_text("MIGPLAN_WORKLOAD=stale\n")
+    (etc / "env" / "custom.env").write_text("FOO=1\n")
+    prune = Prune("env", ".env", "MIGPLAN_WORKLOAD=")
+    files = [FileToPut("env/a.env", b"MIGPLAN_WORKLOAD=a\n"), FileToPut("assignments.json", os.urandom(300_000)),
+             FileToPut("last-applied.json", b"{}\n", 0o600)]
+    assert r.put_files(str(etc), files, prune=prune) == FilesDone(
+        written=("env/a.env", "assignments.json", "last-applied.json"), removed=("env/stale.env",))
+    assert execs == ([command_line([*become, "sh", "-c", FILES_SCRIPT])] if become else [])
+    assert (etc / "assignments.json").read_bytes() == files[1].data
+    assert stat.S_IMODE((etc / "last-applied.json").stat().st_mode) == 0o600
+    assert sorted(os.listdir(etc / "env")) == ["a.env", "custom.env"]
+    stamps = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in etc.rglob("*") if p.is_file()}
+    assert r.put_files(str(etc), files, prune=prune) == FilesDone(
+        unchanged=("env/a.env", "assignments.json", "last-applied.json"))
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in etc.rglob("*") if p.is_file()} == stamps
+    (etc / "env").rename(tmp_path / "real-env")
+    (etc / "env").symlink_to(tmp_path / "real-env")
+    with pytest.raises(TransferError, match="symbolic link"):
+        r.put_files(str(etc), files, prune=prune)
+    assert sorted(os.listdir(tmp_path / "real-env")) == ["a.env", "custom.env"]
+    assert len(execs) == (3 if become else 0) and len(r._clients) == 1
 
 
 def test_stdin_is_streamed_while_output_is_read(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd) -> None:
