@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim.fleet import Proc, host_state, read_state, sim_env, write_state  # noqa: E402
 from sim_runner import InProcess  # noqa: E402
 
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, LocalRunner  # noqa: E402
+from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, LocalRunner, Prune  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.commands.apply import _Journal, _MoveHooks  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, MoveEvent, apply_host  # noqa: E402
@@ -50,6 +50,10 @@ class Hybrid(InProcess):
 
     def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.local.put_file(remote_path, data, mode=mode, timeout=timeout)
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        return self.local.put_files(directory, files, prune=prune, timeout=timeout)
 
 
 def _state(tmp: Path, layouts: list[list[str] | None], busy: dict[int, list[Proc]] | None = None,

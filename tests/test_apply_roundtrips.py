@@ -1,5 +1,6 @@
 """Round trips of one host's apply (issue 10: at most 4 per changed GPU, host overhead included): the reads go
-in two batches, and the journal lists every command the host ran (each nvidia-smi the simulator logged)."""
+in two batches, all the host's files in one `put_files` (issue 20; with a become prefix too: one exec of the
+constant script), and the journal lists every command the host ran (each nvidia-smi the simulator logged)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
 
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, LocalRunner  # noqa: E402
+from migplan.adapters.runner import (  # noqa: E402
+    DEFAULT_TIMEOUT,
+    FILES_SCRIPT,
+    Completed,
+    FilesDone,
+    FileToPut,
+    LocalRunner,
+    Prune,
+)
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
@@ -33,13 +44,28 @@ AFTER = Layout.parse(["3g.20gb@0", "2g.10gb@4", "1g.5gb@6"])
 GPUS = 8
 
 
+class Counted(LocalRunner):
+    """A local runner that keeps the argv of every process it starts (each one SSH exec on a real host)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.execs: list[tuple[str, ...]] = []
+
+    def _spawn(self, full: tuple[str, ...], stdin: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
+        self.execs.append(full)
+        return super()._spawn(full, stdin, timeout)
+
+
 class Trips:
     """The simulated host behind a local runner, counting what would each be one SSH round trip: a command, a
-    batch of reads (`run_batch`, one exec), a file put, the lock."""
+    batch of reads (`run_batch`, one exec), a file put, a set of files (`put_files`), the lock. `become`: the
+    runner's prefix (a pass-through stand-in for `sudo -n`); `file_execs`: the processes each put_files started."""
 
-    def __init__(self, state: Path) -> None:
-        self.local = LocalRunner(host="h1", env=sim_env(state))
+    def __init__(self, state: Path, become: Sequence[str] = ()) -> None:
+        self.local = Counted(host="h1", env=sim_env(state), become=become)
         self.trips: list[str] = []
+        self.file_execs: list[list[tuple[str, ...]]] = []
+        self.files: list[FilesDone] = []
 
     @property
     def host(self) -> str:
@@ -57,6 +83,15 @@ class Trips:
         self.trips.append(f"put {path}")
         self.local.put_file(path, data, mode=mode, timeout=timeout)
 
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        self.trips.append(f"put_files {directory}")
+        seen = len(self.local.execs)
+        done = self.local.put_files(directory, files, prune=prune, timeout=timeout)
+        self.file_execs.append(self.local.execs[seen:])
+        self.files.append(done)
+        return done
+
     def get_file(self, path: str, **kw: Any) -> bytes:
         self.trips.append(f"get {path}")
         return self.local.get_file(path, **kw)
@@ -66,17 +101,41 @@ class Trips:
         return self.local.hold(argv, **kw)
 
 
-def _host(tmp: Path) -> tuple[Path, Host, list[GpuPlan]]:
-    """The benchmark's host: GPUs 0..5 re-partitioned (one instance destroyed, two created), 6 and 7 MIG off -> on."""
-    st = host_state("A100-SXM4-40GB", GPUS, hostname="h1",
-                    layouts=[BEFORE if i < GPUS - 2 else Layout() for i in range(GPUS)])
-    for gpu in st["gpus"][GPUS - 2:]:
+def pass_through_sudo(where: Path) -> tuple[str, ...]:
+    """A become prefix that runs its argv as it is (the real sudo's rules: tests/fleet/test_sudo.py)."""
+    where.mkdir(parents=True, exist_ok=True)
+    stub = where / "sudo"
+    stub.write_text('#!/bin/sh\nexec "$@"\n')
+    stub.chmod(0o755)
+    return (str(stub),)
+
+
+def _file_trips(runner: Trips, host: Host) -> list[str]:
+    """The trips that wrote (or made a directory for) the files an apply leaves: assignments, env, last-applied."""
+    ours = (f"{host.state_dir}/assignments.json", f"{host.state_dir}/env", f"{host.state_dir}/last-applied.json")
+    return [t for t in runner.trips if t.startswith("put_files ") or any(o in t for o in ours)]
+
+
+def _shape(trips: Sequence[str]) -> list[str]:
+    """The trips with each read batch as `batch` (what is in a batch is test_apply_readback's business)."""
+    return ["batch" if t.startswith("batch of ") else t for t in trips]
+
+
+def _host(tmp: Path, changed: int = GPUS) -> tuple[Path, Host, list[GpuPlan]]:
+    """The benchmark's host: GPUs 0..5 re-partitioned (one instance destroyed, two created), 6 and 7 MIG off -> on.
+    `changed` < GPUS: only GPUs 0..changed-1 are re-partitioned, the others are already as planned."""
+    if changed < GPUS:
+        layouts = [BEFORE if i < changed else AFTER for i in range(GPUS)]
+    else:
+        layouts = [BEFORE if i < GPUS - 2 else Layout() for i in range(GPUS)]
+    st = host_state("A100-SXM4-40GB", GPUS, hostname="h1", layouts=layouts)
+    for gpu in st["gpus"][GPUS - 2:] if changed == GPUS else ():
         gpu.update(mig_current=False, mig_pending=False, gpu_instances=[])
     path = write_state(tmp / "h1.json", st)
     host = Host(name="h1", address="h1", state_dir=str(tmp / "etc"), lock_file=str(tmp / "apply.lock"))
     plans = []
-    for gpu in st["gpus"]:
-        current = BEFORE if gpu["mig_current"] else None
+    for gpu, layout in zip(st["gpus"], layouts, strict=True):
+        current = layout if gpu["mig_current"] else None
         observed = GpuState(host="h1", index=gpu["index"], model=MODEL.id, uuid=gpu["uuid"],
                             mig_enabled=current is not None, layout=current)
         plans.append(GpuPlan(observed, AFTER, tuple(diff(current, AFTER, gpu=("h1", gpu["index"]),
@@ -102,25 +161,44 @@ def _journal_argv(path: Path) -> list[list[str]]:
     return out
 
 
-def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_path: Path) -> None:
+@pytest.mark.parametrize("become", [False, True], ids=["login-user", "become"])
+def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_path: Path, become: bool) -> None:
     state, host, plans = _host(tmp_path)
-    runner = Trips(state)
+    runner = Trips(state, pass_through_sudo(tmp_path / "bin") if become else ())
     rep = _apply(runner, host, plans, tmp_path / "j.jsonl")
     assert rep.error is None and [g.outcome for g in rep.gpus] == [GpuOutcome.APPLIED] * GPUS, rep
     mutating = [t for t in runner.trips if t.startswith("nvidia-smi") and not is_read_only(t.split())]
     assert len(mutating) == 3 * GPUS  # -dci, -dgi, -cgi (or -mig, -r, -cgi) per GPU: nothing batched across GPUs
     overhead = [t for t in runner.trips if t not in mutating]
-    # the lock, the reads before (pre-flight help + state, plain nvidia-smi's processes among them) and after
-    # (read-back, memory, UUIDs), mkdir, the assignments, one env file (the one placed workload), last-applied.json
-    assert overhead == ["lock", "batch of 10", "batch of 5", f"mkdir -p -- {host.state_dir}/env",
-                        f"put {host.state_dir}/assignments.json", f"put {host.state_dir}/env/chat.env",
-                        f"put {host.state_dir}/last-applied.json"], overhead
-    assert len(runner.trips) / GPUS <= 4
+    # the lock, the reads before (pre-flight help + state) and after (read-back, memory, UUIDs), and ONE round
+    # trip for every file the apply leaves: assignments.json, the placed workload's env file, last-applied.json
+    assert _shape(overhead)[:2] == ["lock", "batch"] and _shape(overhead).count("batch") == 2, overhead
+    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], overhead
+    assert len(runner.trips) / GPUS <= 4, runner.trips
+    # with a become prefix the files are one exec: the constant script, the data on stdin; without, no process
+    assert runner.file_execs == ([[(*runner.local._become, "sh", "-c", FILES_SCRIPT)]] if become else [[]])
+    assert runner.files == [FilesDone(written=("env/chat.env", "assignments.json", "last-applied.json"))]
     assert rep.assignments[0].device and rep.assignments[0].device.startswith("MIG-")
     env = (tmp_path / "etc" / "env" / "chat.env").read_text()
     assert f"CUDA_VISIBLE_DEVICES={rep.assignments[0].device}\n" in env
     gi = next(g for g in read_state(state)["gpus"][0]["gpu_instances"] if (g["profile_id"], g["start"]) == (14, 4))
     assert rep.assignments[0].device == gi["cis"][0]["uuid"]  # the simulator's own UUID of 2g.10gb@4
+
+
+@pytest.mark.parametrize("changed", [1, 2, 8])
+def test_the_files_are_one_round_trip_whatever_changes(tmp_path: Path, changed: int) -> None:
+    """The lock, two read batches, 3 per changed GPU and ONE for the files, with a become prefix too (where each
+    file used to cost three: tee, chmod, mv): 7, 10 and 28 in all (bench/apply_files.py)."""
+    state, host, plans = _host(tmp_path, changed=changed)
+    runner = Trips(state, pass_through_sudo(tmp_path / "bin"))
+    rep = _apply(runner, host, plans, tmp_path / "j.jsonl")
+    assert [g.outcome for g in rep.gpus].count(GpuOutcome.APPLIED) == changed, rep
+    assert len([t for t in runner.trips if t.startswith("nvidia-smi")]) == 3 * changed, runner.trips
+    assert _shape(runner.trips).count("batch") == 2, runner.trips
+    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], runner.trips
+    assert [len(e) for e in runner.file_execs] == [1]
+    assert [p.name for p in (tmp_path / "etc" / "env").iterdir()] == ["chat.env"]
+    assert (tmp_path / "etc" / "assignments.json").is_file() and (tmp_path / "etc" / "last-applied.json").is_file()
 
 
 def test_the_devices_table_matches_uuids_exactly_where_the_listing_order_would_not() -> None:
@@ -145,17 +223,30 @@ def test_the_journal_lists_every_command_the_host_ran(tmp_path: Path) -> None:
     assert sorted(map(tuple, _journal_argv(tmp_path / "j.jsonl"))) == sorted(map(tuple, ran))
 
 
-def test_reapplying_reads_once_and_changes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("become", [False, True], ids=["login-user", "become"])
+def test_reapplying_reads_once_changes_nothing_and_rewrites_no_file(tmp_path: Path, become: bool) -> None:
     state, host, plans = _host(tmp_path)
-    _apply(Trips(state), host, plans, tmp_path / "j.jsonl")
+    prefix = pass_through_sudo(tmp_path / "bin") if become else ()
+    _apply(Trips(state, prefix), host, plans, tmp_path / "j.jsonl")
     before = len(read_state(state)["log"])
+    files = sorted(p for p in (tmp_path / "etc").rglob("*") if p.is_file())
+    stamps = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files}
     done = [_planned_again(p) for p in plans]
-    runner = Trips(state)
+    runner = Trips(state, prefix)
     rep = _apply(runner, host, done, tmp_path / "j2.jsonl")
     assert [g.outcome for g in rep.gpus] == [GpuOutcome.UNCHANGED] * GPUS
-    assert runner.trips[:2] == ["lock", "batch of 10"] and not any(t.startswith("nvidia-smi") for t in runner.trips)
-    assert len(read_state(state)["log"]) - before == 10  # the one batch of reads, nothing else on the GPUs
+    assert not any(t.startswith("nvidia-smi") for t in runner.trips) and _shape(runner.trips)[:2] == ["lock", "batch"]
+    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], runner.trips
+    batched = int(runner.trips[1].split()[-1])
+    assert len(read_state(state)["log"]) - before == batched  # the one batch of reads, nothing else on the GPUs
     assert rep.assignments[0].device and rep.assignments[0].device.startswith("MIG-")
+    # the same content: no file rewritten (same inode, same mtime), nothing left behind
+    assert runner.files == [FilesDone(unchanged=("env/chat.env", "assignments.json", "last-applied.json"))]
+    assert sorted(p for p in (tmp_path / "etc").rglob("*") if p.is_file()) == files
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files} == stamps
+    events = [json.loads(x) for x in (tmp_path / "j2.jsonl").read_text().splitlines()]
+    assert [(e["written"], e["unchanged"], e["removed"]) for e in events if e["event"] == "files"] == [
+        ([], ["env/chat.env", "assignments.json", "last-applied.json"], [])]
 
 
 def test_a_dry_run_records_exactly_the_mutating_commands_a_real_run_journals(tmp_path: Path) -> None:

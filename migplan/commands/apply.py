@@ -1,9 +1,21 @@
 """Apply a plan document to the fleet: every host in parallel, each GPU checkpointed, changed, verified
 and rolled back on failure (`migplan.fleet.apply`); a dry run records the commands instead.
 
-After a host is applied it gets `assignments.json`, one env file per workload and `last-applied.json` (the
-layouts as read after the apply; all in its `state_dir`); the fleet's map is also written locally
-(`--state-dir`, else next to the plan). `apply_last` re-applies `last-applied.json` on this machine (boot).
+After a host is applied it gets, in its `state_dir`, `assignments.json`, one `env/<workload>.env` per workload
+whose instance exists after the verification, and `last-applied.json` (the layouts as read after the apply);
+every other env file migplan wrote there is removed (a workload moved to another host, rolled back, gone from
+the plan), nothing else is. All of them in ONE round trip (`runner.put_files`, `_write_assignments`), and a
+file whose content is already there is not rewritten. As the login user that is one SFTP session. With a
+become prefix (`sudo -n`) it is one exec of a shell script on the host, `sh -c FILES_SCRIPT`
+(migplan.adapters.runner): the script is a constant of migplan, the same text on every host and every call,
+so no host data is ever on a command line; the directory, names, modes and contents travel on its stdin in a
+framed form (sizes, then the bytes, then an end marker), which the script checks again; names are plain
+(`NAME` or `env/NAME`, letters, digits and `._-`); nothing is replaced before the whole upload has arrived;
+each file goes to a fresh temporary name, is chmod-ed and renamed over its name (`mv -f -T`) only when it
+differs (`cmp -s`); and a symbolic link where the state directory or env/ should be is refused. Before, each
+file cost three round trips under become (tee, chmod, mv) and was rewritten on every apply.
+The fleet's map is also written locally (`--state-dir`, else next to the plan). `apply_last` re-applies
+`last-applied.json` on this machine (boot), and reconciles the env files in the same way.
 
 Exit codes (README, "Exit codes"): 0 every GPU ends as planned; 1 some did not (partial: the others
 were applied); 3 nothing was applied (every change refused, skipped or rolled back); 2 bad input.
@@ -23,7 +35,7 @@ from typing import Any
 from migplan import documents
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.recording import RecordingRunner
-from migplan.adapters.runner import CommandRunner, HostError, LocalRunner
+from migplan.adapters.runner import CommandRunner, FileToPut, HostError, LocalRunner, Prune
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
@@ -41,21 +53,20 @@ from migplan.fleet.apply import (
     device_record,
 )
 from migplan.fleet.assignments import (
+    ENV_PRUNE_RULE,
     LAST_APPLIED_FILE,
     MAX_LAST_APPLIED_BYTES,
     AppliedGpu,
     Assignment,
     LastApplied,
     Placement,
-    assignments_document,
-    assignments_for,
-    env_file,
-    env_file_name,
     fleet_assignments_document,
+    host_files,
     last_applied_document,
     move_document,
     parse_last_applied,
     placements,
+    present,
 )
 from migplan.fleet.diff import diff
 from migplan.fleet.discover import discover_host
@@ -168,26 +179,28 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
 
 def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placement], fingerprint: str,
                        catalog: Catalog, options: ApplyOptions, stamp: str,
-                       record: Any = None) -> tuple[tuple[Assignment, ...], Any]:
+                       record: Any = None, *, last: LastApplied | None = None,
+                       journal: _Journal | None = None) -> tuple[tuple[Assignment, ...], Any]:
     """Write where each workload's device is, from `record` (the apply's last read, under the lock: the MIG
     device UUIDs are new), or read the host once more when the apply could not; the read is returned too.
-    `mkdir -p`, then one put for assignments.json and one per workload's env file: each env file is its own file,
-    and writing several from one upload would need a script on the host (a shell loop, or an archive unpacked
-    there), which migplan does not run."""
+
+    All of the host's files in ONE round trip (`runner.put_files`): an env file for each workload whose instance
+    exists as read (`present`: a rolled-back GPU's new instances do not, so their workloads get none),
+    assignments.json listing exactly those, last-applied.json (`last`, with the layouts as read), and the
+    removal of every other env file migplan wrote in env/ (a workload moved to another host, rolled back, or
+    gone from the plan; `ENV_PRUNE_RULE`: nothing migplan did not write). A file whose content and mode are
+    already there is not rewritten (its mtime is kept). The journal gets a `files` event: what was written,
+    left alone and removed."""
     if record is None:
         record = device_record(SmiSession(runner, timeout=options.timeout), host.name)
-    found = assignments_for(items, record)
-    env_dir = f"{host.state_dir}/env"
-    mkdir = runner.run(["mkdir", "-p", "--", env_dir], timeout=options.timeout)
-    if not mkdir.ok:
-        raise HostError(host.name, f"cannot create {env_dir}: {printable(mkdir.stderr, 200)}")
-    runner.put_file(f"{host.state_dir}/assignments.json",
-                    assignments_document(host.name, fingerprint, found, stamp).encode(), mode=0o644,
-                    timeout=options.timeout)
-    taken: set[str] = set()
-    for a in found:
-        runner.put_file(f"{env_dir}/{env_file_name(a.workload, taken)}", env_file(a).encode(), mode=0o644,
-                        timeout=options.timeout)
+    found = present(items, record)
+    last_text = last_applied_document(_as_read(last, record)) if last is not None else None
+    files = [FileToPut(name, text.encode(), 0o644)
+             for name, text in host_files(host.name, fingerprint, items, found, stamp, last_text)]
+    done = runner.put_files(host.state_dir, files, prune=Prune(*ENV_PRUNE_RULE), timeout=options.timeout)
+    if journal is not None:
+        journal(host.name, {"event": "files", "directory": host.state_dir, "written": list(done.written),
+                            "unchanged": list(done.unchanged), "removed": list(done.removed)})
     return tuple(found), record
 
 
@@ -297,12 +310,9 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
     written: tuple[Assignment, ...] = ()
     if not dry_run:
         try:
+            keep = last if last is not None and any(g.outcome in GOOD for g in res.gpus) else None
             written, record = _write_assignments(target, host, items, fingerprint, catalog, options, stamp,
-                                                 res.devices)
-            if last is not None and any(g.outcome in GOOD for g in res.gpus):
-                target.put_file(f"{host.state_dir}/{LAST_APPLIED_FILE}",
-                                last_applied_document(_as_read(last, record)).encode(), mode=0o644,
-                                timeout=options.timeout)
+                                                 res.devices, last=keep, journal=journal)
         except (HostError, MigplanError) as err:
             return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: {err}",
                               moves=tuple(moves.seen))

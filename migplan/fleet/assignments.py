@@ -1,10 +1,15 @@
 """Tell a host's tasks which MIG device is theirs, after an apply, and keep what was applied (pure: the
-documents and their strict reader; the caller writes them with the runner's `put_file` or `files`).
+documents, their strict reader, and the set of files an apply leaves on a host, `host_files`; the caller writes
+them in one round trip with the runner's `put_files`, pruning the stale env files with `ENV_PRUNE_RULE`).
 
 On the host (`state_dir`, default /etc/migplan):
-  assignments.json     every workload placed on the host: GPU, instance, MIG device UUID
-  env/<workload>.env   KEY=VALUE for a systemd EnvironmentFile= or `docker --env-file`:
-                       CUDA_VISIBLE_DEVICES=MIG-... (GPU-... for a whole GPU)
+  assignments.json     every workload placed on the host whose instance exists (its device UUID was read after
+                       the apply): GPU, instance, MIG device UUID
+  env/<workload>.env   KEY=VALUE for a systemd EnvironmentFile= or `docker --env-file`, for exactly the workloads
+                       of assignments.json: CUDA_VISIBLE_DEVICES=MIG-... (GPU-... for a whole GPU). Its first line
+                       is always MIGPLAN_WORKLOAD=<name> (`ENV_MARKER`); an apply removes every other file of
+                       env/ named as migplan names them (`ENV_FILE_NAME`) that begins with it (a workload moved
+                       to another host, rolled back, or gone from the plan), and nothing else
   last-applied.json    the layout applied here last (per GPU: index, UUID, model, layout) and the placements,
                        for `migplan apply --last` at boot: MIG instances never survive a reboot (§1)
   move.json            during an apply, the move an `on_move` hook is called for
@@ -14,6 +19,7 @@ Locally: the same map for the whole fleet (`fleet_assignments_document`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -32,7 +38,14 @@ FLEET_ASSIGNMENTS_KIND = "migplan/fleet-assignments"
 LAST_APPLIED_KIND = "migplan/last-applied"
 MOVE_KIND = "migplan/move"
 LAST_APPLIED_FILE = "last-applied.json"
+ASSIGNMENTS_FILE = "assignments.json"
 MAX_LAST_APPLIED_BYTES = 4 * 1024 * 1024
+ENV_DIR = "env"
+ENV_SUFFIX = ".env"
+ENV_MARKER = "MIGPLAN_WORKLOAD="  # the first bytes of every env file migplan writes
+ENV_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,194}\.env")  # what env_file_name returns, always
+ENV_PRUNE_RULE = (ENV_DIR, ENV_SUFFIX, ENV_MARKER)  # runner.Prune(*ENV_PRUNE_RULE): the stale env files
+MAX_ENV_BASE = 160  # a longer name is cut and gets a hash: the file name stays well within NAME_MAX (255)
 
 
 @dataclass(frozen=True)
@@ -97,21 +110,72 @@ def fleet_assignments_document(fingerprint: str, hosts: dict[str, Sequence[Assig
     return json.dumps(doc, indent=2) + "\n"
 
 
+def is_workload_name(name: object) -> bool:
+    """A workload's name as a plan holds it: `names.WORKLOAD_NAME`, or that with a replica's `#N`."""
+    if not isinstance(name, str):
+        return False
+    base, _, replica = name.partition("#")
+    return bool(names.WORKLOAD_NAME.fullmatch(base)) and (not replica or (replica.isascii() and replica.isdigit()
+                                                                        and len(replica) <= 4))
+
+
 def env_file_name(workload: str, taken: set[str]) -> str:
-    """`ns/app:1` -> `ns_app_1.env`; a name that would collide gets a short hash of the real name."""
+    """`ns/app:1` -> `ns_app_1.env`: every character but letters, digits and `._-` becomes `_`. A name that would
+    collide with one in `taken`, or is longer than MAX_ENV_BASE, is cut and gets a short hash of the real name.
+    The result always matches ENV_FILE_NAME (never `.`, `..`, a hidden name or a path) and is added to `taken`."""
     base = re.sub(r"[^A-Za-z0-9._-]", "_", workload)
-    name = base if base not in taken else f"{base}-{hashlib.sha256(workload.encode()).hexdigest()[:8]}"
+    if not re.match(r"[A-Za-z0-9_]", base):
+        base = "_" + base
+    digest = hashlib.sha256(workload.encode("utf-8", "surrogateescape")).hexdigest()
+    cut = base[:MAX_ENV_BASE]
+    choices = ([base] if len(base) <= MAX_ENV_BASE else []) + [f"{cut}-{digest[:8]}", f"{cut}-{digest[:16]}"]
+    numbered = (f"{cut}-{digest[:16]}-{n}" for n in itertools.count(2))  # the same name again: numbered
+    name = next(c for c in itertools.chain(choices, numbered) if c not in taken)
     taken.add(name)
-    return name + ".env"
+    return name + ENV_SUFFIX
 
 
 def env_file(a: Assignment) -> str:
-    lines = [f"MIGPLAN_WORKLOAD={a.workload}", f"MIGPLAN_GPU={a.gpu}"]
+    """The env file of one workload; it begins with ENV_MARKER. The workload's name must be one a plan holds
+    (`is_workload_name`: letters, digits and `._/:-#`, nothing a shell or systemd would read as syntax)."""
+    if not is_workload_name(a.workload):
+        raise InputError(f"{a.workload!r} is not a workload name; its env file is not written")
+    lines = [f"{ENV_MARKER}{a.workload}", f"MIGPLAN_GPU={a.gpu}"]
     if a.instance is not None:
         lines.append(f"MIGPLAN_INSTANCE={a.instance}")
     if a.device is not None:
         lines.append(f"CUDA_VISIBLE_DEVICES={a.device}")
     return "\n".join(lines) + "\n"
+
+
+def present(items: Iterable[Placement], record: DiscoveredHost) -> list[Assignment]:
+    """The placements whose instance exists on the host as read (`record`, after the apply's verification): the
+    MIG device UUID (or the whole GPU's UUID) is known. A placement on a GPU that was rolled back, refused or
+    skipped, whose planned instance is not there, is left out: no env file names an instance that does not
+    exist."""
+    return [a for a in assignments_for(items, record) if a.device is not None]
+
+
+def host_files(host: str, fingerprint: str, placed: Sequence[Placement], found: Sequence[Assignment],
+               written_at: str, last_applied: str | None = None) -> list[tuple[str, str]]:
+    """What an apply leaves in a host's state_dir, as (name inside it, text), in the order written: one env file
+    per workload of `found` (those whose instance exists, `present`), assignments.json listing exactly `found`,
+    and last-applied.json when given. Env file names are given over every placement of the host (`placed`, the
+    plan's order), so a workload's file keeps its name whichever others are found. Any other env file migplan
+    wrote there is stale: the caller prunes it (ENV_PRUNE_RULE) in the same round trip."""
+    taken: set[str] = set()
+    file_names: dict[str, str] = {}
+    for p in placed:
+        if p.workload not in file_names:
+            file_names[p.workload] = env_file_name(p.workload, taken)
+    out = []
+    for a in found:
+        name = file_names.get(a.workload) or file_names.setdefault(a.workload, env_file_name(a.workload, taken))
+        out.append((f"{ENV_DIR}/{name}", env_file(a)))
+    out.append((ASSIGNMENTS_FILE, assignments_document(host, fingerprint, list(found), written_at)))
+    if last_applied is not None:
+        out.append((LAST_APPLIED_FILE, last_applied))
+    return out
 
 
 # --- last applied -------------------------------------------------------------------------------
@@ -181,9 +245,9 @@ def _applied_gpu(g: Any, where: str, source: str, seen: set[int], catalog: Catal
 
 
 def _placement(w: Any, where: str, source: str, gpus: set[int]) -> Placement:
-    if not isinstance(w, dict) or set(w) != {"name", "gpu", "instance"} or not isinstance(w["name"], str) \
-            or not w["name"].isprintable() or len(w["name"]) > 253 or w["gpu"] not in gpus:
-        raise _bad(source, where, "needs name, gpu (one of the GPUs above) and instance")
+    if not isinstance(w, dict) or set(w) != {"name", "gpu", "instance"} or not is_workload_name(w["name"]) \
+            or w["gpu"] not in gpus:
+        raise _bad(source, where, "needs name (a workload name), gpu (one of the GPUs above) and instance")
     if w["instance"] is not None:
         try:
             Instance.parse(w["instance"])
