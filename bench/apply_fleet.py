@@ -11,7 +11,8 @@ change), times `--scale` so a run stays short; both the modelled (raw) and the s
 
 Measured, per run: wall time of the whole apply (`commands.apply.apply_one_host` for every host on the pool,
 as `migplan apply` runs them: lock, pre-flight, read, checkpoint, change, verify, memory read-back,
-assignments and last-applied written), round trips (every runner call: a command, a file put or get, the lock)
+assignments and last-applied written), round trips (every runner call: a command, a file put or get, the set of
+files in one `put_files`, the lock)
 per changed GPU, and CPU: this process's CPU time minus the simulator's (the simulator runs on the "hosts",
 so its CPU is not migplan's). The CPU floor is migplan's CPU time / the cores of this machine: no wall time
 can be lower than that on it.
@@ -47,7 +48,15 @@ from sim.fleet import call_sim, host_state, read_state, write_state  # noqa: E40
 from sim.nvidia_smi_sim import LATENCY_DEFAULTS  # noqa: E402
 
 from migplan.adapters.pool import for_each_host  # noqa: E402
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, LocalRunner, run_many  # noqa: E402
+from migplan.adapters.runner import (  # noqa: E402
+    DEFAULT_TIMEOUT,
+    Completed,
+    FilesDone,
+    FileToPut,
+    LocalRunner,
+    Prune,
+    run_many,
+)
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.commands.apply import HostReport, _Journal, apply_one_host  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
@@ -100,6 +109,13 @@ class Counting:
         self._count("put")
         self.inner.put_file(path, data, mode=mode, timeout=timeout)
 
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        """All of a host's files: one round trip (one SFTP session, or one exec of the script with become)."""
+        self._count("put_files")
+        done: FilesDone = self.inner.put_files(directory, files, prune=prune, timeout=timeout)
+        return done
+
     def get_file(self, remote_path: str, *, max_bytes: int = 16 << 20, timeout: float = DEFAULT_TIMEOUT) -> bytes:
         self._count("get")
         data: bytes = self.inner.get_file(remote_path, max_bytes=max_bytes, timeout=timeout)
@@ -150,6 +166,10 @@ class InProcessHost:
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.local.put_file(path, data, mode=mode, timeout=timeout)
+
+    def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
+        return self.local.put_files(directory, files, prune=prune, timeout=timeout)
 
     def get_file(self, path: str, **kw: Any) -> bytes:
         return self.local.get_file(path, **kw)
