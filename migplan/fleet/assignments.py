@@ -29,16 +29,15 @@ from typing import Any
 from migplan import names
 from migplan.catalog import Catalog
 from migplan.errors import InputError
+from migplan.fleet.assigned import ASSIGNMENTS_FILE, ASSIGNMENTS_KIND
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.layout import Instance, Layout, check_layout
 from migplan.planner.plan import Plan
 
-ASSIGNMENTS_KIND = "migplan/assignments"
 FLEET_ASSIGNMENTS_KIND = "migplan/fleet-assignments"
 LAST_APPLIED_KIND = "migplan/last-applied"
 MOVE_KIND = "migplan/move"
 LAST_APPLIED_FILE = "last-applied.json"
-ASSIGNMENTS_FILE = "assignments.json"
 MAX_LAST_APPLIED_BYTES = 4 * 1024 * 1024
 ENV_DIR = "env"
 ENV_SUFFIX = ".env"

@@ -26,14 +26,32 @@ import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from migplan import smi
 from migplan.adapters.pool import HostResult, for_each_host
-from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, HostError
+from migplan.adapters.runner import (
+    DEFAULT_TIMEOUT,
+    BadCommand,
+    BecomeError,
+    CommandRunner,
+    HostError,
+    OutputTooLarge,
+    RemoteFileMissing,
+    TransferError,
+)
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import CatalogError
+from migplan.fleet.assigned import (
+    ASSIGNMENTS_FILE,
+    MAX_ASSIGNMENTS_BYTES,
+    BadAssignments,
+    HostAssignments,
+    parse_assignments,
+)
 from migplan.fleet.host_table import HostTable, differences, host_model, table_from_smi
+from migplan.fleet.inflight import INFLIGHT_FILE, MAX_INFLIGHT_BYTES, BadInFlight, InFlight, parse_inflight
 from migplan.fleet.snapshot import (
     ComputeInstance,
     DiscoveredGpu,
@@ -61,8 +79,10 @@ class UnknownModelError(HostError):
 # --- one host ---------------------------------------------------------------------------------
 
 def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
-                  timeout: float = DEFAULT_TIMEOUT) -> DiscoveredHost:
-    """Everything discovery reports about one host; raises a HostError/SmiError when it cannot."""
+                  timeout: float = DEFAULT_TIMEOUT, assignments: bool = True) -> DiscoveredHost:
+    """Everything discovery reports about one host; raises a HostError/SmiError when it cannot. With
+    `assignments`, also the host's `assignments.json` (what the last apply placed there: `fleet.assigned`);
+    apply's own re-read does without it (its checks depend on the GPUs alone)."""
     s, infos = _first_reads(runner, timeout)
     listing = {g.index: g for g in s.gpu_listing()}
     apps = s.compute_apps()
@@ -85,7 +105,48 @@ def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
             instances = _instances(host, info.index, own, gi_rows, ci_rows, devices, notes)
         gpu = _discovered_gpu(host, info, model, instances, apps, notes, processes)
         gpus.append(dataclasses.replace(gpu, driver_version=drivers.get(info.index), table=table))
-    return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes))
+    placed = read_assignments(runner, host, notes, timeout) if assignments else None
+    return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes), assignments=placed,
+                          inflight=read_inflight(runner, host, notes, timeout))
+
+
+def read_assignments(runner: CommandRunner, host: Host, notes: list[str],
+                     timeout: float = DEFAULT_TIMEOUT) -> HostAssignments | None:
+    """The host's `<state_dir>/assignments.json` (None: there is none, or it cannot be used: then a note says
+    why and the host is planned as if it had none, as before any apply)."""
+    return _host_file(runner, host, ASSIGNMENTS_FILE, MAX_ASSIGNMENTS_BYTES, parse_assignments, BadAssignments,
+                      notes, timeout, "planned without the assignments")
+
+
+def read_inflight(runner: CommandRunner, host: Host, notes: list[str],
+                  timeout: float = DEFAULT_TIMEOUT) -> InFlight | None:
+    """The host's `<state_dir>/inflight.json`: the change an apply had under way (None: none, or unusable)."""
+    return _host_file(runner, host, INFLIGHT_FILE, MAX_INFLIGHT_BYTES, parse_inflight, BadInFlight, notes, timeout,
+                      "an interrupted change cannot be recognised from it")
+
+
+_Doc = TypeVar("_Doc")
+
+
+def _host_file(runner: CommandRunner, host: Host, name: str, most: int, parse: Callable[[bytes, str], _Doc],
+               bad: type[ValueError], notes: list[str], timeout: float, without: str) -> _Doc | None:
+    path = f"{host.state_dir}/{name}"
+    try:
+        data = runner.get_file(path, max_bytes=most, timeout=timeout)
+    except RemoteFileMissing:
+        return None
+    except (TransferError, OutputTooLarge, BecomeError) as err:  # a lost connection is the host's failure
+        # BecomeError: a sudoers rule that allows nvidia-smi alone refuses the read (`sudo -n head ...`)
+        notes.append(f"{path} not read ({err.detail}); {without}")
+        return None
+    except BadCommand as err:  # a state_dir no remote path can be (the inventory checks it; kept as a note)
+        notes.append(f"{path} not read ({err}); {without}")
+        return None
+    try:
+        return parse(data, host.name)
+    except bad as err:
+        notes.append(f"{path} not used: {err}; {without}")
+        return None
 
 
 MAX_DIFFERENCES_SHOWN = 8

@@ -9,6 +9,7 @@ the document's two directions; reading and writing files is `migplan.documents`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,9 @@ from typing import Any
 from migplan import names, yamldoc
 from migplan.catalog import Catalog, Engines, GpuModel
 from migplan.errors import CatalogError
+from migplan.fleet.assigned import ASSIGNMENTS_KIND, BadAssignments, HostAssignments, parse_assignments
 from migplan.fleet.host_table import HostTable, TableRow, host_model
+from migplan.fleet.inflight import InFlight
 from migplan.fleet.state import FleetState, GpuState
 from migplan.layout import Instance, Layout, check_layout
 from migplan.yamldoc import Node
@@ -127,6 +130,8 @@ class DiscoveredHost:
     gpus: tuple[DiscoveredGpu, ...] = ()
     error: HostFailure | None = None
     notes: tuple[str, ...] = ()
+    assignments: HostAssignments | None = None  # the host's assignments.json (what the last apply placed here)
+    inflight: InFlight | None = None  # the host's inflight.json: a change an apply left unfinished (fleet.inflight)
 
     @property
     def ok(self) -> bool:
@@ -150,10 +155,12 @@ class Snapshot:
         """The MIG-capable GPUs of the hosts that answered (failed hosts contribute nothing). With `catalog`,
         a GPU whose own profile table differs from its catalog model is planned with a model built from
         that table (`FleetState.models` carries those models)."""
-        gpus, models = [], {}
+        gpus, models, assigned = [], {}, []
         for h in self.hosts:
             if not h.ok:
                 continue
+            if h.assignments is not None:
+                assigned.append((h.name, h.assignments))
             for g in h.gpus:
                 own = g.planning_model(catalog) if catalog is not None else None
                 st = g.state(h.name, own.id if own is not None else None)
@@ -162,7 +169,7 @@ class Snapshot:
                 gpus.append(st)
                 if own is not None and own.id != g.model:
                     models[own.id] = own
-        return FleetState(tuple(gpus), source=source, models=tuple(models.values()))
+        return FleetState(tuple(gpus), source=source, models=tuple(models.values()), assigned=tuple(assigned))
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -202,6 +209,10 @@ def host_dict(h: DiscoveredHost) -> dict[str, Any]:
         out["error"] = {"code": h.error.code, "message": h.error.message, "hint": h.error.hint}
     out["notes"] = list(h.notes)
     out["gpus"] = [_gpu_dict(g) for g in h.gpus]
+    if h.assignments is not None:
+        a = h.assignments
+        out["assignments"] = {"plan": a.plan, "written_at": a.written_at, "workloads": [
+            {"name": x.workload, "gpu": x.gpu, "instance": str(x.instance) if x.instance else None} for x in a.items]}
     return out
 
 
@@ -328,7 +339,7 @@ def _driver(node: Node | None) -> str | None:
 
 
 def _host(node: Node, catalog: Catalog) -> DiscoveredHost:
-    f = node.fields({"name", "address", "error", "notes", "gpus"}, {"name"})
+    f = node.fields({"name", "address", "error", "notes", "gpus", "assignments"}, {"name"})
     name = f["name"].str()
     if not names.HOST_NAME.match(name):
         f["name"].fail(f"host name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -343,7 +354,25 @@ def _host(node: Node, catalog: Catalog) -> DiscoveredHost:
             n.fail(f"GPU index {g.index} listed twice")
         gpus.append(g)
     notes = tuple(n.str() for n in f["notes"].list()) if _opt(f, "notes") else ()
-    return DiscoveredHost(name, _opt_str(f, "address"), tuple(gpus), error, notes)
+    return DiscoveredHost(name, _opt_str(f, "address"), tuple(gpus), error, notes,
+                          _assignments(_opt(f, "assignments"), name))
+
+
+def _assignments(node: Node | None, host: str) -> HostAssignments | None:
+    """The host's assignments as the snapshot recorded them: checked by the reader of the host's own file."""
+    if node is None:
+        return None
+    f = node.fields({"plan", "written_at", "workloads"}, {"plan", "written_at", "workloads"})
+    keys = {"name", "gpu", "instance"}
+    listed = [{"name": w["name"].str(), "gpu": w["gpu"].int(minimum=0),
+               "instance": None if w["instance"].is_null else w["instance"].str()}
+              for w in (n.fields(keys, keys) for n in f["workloads"].list())]
+    doc = {"version": 1, "kind": ASSIGNMENTS_KIND, "host": host, "plan": f["plan"].str(),
+           "written_at": f["written_at"].str(), "workloads": listed}
+    try:
+        return parse_assignments(json.dumps(doc).encode(), host)
+    except BadAssignments as err:
+        node.fail(f"assignments: {err}")
 
 
 def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:

@@ -23,6 +23,7 @@ from typing import Literal
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.fleet.assigned import HostAssignments
 from migplan.inventory import Inventory
 from migplan.layout import Instance, Layout
 
@@ -104,6 +105,9 @@ class FleetState:
     gpus: tuple[GpuState, ...]
     source: str = "inventory"  # inventory | discovery | snapshot:<path>
     models: tuple[GpuModel, ...] = ()  # models built from hosts' own profile tables (not in the catalog)
+    # (host, its assignments.json): where the last apply on each host placed its workloads (`fleet.assigned`);
+    # the planner takes them as the workloads' places. Not in the fingerprint: they follow the GPUs' layouts.
+    assigned: tuple[tuple[str, HostAssignments], ...] = ()
 
     def __iter__(self) -> Iterator[GpuState]:
         return iter(self.gpus)

@@ -8,6 +8,7 @@ be planned at all (a workload larger than any instance of any model in the fleet
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,22 +76,77 @@ class Problem:
         return self._by_key.get(key)
 
 
-def _running(w: Workload, gpus: Mapping[GpuKey, GpuState]) -> tuple[GpuKey | None, Instance | None]:
-    """Where the workload runs now, if the observed place exists in the current state."""
-    o = w.observed
-    if o.host is None or o.gpu is None or (o.host, o.gpu) not in gpus:
+Place = tuple[GpuKey | None, Instance | None]  # (GPU, instance; None: the whole GPU); (None, None): nowhere
+
+
+def _exists(gpus: Mapping[GpuKey, GpuState], host: str | None, index: int | None, inst: Instance | None) -> Place:
+    """(GPU, instance) when that place exists in the current state, else (None, None)."""
+    if host is None or index is None or (host, index) not in gpus:
         return None, None
-    gpu = gpus[(o.host, o.gpu)]
-    if o.mig_profile is None:
+    gpu = gpus[(host, index)]
+    if inst is None:
         return (gpu.key, None) if gpu.current is None else (None, None)
-    if gpu.current is None or o.mig_start is None:
+    return (gpu.key, inst) if gpu.current is not None and inst in gpu.current.instances else (None, None)
+
+
+def _observed(w: Workload, gpus: Mapping[GpuKey, GpuState]) -> Place:
+    """Where the workload was measured, if that place exists in the current state."""
+    o = w.observed
+    if o.mig_profile is not None and o.mig_start is None:
         return None, None
-    inst = Instance(o.mig_start, o.mig_profile)
-    return (gpu.key, inst) if inst in gpu.current.instances else (None, None)
+    inst = Instance(o.mig_start, o.mig_profile) if o.mig_profile is not None and o.mig_start is not None else None
+    return _exists(gpus, o.host, o.gpu, inst)
+
+
+def _seen_at(w: Workload) -> float | None:
+    """When the workload was last measured where `observed` says (unix seconds; None: not recorded)."""
+    text = w.observed.last_seen or w.observed.window_end
+    if not text:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+@dataclass(frozen=True)
+class AssignedPlace:
+    host: str
+    gpu: int
+    instance: Instance | None
+    written_at: float | None
+
+
+def assigned_places(state: FleetState) -> dict[str, AssignedPlace]:
+    """Each workload's place as the hosts' assignments.json say; a workload two hosts claim (a move the old host
+    never heard of) is where the newer file puts it."""
+    out: dict[str, AssignedPlace] = {}
+    for host, found in state.assigned:
+        when = found.when()
+        for a in found.items:
+            old = out.get(a.workload)
+            if old is None or (when or 0.0) > (old.written_at or 0.0):
+                out[a.workload] = AssignedPlace(host, a.gpu, a.instance, when)
+    return out
+
+
+def _running(w: Workload, gpus: Mapping[GpuKey, GpuState], assigned: AssignedPlace | None) -> Place:
+    """Where the workload runs now: where it was measured, or where the last apply assigned it (its processes
+    may not have started yet: fleet/assigned.py), when that place exists now. When both exist and differ,
+    the later wins: a measurement after the assignment (the workload kept running where it was), else the
+    assignment (a measurement without a time, or from before the apply that moved it)."""
+    seen = _observed(w, gpus)
+    told = _exists(gpus, assigned.host, assigned.gpu, assigned.instance) if assigned is not None else (None, None)
+    if seen[0] is None or told[0] is None or seen == told:
+        return seen if seen[0] is not None else told
+    assert assigned is not None
+    at = _seen_at(w)
+    return seen if at is not None and assigned.written_at is not None and at > assigned.written_at else told
 
 
 def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel],
-           gpus: Mapping[GpuKey, GpuState]) -> list[Item]:
+           gpus: Mapping[GpuKey, GpuState], places: Mapping[str, Place] | None = None) -> list[Item]:
     measured = catalog.find(w.observed.gpu_model) if w.observed.gpu_model else None
     if measured is None and w.observed.host is not None and w.observed.gpu is not None:
         here = gpus.get((w.observed.host, w.observed.gpu))
@@ -107,14 +163,15 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
             need.append((m.id, g))
     groups = tuple(sorted(({f"aa:{w.anti_affinity}"} if w.anti_affinity else set())
                           | ({f"replicas:{w.name}"} if w.replicas > 1 else set())))
-    running, running_on = _running(w, gpus)
     out = []
     for k in range(w.replicas):
+        name = w.name if k == 0 else f"{w.name}#{k}"
+        running, running_on = (places or {}).get(name, (None, None))
         out.append(Item(
-            name=w.name if k == 0 else f"{w.name}#{k}", workload=w.name, priority=w.priority, demand=demand,
+            name=name, workload=w.name, priority=w.priority, demand=demand,
             fits=tuple(fits), need=tuple(need), pin_host=w.pin.host if w.pin else None,
             pin_gpu=w.pin.gpu if w.pin else None, groups=groups,
-            running=running if k == 0 else None, running_on=running_on if k == 0 else None, movable=w.movable))
+            running=running, running_on=running_on, movable=w.movable))
     return out
 
 
@@ -127,8 +184,9 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     rejected: list[tuple[str, str]] = []
     rejected_items: list[Item] = []
     where: dict[tuple[GpuKey, Instance | None], Workload] = {}
+    places = _places(profiles, gpus, assigned_places(state))
     for w in sorted(profiles.workloads, key=lambda w: w.name):
-        for it in _items(w, policy, catalog, models, gpus) if models else []:
+        for it in _items(w, policy, catalog, models, gpus, places) if models else []:
             if it.running is not None:
                 _check_alone(w, it, where)
             why = _pin_reason(it, gpus)
@@ -142,6 +200,29 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     all_models = {g.model: catalog.get(g.model) for g in gpus.values()}
     return Problem(tuple(gpus.values()), tuple(items), all_models, policy, state.fingerprint(), tuple(rejected),
                    tuple(rejected_items))
+
+
+def _places(profiles: ProfileSet, gpus: Mapping[GpuKey, GpuState],
+            assigned: Mapping[str, AssignedPlace]) -> dict[str, Place]:
+    """Each workload's (and replica's, by item name) place now (`_running`). A place taken from an assignment never
+    displaces a workload measured there (measured processes are facts; two workloads measured in one place stay
+    the input error they are)."""
+    out: dict[str, Place] = {}
+    measured = set()
+    for w in profiles.workloads:
+        seen = _observed(w, gpus)
+        if seen[0] is not None:
+            measured.add(seen)
+    for w in profiles.workloads:
+        place = _running(w, gpus, assigned.get(w.name))
+        if place[0] is not None and place != _observed(w, gpus) and place in measured:
+            place = _observed(w, gpus)  # its assigned place is where another workload was measured
+        out[w.name] = place
+        for k in range(1, w.replicas):  # replica k (`name#k`) has no measured place of its own: its assignment
+            a = assigned.get(f"{w.name}#{k}")
+            spot = _exists(gpus, a.host, a.gpu, a.instance) if a is not None else (None, None)
+            out[f"{w.name}#{k}"] = spot if spot not in measured else (None, None)
+    return out
 
 
 def _check_alone(w: Workload, it: Item, where: dict[tuple[GpuKey, Instance | None], Workload]) -> None:
