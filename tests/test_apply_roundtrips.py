@@ -111,9 +111,20 @@ def pass_through_sudo(where: Path) -> tuple[str, ...]:
 
 
 def _file_trips(runner: Trips, host: Host) -> list[str]:
-    """The trips that wrote (or made a directory for) the files an apply leaves: assignments, env, last-applied."""
-    ours = (f"{host.state_dir}/assignments.json", f"{host.state_dir}/env", f"{host.state_dir}/last-applied.json")
+    """The trips that wrote (or made a directory for) the files an apply leaves: assignments, env, last-applied,
+    and the in-flight record (fleet/inflight.py: read under the lock, written before the first change, settled
+    with the other files)."""
+    ours = (f"{host.state_dir}/assignments.json", f"{host.state_dir}/env", f"{host.state_dir}/last-applied.json",
+            f"{host.state_dir}/inflight.json")
     return [t for t in runner.trips if t.startswith("put_files ") or any(o in t for o in ours)]
+
+
+def _files_shape(host: Host, changes: bool = True) -> list[str]:
+    """What `_file_trips` must be: the record read; when anything changes, the record written before the first
+    change; then ONE round trip for every file the apply leaves (the settled record among them)."""
+    read = f"get {host.state_dir}/inflight.json"
+    put = f"put_files {host.state_dir}"
+    return [read, put, put] if changes else [read, put]
 
 
 def _shape(trips: Sequence[str]) -> list[str]:
@@ -173,11 +184,13 @@ def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_pa
     # the lock, the reads before (pre-flight help + state) and after (read-back, memory, UUIDs), and ONE round
     # trip for every file the apply leaves: assignments.json, the placed workload's env file, last-applied.json
     assert _shape(overhead)[:2] == ["lock", "batch"] and _shape(overhead).count("batch") == 2, overhead
-    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], overhead
+    assert _file_trips(runner, host) == _files_shape(host), overhead
     assert len(runner.trips) / GPUS <= 4, runner.trips
     # with a become prefix the files are one exec: the constant script, the data on stdin; without, no process
-    assert runner.file_execs == ([[(*runner.local._become, "sh", "-c", FILES_SCRIPT)]] if become else [[]])
-    assert runner.files == [FilesDone(written=("env/chat.env", "assignments.json", "last-applied.json"))]
+    script = [(*runner.local._become, "sh", "-c", FILES_SCRIPT)]
+    assert runner.file_execs == ([script, script] if become else [[], []])  # the record, then the files
+    assert runner.files == [FilesDone(written=("inflight.json",)), FilesDone(
+        written=("env/chat.env", "assignments.json", "last-applied.json", "inflight.json"))]
     assert rep.assignments[0].device and rep.assignments[0].device.startswith("MIG-")
     env = (tmp_path / "etc" / "env" / "chat.env").read_text()
     assert f"CUDA_VISIBLE_DEVICES={rep.assignments[0].device}\n" in env
@@ -188,15 +201,16 @@ def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_pa
 @pytest.mark.parametrize("changed", [1, 2, 8])
 def test_the_files_are_one_round_trip_whatever_changes(tmp_path: Path, changed: int) -> None:
     """The lock, two read batches, 3 per changed GPU and ONE for the files, with a become prefix too (where each
-    file used to cost three: tee, chmod, mv): 7, 10 and 28 in all (bench/apply_files.py)."""
+    file used to cost three: tee, chmod, mv), plus the in-flight record's read and its write before the first
+    change: 9, 12 and 30 in all (bench/apply_files.py)."""
     state, host, plans = _host(tmp_path, changed=changed)
     runner = Trips(state, pass_through_sudo(tmp_path / "bin"))
     rep = _apply(runner, host, plans, tmp_path / "j.jsonl")
     assert [g.outcome for g in rep.gpus].count(GpuOutcome.APPLIED) == changed, rep
     assert len([t for t in runner.trips if t.startswith("nvidia-smi")]) == 3 * changed, runner.trips
     assert _shape(runner.trips).count("batch") == 2, runner.trips
-    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], runner.trips
-    assert [len(e) for e in runner.file_execs] == [1]
+    assert _file_trips(runner, host) == _files_shape(host), runner.trips
+    assert [len(e) for e in runner.file_execs] == [1, 1]
     assert [p.name for p in (tmp_path / "etc" / "env").iterdir()] == ["chat.env"]
     assert (tmp_path / "etc" / "assignments.json").is_file() and (tmp_path / "etc" / "last-applied.json").is_file()
 
@@ -236,7 +250,7 @@ def test_reapplying_reads_once_changes_nothing_and_rewrites_no_file(tmp_path: Pa
     rep = _apply(runner, host, done, tmp_path / "j2.jsonl")
     assert [g.outcome for g in rep.gpus] == [GpuOutcome.UNCHANGED] * GPUS
     assert not any(t.startswith("nvidia-smi") for t in runner.trips) and _shape(runner.trips)[:2] == ["lock", "batch"]
-    assert _file_trips(runner, host) == [f"put_files {host.state_dir}"], runner.trips
+    assert _file_trips(runner, host) == _files_shape(host, changes=False), runner.trips
     batched = int(runner.trips[1].split()[-1])
     assert len(read_state(state)["log"]) - before == batched  # the one batch of reads, nothing else on the GPUs
     assert rep.assignments[0].device and rep.assignments[0].device.startswith("MIG-")

@@ -258,3 +258,23 @@ def test_migplan_and_the_simulator_refuse_the_same_layouts(driver: str) -> None:
         placed = [(i.profile, i.start) for i in lay.instances]
         theirs = [r for r, _ in simgeo.conflicts(sim, placed, driver)]
         assert ([c.rule for c in check_layout(ours, lay)] == ["combination"]) is (theirs == ["combination"]), lay
+
+
+def test_apply_refuses_a_layout_the_hosts_driver_refuses_before_running_anything(tmp_path: Path) -> None:
+    """A plan made for a current driver (4g + 3g on one GPU) applied to a host whose driver is R470 (downgraded
+    since, or planned from the catalog alone): refused from the host's own rules, no mutating command run."""
+    from sim.fleet import read_state
+
+    from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
+    from migplan.fleet.steps import is_read_only
+
+    snap = _discovered(tmp_path, OLD)
+    blind = plan(snap.fleet_state(), profiles(wl("big", 15000, 0.5), wl("mid", 15000, 0.4)), CAT, EXACT,
+                 PulpSolver(time_limit=30))
+    assert len(_together(blind)) == 1
+    state = tmp_path / f"h-{OLD}.json"
+    host = Host(name="h1", address="h1", lock_file=str(tmp_path / "lock"), state_dir=str(tmp_path / "etc"))
+    res = apply_host(LocalRunner(host="h1", env=sim_env(state)), host, list(blind.gpus), CAT, ApplyOptions())
+    refused = [g for g in res.gpus if g.outcome is GpuOutcome.REFUSED]
+    assert len(refused) == 1 and "driver refuses" in refused[0].reason, res.gpus
+    assert not [a for a in read_state(state)["log"] if not is_read_only(["nvidia-smi", *a])]

@@ -252,3 +252,39 @@ def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tm
     moved = next(w for w in r.plan.workloads if w.name == "a")  # type: ignore[union-attr]
     assert moved.instance != a.instance and moved.instance_mib > a.instance_mib  # type: ignore[operator]
     assert peak <= a.instance_mib < peak * 1.1 + 0.5 or a.instance_mib - peak < 512, seen  # moved at the headroom
+
+
+def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profiles without an observed place (nothing has started yet): the assignments the apply wrote on the host
+    are read back as each workload's place, so later runs, also past the cool-down, change nothing."""
+    state = _setup(tmp_path, monkeypatch, gpus=3)
+    _profiles(tmp_path, {"a": 15000, "b": 9000, "c": 4000, "d": 30000})
+    first = _run(tmp_path, T0)
+    assert first.exit_code == EXIT_APPLIED, first.line
+    n = len(read_state(state)["log"])
+    for hours in (1, 25, 49):  # inside and past the 24 h cool-down
+        again = _run(tmp_path, T0 + dt.timedelta(hours=hours))
+        assert again.exit_code == EXIT_NOTHING and again.result == "nothing_to_do", (hours, again.line)
+        left = [w.name for w in again.plan.workloads if w.status != "placed"]  # type: ignore[union-attr]
+        assert not left, left
+    assert not [a for a in read_state(state)["log"][n:] if not is_read_only(["nvidia-smi", *a])]
+
+
+def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Assigned instances are never orphans; once a workload leaves the profiles, its instance is reported."""
+    _setup(tmp_path, monkeypatch, gpus=2)
+    _profiles(tmp_path, {"a": 15000, "b": 9000})
+    assert _run(tmp_path, T0).exit_code == EXIT_APPLIED
+    _run(tmp_path, T0 + dt.timedelta(hours=1))
+    assert StateDir(tmp_path / "state").runs()[0]["orphans"] == []
+    placed = json.loads((tmp_path / "etc" / "assignments.json").read_text())["workloads"]
+    b = next(w for w in placed if w["name"] == "b")
+    _profiles(tmp_path, {"a": 15000})
+    lines: list[str] = []
+    ctx = build_context(str(tmp_path / "config.yaml"), None, None)
+    replan(ctx, ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state")), report=lines.append,
+           now=T0 + dt.timedelta(hours=2), connect=lambda h: LocalRunner(host=h.name))
+    assert StateDir(tmp_path / "state").runs()[0]["orphans"] == [f"h1:{b['gpu']}:{b['instance']}"]
+    assert any("event=orphans instances=1" in line for line in lines), lines

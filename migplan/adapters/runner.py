@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from migplan.adapters import children
 from migplan.errors import InputError, MigplanError
 from migplan.files import write_atomic
 from migplan.text import printable
@@ -710,6 +711,7 @@ class _LocalHeld:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        children.untrack(self._proc)
 
 
 class LocalRunner:
@@ -743,6 +745,7 @@ class LocalRunner:
                                     stderr=subprocess.STDOUT, env=self._env)
         except OSError as err:
             raise HostError(self._host, f"cannot run '{argv[0]}': {err.strerror}") from None
+        children.track(proc)  # the lock holder: killed with migplan on a stop signal (the kernel drops the flock)
         assert proc.stdout is not None
         seen, deadline = b"", time.monotonic() + timeout
         while ready.encode() not in seen:
@@ -760,18 +763,25 @@ class LocalRunner:
 
     def _spawn(self, full: tuple[str, ...], stdin: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
         command_line(full)  # same token rules as over SSH
-        try:
-            proc = subprocess.run(list(full), capture_output=True, timeout=timeout, check=False, env=self._env,
-                                  input=stdin, stdin=subprocess.DEVNULL if stdin is None else None)
-        except subprocess.TimeoutExpired:
-            raise CommandTimeout(self._host, f"'{full[0]}' did not finish within {timeout:g} s") from None
+        try:  # Popen + communicate is subprocess.run's own body, with the child registered while it runs
+            proc = subprocess.Popen(list(full), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env,
+                                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE)
         except FileNotFoundError:
             return 127, b"", f"{full[0]}: command not found".encode()
-        except OSError as err:
-            raise HostError(self._host, f"cannot run '{full[0]}': {err.strerror}") from None
-        if len(proc.stdout) + len(proc.stderr) > MAX_OUTPUT_BYTES:
+        except OSError as failed:
+            raise HostError(self._host, f"cannot run '{full[0]}': {failed.strerror}") from None
+        children.track(proc)  # a stop signal kills it with migplan (adapters/children.py)
+        try:
+            out, err = proc.communicate(input=stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise CommandTimeout(self._host, f"'{full[0]}' did not finish within {timeout:g} s") from None
+        finally:
+            children.untrack(proc)
+        if len(out) + len(err) > MAX_OUTPUT_BYTES:
             raise OutputTooLarge(self._host, f"'{full[0]}' printed more than {MAX_OUTPUT_BYTES} bytes")
-        return proc.returncode, proc.stdout, proc.stderr
+        return proc.returncode, out, err
 
     def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
              keep_stdout: bool) -> tuple[int, bytes, bytes]:

@@ -105,3 +105,28 @@ class StateDir:
         times.update({k: when for k in keys})
         doc = {f"{h}:{i}": t for (h, i), t in sorted(times.items())}
         write_atomic(self.path / "gpu-changes.json", json.dumps(doc, indent=1) + "\n", mode=0o600)
+
+    # --- where each workload was last assigned (hosts that answered) -------------------------------------------
+
+    def last_hosts(self) -> dict[str, str]:
+        """workload -> the host whose assignments.json named it when that host last answered (`remember_hosts`)."""
+        f = self.path / "workload-hosts.json"
+        try:
+            doc = json.loads(f.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise InputError(f"unreadable: {e}", source=str(f), hint="remove it to forget where workloads were") \
+                from None
+        return {str(k): str(v) for k, v in (doc.items() if isinstance(doc, dict) else ()) if isinstance(v, str)}
+
+    def remember_hosts(self, answered: set[str], placed: Mapping[str, str]) -> dict[str, str]:
+        """Keep, for every workload, the host that answered now and names it (`placed`), or the host it was on when
+        that host last answered, if that host did not answer now; written when it changes. Returns the map."""
+        old = self.last_hosts()
+        new = {w: h for w, h in old.items() if h not in answered and w not in placed}
+        new.update(placed)
+        if new != old:
+            write_atomic(self.path / "workload-hosts.json", json.dumps(dict(sorted(new.items())), indent=1) + "\n",
+                         mode=0o600)
+        return new

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migplan import documents
+from migplan.adapters import children
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.recording import RecordingRunner
 from migplan.adapters.runner import CommandRunner, FileToPut, HostError, LocalRunner, Prune
@@ -78,7 +79,8 @@ from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
 DEFAULT_MAX_AGE_H = 24.0
-GOOD = (GpuOutcome.APPLIED, GpuOutcome.UNCHANGED, GpuOutcome.WOULD_APPLY)
+# REPAIRED: an interrupted apply's half-done GPU finished or put back: a layout known and verified either way
+GOOD = (GpuOutcome.APPLIED, GpuOutcome.UNCHANGED, GpuOutcome.WOULD_APPLY, GpuOutcome.REPAIRED)
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
 def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placement], fingerprint: str,
                        catalog: Catalog, options: ApplyOptions, stamp: str,
                        record: Any = None, *, last: LastApplied | None = None,
-                       journal: _Journal | None = None) -> tuple[tuple[Assignment, ...], Any]:
+                       journal: _Journal | None = None,
+                       extra: Sequence[FileToPut] = ()) -> tuple[tuple[Assignment, ...], Any]:
     """Write where each workload's device is, from `record` (the apply's last read, under the lock: the MIG
     device UUIDs are new), or read the host once more when the apply could not; the read is returned too.
 
@@ -188,7 +191,8 @@ def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placem
     exists as read (`present`: a rolled-back GPU's new instances do not, so their workloads get none),
     assignments.json listing exactly those, last-applied.json (`last`, with the layouts as read), and the
     removal of every other env file migplan wrote in env/ (a workload moved to another host, rolled back, or
-    gone from the plan; `ENV_PRUNE_RULE`: nothing migplan did not write). A file whose content and mode are
+    gone from the plan; `ENV_PRUNE_RULE`: nothing migplan did not write), and `extra` (inflight.json as the apply
+    leaves it, fleet/inflight.py). A file whose content and mode are
     already there is not rewritten (its mtime is kept). The journal gets a `files` event: what was written,
     left alone and removed."""
     if record is None:
@@ -196,7 +200,7 @@ def _write_assignments(runner: CommandRunner, host: Host, items: Sequence[Placem
     found = present(items, record)
     last_text = last_applied_document(_as_read(last, record)) if last is not None else None
     files = [FileToPut(name, text.encode(), 0o644)
-             for name, text in host_files(host.name, fingerprint, items, found, stamp, last_text)]
+             for name, text in host_files(host.name, fingerprint, items, found, stamp, last_text)] + list(extra)
     done = runner.put_files(host.state_dir, files, prune=Prune(*ENV_PRUNE_RULE), timeout=options.timeout)
     if journal is not None:
         journal(host.name, {"event": "files", "directory": host.state_dir, "written": list(done.written),
@@ -302,20 +306,29 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
     if failed:
         return HostReport(host.name, error=f"nothing changed: {failed}", commands=recorded())
     moves = _MoveHooks(target, host, fingerprint, journal, options)
+    wrote: dict[str, Any] = {}
+
+    def files(res: HostApplyResult) -> None:
+        """The host's files, under its apply lock (`apply_host` calls this), with the settled inflight.json."""
+        if dry_run:
+            return
+        try:
+            keep = last if last is not None and any(g.outcome in GOOD for g in res.gpus) else None
+            wrote["written"], _ = _write_assignments(target, host, items, fingerprint, catalog, options, stamp,
+                                                     res.devices, last=keep, journal=journal,
+                                                     extra=(res.inflight,) if res.inflight is not None else ())
+        except (HostError, MigplanError) as err:
+            wrote["error"] = err
+
     res: HostApplyResult = apply_host(target, host, gpus, catalog, options, lambda e: journal(host.name, e),
-                                      migrations=migrations, on_move=moves)
+                                      migrations=migrations, on_move=moves, plan_id=fingerprint, files=files)
     if res.preflight is not None:
         return HostReport(host.name, error=res.preflight, commands=recorded())
     ok = all(g.outcome in GOOD for g in res.gpus)
-    written: tuple[Assignment, ...] = ()
-    if not dry_run:
-        try:
-            keep = last if last is not None and any(g.outcome in GOOD for g in res.gpus) else None
-            written, record = _write_assignments(target, host, items, fingerprint, catalog, options, stamp,
-                                                 res.devices, last=keep, journal=journal)
-        except (HostError, MigplanError) as err:
-            return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: {err}",
-                              moves=tuple(moves.seen))
+    written: tuple[Assignment, ...] = wrote.get("written", ())
+    if "error" in wrote:
+        return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: "
+                          f"{wrote['error']}", moves=tuple(moves.seen))
     failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
                     {**env, "MIGPLAN_RESULT": "ok" if ok else "partial"}, journal, options)
     rep = HostReport(host.name, res.gpus, error=failed, commands=recorded(), assignments=written,
@@ -366,15 +379,16 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
             stop.set()
         return rep
 
-    if connect is None:
-        from migplan.adapters.ssh import SshFleet
+    with children.stop_on_signals():  # SIGTERM/INT/HUP: stop at once with every child; the next run repairs
+        if connect is None:
+            from migplan.adapters.ssh import SshFleet
 
-        with SshFleet(req.fleet.ssh) as ssh:
-            results = for_each_host(hosts, lambda h: one(h, runner_for(ssh, h)), parallel=req.fleet.parallel,
+            with SshFleet(req.fleet.ssh) as ssh:
+                results = for_each_host(hosts, lambda h: one(h, runner_for(ssh, h)), parallel=req.fleet.parallel,
+                                        on_done=_progress(report))
+        else:
+            results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel,
                                     on_done=_progress(report))
-    else:
-        results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel,
-                                on_done=_progress(report))
     reports = tuple(r.value if r.value is not None else HostReport(r.host, error=str(r.error)) for r in results)
     local = None
     if not req.dry_run:
@@ -387,6 +401,33 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
                    "(pass --state-dir DIR)")
             local = None
     return ApplyResult(plan, reports, req.dry_run, local_assignments=local)
+
+
+def repair_hosts(ctx: Context, hosts: Sequence[Host], fleet: FleetRequest, *, journal: str | None = None,
+                 report: Report = quiet, now: dt.datetime | None = None, connect: Any = None) -> list[HostReport]:
+    """Repair, host by host, the GPUs an interrupted apply left half-done (their host's inflight.json: finished to
+    the interrupted plan's target, or put back where that would stop running work), with no plan of its own:
+    replan does this before it plans, so that it plans from known layouts. Each host's lock, reads and journal
+    as in `apply`."""
+    options = ApplyOptions(timeout=fleet.timeout)
+    log = _Journal(journal, now)
+
+    def one(host: Host, runner: CommandRunner) -> HostReport:
+        res = apply_host(runner, host, (), ctx.catalog, options, lambda e: log(host.name, e),
+                         finish_recorded=True)
+        return HostReport(host.name, res.gpus, error=res.preflight)
+
+    with children.stop_on_signals():
+        if connect is None:
+            from migplan.adapters.ssh import SshFleet
+
+            with SshFleet(fleet.ssh) as ssh:
+                results = for_each_host(list(hosts), lambda h: one(h, runner_for(ssh, h)), parallel=fleet.parallel,
+                                        on_done=_progress(report))
+        else:
+            results = for_each_host(list(hosts), lambda h: one(h, connect(h)), parallel=fleet.parallel,
+                                    on_done=_progress(report))
+    return [r.value if r.value is not None else HostReport(r.host, error=str(r.error)) for r in results]
 
 
 def plan_gpus(plan: Plan, host: str) -> list[GpuPlan]:
@@ -457,7 +498,8 @@ def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: d
     catalog = Catalog((*(m for m in own.values() if ctx.catalog.find(m.id) is None), *ctx.catalog.models))
     gpus, refused = _last_plans(last, record, catalog)
     report(f"{last.host}: re-applying the layout of plan {last.plan} applied at {last.applied_at}")
-    rep = apply_one_host(host, runner, gpus, catalog, fingerprint=last.plan, items=last.placements, last=None,
-                     migrations=(), dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
+    with children.stop_on_signals():
+        rep = apply_one_host(host, runner, gpus, catalog, fingerprint=last.plan, items=last.placements, last=None,
+                             migrations=(), dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
     rep = dataclasses.replace(rep, gpus=tuple(sorted((*rep.gpus, *refused), key=lambda g: g.gpu)))
     return ApplyResult(None, (rep,), req.dry_run, fingerprint=last.plan)

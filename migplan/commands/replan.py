@@ -17,25 +17,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migplan import documents
+from migplan.adapters import children
 from migplan.adapters.runner import CommandRunner
 from migplan.adapters.state_dir import DEFAULT_STATE_DIR, Locked, StateDir
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
-from migplan.commands.apply import ApplyRequest, ApplyResult, apply
+from migplan.commands.apply import ApplyRequest, ApplyResult, apply, repair_hosts
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
 from migplan.errors import EXIT_FAILURE, EXIT_OK
 from migplan.files import write_atomic
-from migplan.fleet.apply import GpuOutcome
+from migplan.fleet.apply import GpuOutcome, half_done
 from migplan.fleet.discover import discover_fleet
+from migplan.fleet.snapshot import Snapshot
 from migplan.fleet.state import FleetState, GpuKey
 from migplan.inventory import Host
 from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.problem import build_problem
 from migplan.profiles import ProfileSet, check_models
 from migplan.replan import metrics
-from migplan.replan.decide import Decision, decide, in_cooldown, standing_now, standing_planned
+from migplan.replan.decide import Decision, decide, in_cooldown, orphans, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window
 
 EXIT_NOTHING = EXIT_OK
@@ -109,7 +111,7 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
     state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR))
     metrics_file = req.metrics_file or ctx.config.replan.get("metrics_file")
     try:
-        with state_dir.lock():
+        with state_dir.lock(), children.stop_on_signals():
             result = _locked_run(ctx, req, state_dir, report, now, connect)
     except Locked as e:
         return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
@@ -173,27 +175,93 @@ def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report
     return pset
 
 
+def _discover(ctx: Context, req: ReplanRequest, inventory: Any, now: dt.datetime,
+              connect: Callable[[Host], CommandRunner] | None) -> Snapshot:
+    if connect is None:
+        from migplan.adapters.ssh import SshFleet
+
+        with SshFleet(req.fleet.ssh) as ssh:
+            return discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.fleet.parallel,
+                                  timeout=req.fleet.timeout, now=now)
+    return discover_fleet(inventory, ctx.catalog, connect, parallel=req.fleet.parallel, timeout=req.fleet.timeout,
+                          now=now)
+
+
+@dataclass(frozen=True)
+class Repaired:
+    hosts: tuple[str, ...] = ()  # hosts a repair ran on
+    gpus: tuple[tuple[str, int, str], ...] = ()  # (host, GPU, what was done) of each GPU repaired
+    failed: tuple[tuple[str, int, str], ...] = ()  # (host, GPU, why) where the repair did not work
+
+    def line(self) -> str:
+        if not self.gpus and not self.failed:
+            return ""
+        bad = f", {len(self.failed)} could not be" if self.failed else ""
+        return f"repaired {len(self.gpus)} GPU(s) an interrupted apply left half-done{bad}"
+
+
+def _repair(ctx: Context, req: ReplanRequest, inventory: Any, snap: Snapshot, sd: StateDir, run_id: str,
+            report: Report, now: dt.datetime, connect: Callable[[Host], CommandRunner] | None) -> Repaired:
+    """Before planning: every GPU an interrupted apply left half-done (its host's inflight.json) is finished to
+    that apply's target or put back (`commands.apply.repair_hosts`). A host that cannot be reached keeps its
+    record, and is repaired by the first run that reaches it. A dry run only says what it would repair."""
+    broken = {h.name: half_done(h) for h in snap.hosts if h.ok}
+    hosts = [h for h in inventory.hosts if broken.get(h.name)]
+    if not hosts:
+        return Repaired()
+    if req.dry_run:
+        for h in hosts:
+            report(f"info: event=would-repair host={h.name} gpus={','.join(map(str, broken[h.name]))}")
+        return Repaired()
+    fixed = repair_hosts(ctx, hosts, req.fleet, journal=str(sd.path / "journal" / f"{run_id}-repair.jsonl"),
+                         report=report, now=now, connect=connect)
+    done: list[tuple[str, int, str]] = []
+    failed: list[tuple[str, int, str]] = []
+    for r in fixed:
+        if r.error is not None:
+            report(f"warning: event=repair-failed host={r.host} {r.error}")
+        for g in r.gpus:
+            (done if g.outcome is GpuOutcome.REPAIRED else failed).append((r.host, g.gpu, g.reason))
+            report(f"info: event=repaired host={r.host} gpu={g.gpu} outcome={g.outcome.value} {g.reason}")
+    finished = [(h, i) for h, i, why in done if "; finished to " in why]
+    if finished:
+        sd.mark_changed(finished, now.timestamp())
+    return Repaired(tuple(h.name for h in hosts), tuple(done), tuple(failed))
+
+
+def _away(profiles: ProfileSet, snap: Snapshot, sd: StateDir, report: Report) -> ProfileSet:
+    """Workloads whose place is on a host that did not answer now (its measured place, or the last assignments that
+    host wrote) are held out of this run: they may well run there, and placing them elsewhere would give them two
+    places once the host is back. They are planned again when their host answers."""
+    answered = {h.name for h in snap.hosts if h.ok}
+    placed = {a.workload: h.name for h in snap.hosts if h.ok and h.assignments for a in h.assignments.items}
+    where = sd.remember_hosts(answered, placed)
+    down = {h.name for h in snap.hosts if not h.ok}
+    away = sorted(w.name for w in profiles.workloads if w.name not in placed and (
+        w.observed.host in down or where.get(w.name) in down))
+    if not away:
+        return profiles
+    report(f"warning: event=held-out workloads={len(away)} {', '.join(away[:10])}"
+           f"{' ...' if len(away) > 10 else ''}: their host did not answer; they keep their place")
+    return ProfileSet(tuple(w for w in profiles.workloads if w.name not in set(away)), profiles.sources)
+
+
 def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
                 connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
     run_id = _run_id(now)
     rp = replan_policy(ctx)
     inventory = select_hosts(ctx.inventory(req.fleet.inventory), req.fleet.limit)
-    if connect is None:
-        from migplan.adapters.ssh import SshFleet
-
-        with SshFleet(req.fleet.ssh) as ssh:
-            snap = discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.fleet.parallel,
-                                  timeout=req.fleet.timeout, now=now)
-    else:
-        snap = discover_fleet(inventory, ctx.catalog, connect, parallel=req.fleet.parallel,
-                              timeout=req.fleet.timeout, now=now)
+    snap = _discover(ctx, req, inventory, now, connect)
+    repaired = _repair(ctx, req, inventory, snap, sd, run_id, report, now, connect)
+    if repaired.hosts:  # plan from what the repair left (those hosts are read again)
+        snap = _discover(ctx, req, inventory, now, connect)
     for h in snap.failed:
         report(f"warning: event=discover-failed host={h.name} {h.error}")
     state = snap.fleet_state(source="discovery", catalog=ctx.catalog)
     catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
     if req.collect:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
-    profiles = _profiles(ctx, req, now, report)
+    profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
     disrupt = rp.may_disrupt(now)
     # moving running work is allowed only inside a window: then the planner consolidates within the budget
     overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
@@ -201,7 +269,12 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     policy = planner_policy(ctx, overrides)
     limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
     solver = planner_solver(ctx, ProposeRequest(time_limit=limit), policy)
-    now_standing = standing_now(build_problem(state, profiles, catalog, policy))
+    now_problem = build_problem(state, profiles, catalog, policy)
+    now_standing = standing_now(now_problem)
+    idle = orphans(now_problem)
+    if idle:
+        report(f"info: event=orphans instances={len(idle)} {' '.join(idle[:10])}{' ...' if len(idle) > 10 else ''}"
+               ": no workload is assigned to or measured on them (a plan may reclaim them)")
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
     started = time.monotonic()
     # no budget curve: it is for an operator choosing --max-moves, and costs a re-solve per point
@@ -221,12 +294,19 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
     run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
                            "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),
-                           "disrupt_allowed": disrupt, "dry_run": req.dry_run,
+                           "disrupt_allowed": disrupt, "dry_run": req.dry_run, "orphans": idle,
                            "summary": dataclasses.asdict(chosen.summary)}
+    if repaired.gpus or repaired.failed:
+        run["repaired"] = [{"host": h, "gpu": i, "reason": why} for h, i, why in (*repaired.gpus, *repaired.failed)]
     if not decision.apply:
         result = "nothing_to_do" if not chosen.summary.gpus_changed else "not_applied"
-        sd.record(run_id, {**run, "result": result, "exit_code": EXIT_NOTHING}, plan_to_dict(chosen), rp.keep_runs)
-        return ReplanResult(result, decision.line, EXIT_NOTHING, decision, chosen, solve_s=solve_s, run_id=run_id)
+        line, code = decision.line, EXIT_NOTHING
+        if repaired.gpus or repaired.failed:  # the GPUs did change (or a repair failed): say so, exit as applied
+            line = f"{repaired.line()}; {decision.line}"
+            result, code = ("repaired", EXIT_APPLIED) if not repaired.failed else ("partial", EXIT_PARTIAL)
+        sd.record(run_id, {**run, "result": result, "exit_code": code, "line": line}, plan_to_dict(chosen),
+                  rp.keep_runs)
+        return ReplanResult(result, line, code, decision, chosen, solve_s=solve_s, run_id=run_id)
     plan_path = sd.plan_path(run_id)
     documents.write_plan(plan_path, chosen)
     started = time.monotonic()
@@ -241,6 +321,8 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     result, exit_code = (("applied", EXIT_APPLIED) if code == EXIT_OK else
                          ("partial", EXIT_PARTIAL) if code == EXIT_FAILURE else ("failed", EXIT_FAILED))
     line = decision.line if result == "applied" else f"{result}: {decision.line.removeprefix('applied: ')}"
+    if repaired.line():
+        line = f"{repaired.line()}; {line}"
     if req.dry_run:  # nothing changed: exit 0, the result says what a real run would have done
         line = "dry run, would apply: " + decision.line.removeprefix("applied: ")
         result, exit_code = ("would_apply", EXIT_NOTHING) if code == EXIT_OK else (result, exit_code)

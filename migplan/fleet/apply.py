@@ -40,11 +40,12 @@ from typing import Any
 
 from migplan import smi
 from migplan.adapters.host_lock import acquire
-from migplan.adapters.runner import CommandRunner, HostError
+from migplan.adapters.runner import CommandRunner, FileToPut, HostError
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import MigplanError
 from migplan.fleet.discover import READS, busy_without_table, discover_host
+from migplan.fleet.inflight import INFLIGHT_FILE, InFlight, InFlightGpu, inflight_document
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredGpu, DiscoveredHost, DiscoveredInstance
 from migplan.fleet.state import GpuState, changes
 from migplan.fleet.steps import (
@@ -74,6 +75,7 @@ class GpuOutcome(str, enum.Enum):
     SKIPPED = "skipped"  # busy, held, or not asked for
     REFUSED = "refused"  # the GPU changed since the plan was made
     ROLLED_BACK = "rolled-back"  # a step failed; the GPU is back as it was
+    REPAIRED = "repaired"  # an interrupted apply had left it half-done: finished or put back to its checkpoint
     FAILED = "failed"  # a step failed and so did the rollback: state as read last is reported
 
 
@@ -111,6 +113,7 @@ class MoveEvent:
 
 
 OnMove = Callable[[MoveEvent], "str | None"]  # the hook's failure, or None
+AfterApply = Callable[["HostApplyResult"], None]  # writes the host's files (and `inflight`), under the lock
 
 
 @dataclass
@@ -324,6 +327,8 @@ def shortfalls(planned: GpuModel, host: GpuModel, target: Layout | None) -> list
             out.append(f"{inst} is not a placement this host offers")
         if have.memory_mib < want.memory_mib:
             out.append(f"{inst.profile} has {have.memory_mib} MiB here, the plan assumed {want.memory_mib}")
+    if not out and target is not None:  # the host's driver rules: a combination its driver refuses (R510, §2)
+        out = [f"this host's driver refuses it: {c.message}" for c in check_layout(host, target)]
     return sorted(set(out))
 
 
@@ -338,22 +343,37 @@ class HostApplyResult:
     preflight: str | None = None  # why the host was skipped before anything ran (None: it passed)
     placement_source: str = ""  # how `-cgi PROFILE:START` support was established
     devices: DiscoveredHost | None = None  # the GPUs and MIG device UUIDs as read at the end (None: not read)
+    inflight: FileToPut | None = None  # inflight.json as the host's apply left it (written by `apply_host`)
 
 
 def apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
                options: ApplyOptions, journal: Journal = _quiet, *, migrations: Sequence[Migration] = (),
-               on_move: OnMove | None = None) -> HostApplyResult:
+               on_move: OnMove | None = None, plan_id: str = "", finish_recorded: bool = False,
+               files: AfterApply | None = None) -> HostApplyResult:
     """Every GPU of the plan on this host, after taking the host's apply lock and reading the host again
     (one GPU's failure never stops the next GPU: each is checkpointed and rolled back on its own). A dry
-    run takes no lock: it changes nothing."""
+    run takes no lock: it changes nothing. A GPU an interrupted apply left half-done is repaired first
+    (`repair`): finished where the plans still want its recorded target (`finish_recorded`: always, for a
+    repair without a plan), else put back to its checkpoint. inflight.json is settled before the lock is
+    released: by `files(result)` when given (the caller writes the host's files, `result.inflight` among them,
+    still under the lock), else on its own."""
     if options.dry_run or not hasattr(runner, "hold"):
         if not options.dry_run:
             raise HostError(runner.host, "this runner cannot hold the host's apply lock")
-        return _apply_host(runner, host, plans, catalog, options, journal, migrations, on_move)
+        return _apply_host(runner, host, plans, catalog, options, journal, migrations, on_move, plan_id,
+                           finish_recorded)
     lock = acquire(runner, host.lock_file, timeout=options.timeout)  # type: ignore[arg-type]
     journal({"event": "locked", "path": host.lock_file})
     try:
-        return _apply_host(runner, host, plans, catalog, options, journal, migrations, on_move)
+        res = _apply_host(runner, host, plans, catalog, options, journal, migrations, on_move, plan_id,
+                          finish_recorded)
+        # under the lock, so that another apply's record is never overwritten: the caller's files (their one round
+        # trip carries the settled record), else the record alone
+        if files is not None and res.preflight is None:
+            files(res)
+        else:
+            _settle(runner, host, res, options, journal)
+        return res
     finally:
         lock.release()
         journal({"event": "unlocked", "path": host.lock_file})
@@ -394,20 +414,14 @@ def preflight(session: SmiSession, record: DiscoveredHost | None, plans: Sequenc
 
 def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
                 options: ApplyOptions, journal: Journal, migrations: Sequence[Migration],
-                on_move: OnMove | None) -> HostApplyResult:
+                on_move: OnMove | None, plan_id: str = "", finish_recorded: bool = False) -> HostApplyResult:
     reads = BatchedReads(runner)  # one -lgi/-lci/-lgip/-lgipp per host, not per GPU
     session = SmiSession(reads, timeout=options.timeout)
-    _read_together(reads, FIRST_READS, options, journal, "pre-flight and state")
-    try:
-        why = preflight(session, None, plans, catalog)
-    except HostError as err:  # a refusing become prefix, nvidia-smi missing
-        why = err.detail
-    if why is None:
-        record = discover_host(reads, host, catalog, timeout=options.timeout)
-        why = preflight(session, record, plans, catalog)
-    if why is not None:
-        journal({"event": "preflight-failed", "reason": why})
-        return HostApplyResult(host.name, (), preflight=f"pre-flight failed, nothing changed: {why}")
+    wanted = None if finish_recorded else {gp.index: gp.target for gp in plans}
+    checked = _checked_host(reads, session, host, plans, catalog, options, journal, wanted)
+    if isinstance(checked, str):
+        return HostApplyResult(host.name, (), preflight=checked)
+    record, repaired = checked
     live: dict[int, GpuState] = {}
     models: dict[int, GpuModel] = {}
     found = {d.index: d for d in record.gpus}
@@ -442,6 +456,8 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
         todo[gp.index] = g
     moves = [m for m in sorted(migrations, key=lambda m: m.step) if _on_host(m, host.name, todo)] \
         if options.allow_disrupt else []
+    if todo and not options.dry_run:  # before the first change: what an interrupted apply leaves to repair
+        _put_inflight(runner, host, todo, plan_id, options)
     _Run(todo, record, moves, on_move, options).go()
     if todo and not options.dry_run:  # the read-back, the memory and the new MIG device UUIDs: one round trip
         creates = any(g.plan.target is not None and g.checkpoint is not None and set(g.plan.target.instances)
@@ -461,8 +477,36 @@ def _apply_host(runner: CommandRunner, host: Host, plans: Sequence[GpuPlan], cat
             devices = device_record(session, host.name, table.stdout if table is not None and table.ok else None)
         except _FAILURES as err:  # the caller reads them again, and reports it if that fails too
             journal({"event": "devices-not-read", "error": str(err)})
+    inflight = _settled(host, todo, results, plan_id) if not options.dry_run and (
+        todo or (record.inflight is not None and record.inflight.gpus)) else None
+    results.update({index: _with_repair(results.get(index), fixed) for index, fixed in repaired.items()})
     return HostApplyResult(host.name, tuple(results[i] for i in sorted(results)), placement_source=PLACEMENT_SOURCE,
-                           devices=devices)
+                           devices=devices, inflight=inflight)
+
+
+def _checked_host(reads: BatchedReads, session: SmiSession, host: Host, plans: Sequence[GpuPlan], catalog: Catalog,
+                  options: ApplyOptions, journal: Journal,
+                  wanted: Mapping[int, Layout | None] | None) -> str | tuple[DiscoveredHost, dict[int, GpuResult]]:
+    """Under the lock: the host read (one round trip), the pre-flight, and the repair of what an interrupted
+    apply left half-done (`repair`; the host is read again after it). A string: why nothing may be changed."""
+    _read_together(reads, FIRST_READS, options, journal, "pre-flight and state")
+    try:
+        why = preflight(session, None, plans, catalog)
+    except HostError as err:  # a refusing become prefix, nvidia-smi missing
+        why = err.detail
+    if why is None:
+        record = discover_host(reads, host, catalog, timeout=options.timeout, assignments=False)
+        why = preflight(session, record, plans, catalog)
+    if why is not None:
+        journal({"event": "preflight-failed", "reason": why})
+        return f"pre-flight failed, nothing changed: {why}"
+    repaired: dict[int, GpuResult] = {}
+    if record.inflight is not None and not options.dry_run:
+        repaired = repair(session, record, wanted, catalog, options, journal)
+        if any(r.commands for r in repaired.values()):  # the host changed: read it again (one round trip)
+            _read_together(reads, FIRST_READS, options, journal, "state after the repair")
+            record = discover_host(reads, host, catalog, timeout=options.timeout, assignments=False)
+    return record, repaired
 
 
 def _read_together(reads: BatchedReads, argvs: Sequence[Sequence[str]], options: ApplyOptions, journal: Journal,
@@ -790,6 +834,141 @@ def _fits_now(g: _Gpu, inst: Instance) -> bool:
     if g.live.layout is None:
         return False
     return not check_layout(g.model, Layout.of([*g.live.layout.instances, inst]))
+
+
+# --- an interrupted apply: the in-flight record and its repair -------------------------------------------
+
+def _inflight_path(host: Host) -> str:
+    return f"{host.state_dir}/{INFLIGHT_FILE}"
+
+
+def _inflight_file(host: Host, todo: Mapping[int, _Gpu], plan_id: str) -> FileToPut:
+    """inflight.json for these GPUs (none: the settled record, nothing in flight, always the same text)."""
+    gpus = tuple(InFlightGpu(g.index, g.plan.uuid, g.checkpoint.layout if g.checkpoint else None, g.plan.target)
+                 for g in sorted(todo.values(), key=lambda g: g.index))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if gpus else ""
+    doc = inflight_document(InFlight(host.name, plan_id if gpus else "", stamp, gpus))
+    return FileToPut(INFLIGHT_FILE, doc.encode(), 0o644)
+
+
+def _put_inflight(runner: CommandRunner, host: Host, todo: Mapping[int, _Gpu], plan_id: str,
+                  options: ApplyOptions) -> None:
+    """Record on the host, before the first change, each GPU's checkpoint and target (fleet/inflight.py): one round
+    trip (`put_files`). Failing to write it changes nothing yet: the host is failed (an apply that could not be
+    repaired is not started)."""
+    try:
+        runner.put_files(host.state_dir, [_inflight_file(host, todo, plan_id)], timeout=options.timeout)
+    except HostError as err:  # a sudoers rule for nvidia-smi alone, a read-only state_dir: found before any change
+        raise type(err)(host.name, f"nothing changed: cannot write {_inflight_path(host)} before the first change "
+                        f"({err.detail})", hint=err.hint or "the apply writes its record and the host's files in "
+                        "state_dir through the become prefix: allow that, or set state_dir") from None
+
+
+def _settled(host: Host, todo: Mapping[int, _Gpu], results: Mapping[int, GpuResult], plan_id: str) -> FileToPut:
+    """The record once the host's apply has ended: empty, unless a GPU is left FAILED (its rollback failed too):
+    that one stays recorded, so the next run repairs it."""
+    left = {i: g for i, g in todo.items() if results.get(i) is not None and results[i].outcome is GpuOutcome.FAILED}
+    return _inflight_file(host, left, plan_id)
+
+
+def _settle(runner: CommandRunner, host: Host, result: HostApplyResult, options: ApplyOptions,
+            journal: Journal) -> None:
+    """Write `result.inflight`, the record as the host's apply leaves it (one round trip)."""
+    if result.inflight is None:
+        return
+    try:
+        runner.put_files(host.state_dir, [result.inflight], timeout=options.timeout)
+    except (HostError, MigplanError) as err:  # the GPUs are as reported; a stale record is only looked at again
+        journal({"event": "inflight-not-settled", "error": str(err)})
+
+
+def repair(session: SmiSession, record: DiscoveredHost, wanted: Mapping[int, Layout | None] | None,
+           catalog: Catalog, options: ApplyOptions, journal: Journal) -> dict[int, GpuResult]:
+    """Each GPU that `record.inflight` (an apply that did not finish) shows half-done: finished when `wanted`
+    (the targets of the plan being applied now; None: the interrupted plan's own, for replan) still has the same
+    target for it, else put back to its checkpoint. A GPU already at its target or its checkpoint needs nothing. A
+    direction that would destroy an instance with processes is not taken without `allow_disrupt` (the other one
+    is tried)."""
+    inflight = record.inflight
+    if inflight is None:
+        return {}
+    found = {d.index: d for d in record.gpus}
+    out: dict[int, GpuResult] = {}
+    for index in half_done(record):  # a GPU gone, or another board now, is nothing of ours to repair
+        ig, d = inflight.gpu(index), found[index]
+        assert ig is not None
+        model = d.planning_model(catalog)
+        live = d.state(record.name, model.id) if model is not None else None
+        if model is None or live is None:
+            continue
+        still = wanted is None or (ig.index in wanted and wanted[ig.index] == ig.target)
+        first, second = (ig.target, ig.checkpoint) if still else (ig.checkpoint, ig.target)
+        dest = next((x for x in (first, second) if options.allow_disrupt or not _destroys_busy(live, x)), None)
+        if dest is None:
+            out[ig.index] = GpuResult(ig.index, GpuOutcome.FAILED, "an interrupted apply left it as "
+                                      f"{_shown(d.layout)}; finishing or undoing it would stop running processes "
+                                      "(repair with --allow-disrupt)", layout=_listed(d.layout))
+            continue
+        out[ig.index] = _repair_gpu(session, d, live, model, dest, "finished" if dest == ig.target and
+                                    dest != ig.checkpoint else "rolled back", journal)
+    return out
+
+
+def half_done(record: DiscoveredHost) -> list[int]:
+    """The GPUs that `record.inflight` shows an interrupted apply left neither at their checkpoint nor their target."""
+    if record.inflight is None:
+        return []
+    found = {d.index: d for d in record.gpus}
+    out = []
+    for ig in record.inflight.gpus:
+        d = found.get(ig.index)
+        if d is None or (ig.uuid and d.uuid and ig.uuid.lower() != d.uuid.lower()):
+            continue
+        # a GPU instance without its compute instance: a `-dci` took effect, its `-dgi` did not (migplan creates
+        # every instance with its default compute instance, `-cgi ... -C`)
+        bare = any(not i.compute_instances for i in d.instances)
+        if d.mode_change_pending or bare or d.layout not in (ig.target, ig.checkpoint):
+            out.append(ig.index)
+    return out
+
+
+def _destroys_busy(live: GpuState, dest: Layout | None) -> bool:
+    keep = set(dest.instances) if dest is not None else set()
+    return any(i not in keep for i in live.busy) or (live.whole_busy and dest is not None)
+
+
+def _repair_gpu(session: SmiSession, d: DiscoveredGpu, live: GpuState, model: GpuModel, dest: Layout | None,
+                how: str, journal: Journal) -> GpuResult:
+    g = _Gpu(session, GpuPlan(live, dest, ()), model, journal)
+    g.checkpoint = _checkpoint(d)
+    now = g.checkpoint
+    journal({"event": "repair", "gpu": d.index, "found": _shown(now.layout), "to": _shown(dest), "how": how})
+    bare = sorted(i.instance for i in d.instances if not i.compute_instances)
+    try:
+        if now.pending is not None and now.pending != now.mig:
+            g.run(cancel_pending(d.index, now.mig))  # a mode change left pending: back to the mode in force
+        layout, ids = now.layout, dict(now.gi_ids)
+        if bare and layout is not None:  # half-destroyed instances go first (`-dgi` alone: no CI to destroy)
+            g.run(Step(StepKind.DESTROY_GI, tuple(smi.destroy_gpu_instances(d.index, [ids[i] for i in bare])),
+                       d.index, tuple(bare)))
+            layout = Layout.of(i for i in layout.instances if i not in bare)
+            ids = {i: n for i, n in ids.items() if i not in bare}
+        g.run_all(steps(d.index, model, layout, dest, ids), dest)
+        back = g.verify(dest)
+    except _FAILURES as err:
+        g.journal({"event": "repair-failed", "gpu": d.index, "error": str(err)})
+        return GpuResult(d.index, GpuOutcome.FAILED, f"an interrupted apply left it as {_shown(now.layout)}; "
+                         f"repairing it failed: {err}", tuple(g.ran), _listed(now.layout))
+    return GpuResult(d.index, GpuOutcome.REPAIRED, f"repaired: an interrupted apply had left it as "
+                     f"{_shown(now.layout)}; {how} to {_shown(back.layout)}", tuple(g.ran), _listed(back.layout))
+
+
+def _with_repair(result: GpuResult | None, fixed: GpuResult) -> GpuResult:
+    """A GPU's result with its repair said first: the repair alone when the plan then had nothing to do there."""
+    if result is None or result.outcome is GpuOutcome.UNCHANGED or fixed.outcome is GpuOutcome.FAILED:
+        return fixed
+    return dataclasses.replace(result, reason=f"{fixed.reason}; then {result.reason or result.outcome.value}",
+                               commands=(*fixed.commands, *result.commands))
 
 
 def device_record(session: SmiSession, host: str, table: str | None = None) -> DiscoveredHost:

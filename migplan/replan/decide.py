@@ -172,6 +172,19 @@ def decide(now: Standing, planned: Standing, plan: Plan, policy: ReplanPolicy) -
     return Decision(False, False, (), line, freed, cut)
 
 
+def orphans(problem: Problem) -> list[str]:
+    """Instances no workload accounts for: not busy (no process), nobody's measured or assigned place
+    (`planner.problem`), on a GPU the planner may change. `HOST:GPU:PROFILE@START`, sorted. A plan may reclaim them
+    (they are idle capacity it can re-partition); replan reports them so that none goes unnoticed."""
+    taken = {(it.running, it.running_on) for it in problem.items if it.running is not None}
+    out = []
+    for g in problem.gpus:
+        if g.hold is not None or g.current is None:
+            continue
+        out += [f"{g.host}:{g.index}:{i}" for i in g.current.instances if i not in g.busy and (g.key, i) not in taken]
+    return sorted(out)
+
+
 def in_cooldown(last_changed: Mapping[GpuKey, float], now_ts: float, policy: ReplanPolicy) -> set[GpuKey]:
     """GPUs changed less than `cooldown_h` hours before `now_ts` (unix seconds)."""
     limit = policy.cooldown_h * 3600.0

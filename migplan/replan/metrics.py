@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-RESULTS = ("nothing_to_do", "applied", "partial", "failed", "locked", "not_applied", "would_apply")
+RESULTS = ("nothing_to_do", "applied", "partial", "failed", "locked", "not_applied", "would_apply", "repaired")
 
 
 @dataclass(frozen=True)

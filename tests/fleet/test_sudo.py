@@ -41,7 +41,8 @@ def test_nopasswd_sudo_runs_nvidia_smi_as_root_for_each_host(fleet: Fleet, sudo_
     assert s1.ok and s2.ok, (s1.error, s2.error)
     assert [(g.model, g.layout) for g in s1.gpus] == [("H100-SXM5-80GB", layout), ("H100-SXM5-80GB", Layout())]
     # plain nvidia-smi's Processes table puts the process on 3g.40gb@4: 2g.20gb@0 beside it is idle
-    assert s1.gpus[0].processes == () and s1.gpus[0].busy_instances == tuple(i for i in layout.instances if i.start == 4)
+    assert s1.gpus[0].processes == ()
+    assert s1.gpus[0].busy_instances == tuple(i for i in layout.instances if i.start == 4)
     assert [p.pid for i in s1.gpus[0].instances for p in i.processes] == [4321]
     assert [(g.model, g.mig_current) for g in s2.gpus] == [("A30", False)]
     for h in (h100, a30):  # sudo kept each host's own state file; the simulator ran as root, started by sudo

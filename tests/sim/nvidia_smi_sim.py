@@ -957,7 +957,13 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
         stderr.write("".join(line + "\n" for line in early[1]))
         return early[2]
     if fault and fault.get("hang"):
-        time.sleep(float(fault["hang"]))
+        # a command that takes `hang` seconds before it takes effect; if its caller dies meanwhile (an ssh session
+        # closing, migplan killed) it ends without effect, as a command whose session is gone gets nowhere
+        parent, end = os.getppid(), time.monotonic() + float(fault["hang"])
+        while time.monotonic() < end:
+            if os.getppid() != parent:
+                return 255
+            time.sleep(0.02)
     if fault and fault.get("drop") in (True, "before"):
         return 255  # the connection died: no output, ssh's status 255, state untouched
     if fault and any(k in fault for k in ("exit", "stdout", "stderr")):
