@@ -2,9 +2,9 @@
 session applies a plan to a simulated host while the simulator holds a step; it is stopped by a signal. Then:
 it died of that signal, no process of its group is left on this side, the host's apply lock (held through the
 SSH session) is free, inflight.json on the host records the change, and the next apply over SSH finishes the
-half-done GPU ("repaired") and exits 0. The local-runner matrix (every signal at every step) is
-tests/test_apply_interrupt.py; here the signals that end an SSH session differently: a handled one (the
-session is closed by the process) and SIGKILL of the whole group (the kernel closes the socket)."""
+half-done GPU ("repaired") and exits 0. Every stop signal (handled: the process closes its sessions; SIGKILL
+of the apply or of its group: the kernel closes the sockets) at every kind of step (`-dci`, `-dgi`, `-cgi`);
+tests/test_apply_interrupt.py runs the same matrix through a local runner."""
 
 from __future__ import annotations
 
@@ -48,9 +48,15 @@ def _layout(path: Path) -> list[tuple[int, int, bool]]:
     return sorted((gi["profile_id"], gi["start"], bool(gi["cis"])) for gi in read(path)["gpus"][0]["gpu_instances"])
 
 
-@pytest.mark.parametrize("how", ["TERM", "KILL-group"])
+AFTER = {"-dci": [(9, 0, True), (9, 4, True)],  # held before it took effect: nothing changed yet
+         "-dgi": [(9, 0, True), (9, 4, False)],  # 3g.20gb@4's compute instance destroyed, the GPU instance not
+         "-cgi": [(9, 0, True)]}  # 3g.20gb@4 destroyed, nothing created yet
+
+
+@pytest.mark.parametrize("step", list(AFTER))
+@pytest.mark.parametrize("how", ["TERM", "INT", "HUP", "KILL", "KILL-group"])
 def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run: Run, fleet: Fleet,  # noqa: F811
-                                                                           how: str) -> None:
+                                                                           how: str, step: str) -> None:
     h = fleet.host(0)
     write(h.state, state("A100-SXM4-40GB", 1, hostname="a", layouts=[Layout.parse(["3g.20gb@0", "3g.20gb@4"])]))
     inv = fleet.inventory({"a": fleet.host_entry(h)})
@@ -62,7 +68,7 @@ def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run:
     target = json.loads(plan_file.read_text())["gpus"][0]["target"]
     assert "3g.20gb@4" not in target and len(target) > 1, target
     st = read(h.state)
-    st["faults"] = [{"match": "-cgi", "hang": 60}]
+    st["faults"] = [{"match": step, "hang": 60}]
     write(h.state, st)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(fleet.tmp / "xdg")}
     env.pop("SSH_AUTH_SOCK", None)
@@ -71,16 +77,17 @@ def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run:
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 60
-    while not any("-cgi" in a for a in read(h.state).get("log", [])):
-        assert proc.poll() is None and time.monotonic() < deadline, "apply never reached -cgi"
+    while not any(step in a for a in read(h.state).get("log", [])):
+        assert proc.poll() is None and time.monotonic() < deadline, f"apply never reached {step}"
         time.sleep(0.05)
     time.sleep(0.3)
+    sig = signal.SIGKILL if how.startswith("KILL") else getattr(signal, f"SIG{how}")
     if how == "KILL-group":
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     else:
-        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, sig)
     code = proc.wait(timeout=30)
-    assert code == (-signal.SIGKILL if how == "KILL-group" else -signal.SIGTERM)
+    assert code == -sig
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -89,7 +96,7 @@ def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run:
             break
         assert time.monotonic() < deadline, "a process of the apply is left"
         time.sleep(0.05)
-    assert _layout(h.state) == [(9, 0, True)]  # 3g.20gb@0 kept, 3g.20gb@4 destroyed, nothing created yet
+    assert _layout(h.state) == AFTER[step]
     inflight = json.loads((h.dir / "etc" / "inflight.json").read_text())
     assert inflight["gpus"][0]["target"] == target
     st = read(h.state)
@@ -104,6 +111,9 @@ def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run:
         time.sleep(0.2)
     assert again.exit_code == 0, again.output
     (gpu,) = json.loads(again.stdout)["hosts"][0]["gpus"]
-    assert gpu["outcome"] == "repaired" and "finished to" in gpu["reason"], gpu
+    if step == "-dci":  # nothing was half-done: an apply as any other (its record settled)
+        assert gpu["outcome"] == "applied", gpu
+    else:
+        assert gpu["outcome"] == "repaired" and "finished to" in gpu["reason"], gpu
     assert sorted(gpu["layout"]) == sorted(target)
     assert not _in_flight(h.dir / "etc")
