@@ -4,6 +4,7 @@ SshRunner against loopback servers that are not sshd, and ssh_config / key-file 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import stat
@@ -346,37 +347,99 @@ def test_a_host_error_names_the_host_once() -> None:
 
 # --- batches of reads: several argv in one exec, cut apart by a random boundary -------------------------
 
-def _run_line(line: str) -> tuple[int, bytes, bytes]:
-    """What an SSH server does with a command line: the login shell runs it (here /bin/sh)."""
-    done = subprocess.run(["/bin/sh", "-c", line], capture_output=True, timeout=30, check=False)
+def _run_line(line: str, stdin: bytes = b"") -> tuple[int, bytes, bytes]:
+    """What an SSH server does with a command line: the login shell runs it (here /bin/sh), stdin the channel's."""
+    done = subprocess.run(["/bin/sh", "-c", line], input=stdin, capture_output=True, timeout=30, check=False)
     return done.returncode, done.stdout, done.stderr
 
 
+def _run_batch(argvs: list[list[str]], token: str) -> tuple[str, bytes, bytes]:
+    from migplan.adapters.runner import batch_line, batch_stdin, command_line
+
+    line = batch_line([command_line(a) for a in argvs])
+    _, out, err = _run_line(line, batch_stdin(token))
+    return line, out, err
+
+
 def test_a_batch_gives_each_command_its_own_output_and_exit_code() -> None:
-    from migplan.adapters.runner import batch_line, batch_token, command_line, split_batch
+    from migplan.adapters.runner import batch_token, split_batch
 
     argvs = [["printf", "%s", "no newline"], ["sh", "-c", "echo out; echo err >&2; exit 3"],
              ["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"], ["true"], ["printf", "two\\n\\n"]]
     token = batch_token()
-    _, out, err = _run_line(batch_line([command_line(a) for a in argvs], token))
+    _, out, err = _run_batch(argvs, token)
     parts = split_batch("h", out, err, token, len(argvs))
     assert parts == [(0, b"no newline", b""), (3, b"out\n", b"err\n"), (0, b"a b|$(touch /tmp/never)|it's|", b""),
                      (0, b"", b""), (0, b"two\n\n", b"")]
     assert not os.path.exists("/tmp/never")
 
 
-def test_a_batch_whose_output_forges_a_boundary_is_refused() -> None:
-    from migplan.adapters.runner import HostError, batch_line, batch_token, command_line, split_batch
+def test_the_batch_line_holds_no_token_and_is_the_same_for_every_exec() -> None:
+    from migplan.adapters.runner import BATCH_MARK, batch_line, batch_stdin, batch_token, command_line
 
+    lines = [command_line(["nvidia-smi", "-L"]), command_line(["sudo", "-n", "nvidia-smi", "mig", "-lgi"])]
+    first, second = batch_token(), batch_token()
+    assert batch_line(lines) == batch_line(lines)  # nothing in it varies between execs: no secret in it
+    assert first not in batch_line(lines) and second not in batch_line(lines)
+    assert not re.search(BATCH_MARK + "[0-9a-f]", batch_line(lines))
+    assert batch_stdin(first) == first.encode() + b"\n"
+
+
+# A hostile command: everything a child can read of its own process and of its parents (argv, environ,
+# stdin, the parents' command lines and environments, up to init), searched for a token.
+_SNOOP = r"""
+import os, re, sys
+pat = re.compile(rb"migplan-batch-[0-9a-f]{32}")
+seen = [open("/proc/self/cmdline", "rb").read(), open("/proc/self/environ", "rb").read(), sys.stdin.buffer.read()]
+pid = os.getppid()
+for _ in range(64):
+    for name in ("cmdline", "environ"):
+        try:
+            seen.append(open(f"/proc/{pid}/{name}", "rb").read())
+        except OSError:
+            pass
+    try:
+        seen.append(os.read(os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK), 4096))
+    except OSError:
+        pass
+    stat = open(f"/proc/{pid}/stat", "rb").read()
+    pid = int(stat.rsplit(b")", 1)[1].split()[1])
+    if pid <= 1:
+        break
+found = [m.group().decode() for part in seen for m in pat.finditer(part)]
+if found:
+    print("\n" + found[0] + " 1 0")
+print("searched", len(seen))
+"""
+
+
+def test_a_hostile_command_cannot_find_the_token_from_its_parents(tmp_path: Path) -> None:
+    import sys
+
+    from migplan.adapters.runner import HostError, batch_token, split_batch
+
+    snoop = tmp_path / "nvidia-smi"
+    snoop.write_text(_SNOOP)
     token = batch_token()
-    # the command learns the token from its shell's command line (it cannot know it before the exec) and
-    # prints a boundary of its own: one marker too many, so nothing of the batch is used
-    sneaky = ["sh", "-c", 'tr "\\000" "\\n" < /proc/$PPID/cmdline | grep -o "migplan-batch-[0-9a-f]\\{32\\}" '
-              '| head -n 1 | { read t; printf "\\n%s 1 0\\n" "$t"; }']
-    _, out, err = _run_line(batch_line([command_line(sneaky), command_line(["echo", "real"])], token))
-    assert out.startswith(b"\n" + token.encode() + b" 1 0\n")  # it did print the real token
+    line, out, err = _run_batch([[sys.executable, str(snoop)], ["echo", "real"]], token)
+    assert token not in line
+    parts = split_batch("h", out, err, token, 2)  # it found nothing to forge with: the boundaries are the shell's
+    assert parts[0][0] == 0 and re.fullmatch(rb"searched [0-9]+\n", parts[0][1]) and parts[1] == (0, b"real\n", b"")
+    # the same command, given the token as the old line gave it (on the command line), does find it and
+    # forges a boundary: one marker too many, so nothing of the batch is used
+    exposed = [sys.executable, str(snoop), token]
+    _, out, err = _run_batch([exposed, ["echo", "real"]], token)
+    assert out.startswith(b"\n" + token.encode() + b" 1 0\n")
     with pytest.raises(HostError, match="boundaries"):
         split_batch("h", out, err, token, 2)
+
+
+def test_a_batch_without_its_token_on_stdin_runs_nothing() -> None:
+    from migplan.adapters.runner import batch_line, command_line
+
+    for stdin in (b"", b"not-a-token\n"):
+        code, out, _ = _run_line(batch_line([command_line(["echo", "ran"])]), stdin)
+        assert code == 97 and out == b""
 
 
 @pytest.mark.parametrize("out,err", [
@@ -385,6 +448,7 @@ def test_a_batch_whose_output_forges_a_boundary_is_refused() -> None:
     (b"\nTOKEN 1 0\n\nTOKEN 0 0\n", b"\nTOKEN 1\n\nTOKEN 0\n"),  # out of order
     (b"\nTOKEN 0 0\n\nTOKEN 1 0\nafter", b"\nTOKEN 0\n\nTOKEN 1\n"),  # text after the last boundary
     (b"\nTOKEN 0\n\nTOKEN 1\n", b"\nTOKEN 0\n\nTOKEN 1\n"),  # stdout markers without exit codes
+    (b"\nTOKEN 0 0\n\nTOKEN 1 0\n\nTOKEN 1 0\n", b"\nTOKEN 0\n\nTOKEN 1\n"),  # a forged extra boundary
 ])
 def test_a_batch_without_exactly_the_boundaries_sent_is_refused(out: bytes, err: bytes) -> None:
     from migplan.adapters.runner import HostError, batch_token, split_batch
@@ -395,12 +459,14 @@ def test_a_batch_without_exactly_the_boundaries_sent_is_refused(out: bytes, err:
 
 
 def test_batch_line_takes_only_validated_lines_and_a_real_token() -> None:
-    from migplan.adapters.runner import batch_line, batch_token
+    from migplan.adapters.runner import batch_line, batch_stdin, batch_token
 
     with pytest.raises(BadCommand):
-        batch_line(["true"], "migplan-batch-short")
+        batch_stdin("migplan-batch-short")
     with pytest.raises(BadCommand):
-        batch_line([], batch_token())
+        batch_stdin(batch_token() + "\nextra")
+    with pytest.raises(BadCommand):
+        batch_line([])
     assert batch_token() != batch_token()
 
 

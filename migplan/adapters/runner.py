@@ -257,30 +257,46 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(t) for t in argv)
 
 
-BATCH_MARK = "migplan-batch-"  # + 32 random hex digits per exec: a boundary remote output cannot know beforehand
+BATCH_MARK = "migplan-batch-"  # + 32 random hex digits per exec: the boundary of a batch's outputs
+_BATCH_TOKEN = re.compile(BATCH_MARK + "[0-9a-f]{32}")
 
 
 def batch_token() -> str:
     return BATCH_MARK + secrets.token_hex(16)
 
 
-def batch_line(lines: Sequence[str], token: str) -> str:
+def batch_line(lines: Sequence[str]) -> str:
     """One `sh -c` line running each command line (already built by `command_line`) in turn; after command N it
     prints `\\nTOKEN N EXIT\\n` on stdout and `\\nTOKEN N\\n` on stderr, so `split_batch` can cut both streams
     apart. `sh -c` (not the login shell's own syntax): `$?`, `;` and `>&2` are POSIX; the script is quoted
-    whole with shlex.quote, as any token."""
-    if not lines or not re.fullmatch(BATCH_MARK + "[0-9a-f]{32}", token):
-        raise BadCommand("a batch needs commands and a batch token")
-    script = "; ".join(f'{line}; printf "\\n%s %d %d\\n" {token} {n} "$?"; printf "\\n%s %d\\n" {token} {n} >&2'
-                       for n, line in enumerate(lines))
+    whole with shlex.quote, as any token.
+
+    The token is NOT in the line: the script reads it from its stdin (`batch_stdin`, the first and only line)
+    into a shell variable that is never exported, and runs each command with `</dev/null`. So the line (what
+    /proc/PID/cmdline of the shell and of the login shell show) depends only on the commands, and a command
+    finds the token neither in its argv, its environment, its stdin nor its parents' command lines. What it
+    can still do (docs/fleet.md): read the shell's memory where the kernel lets it ptrace the shell (root, e.g.
+    behind `sudo`; the same user with kernel.yama.ptrace_scope=0)."""
+    if not lines:
+        raise BadCommand("a batch needs commands")
+    steps = "; ".join(f'{line} </dev/null; printf "\\n%s %d %d\\n" "$t" {n} "$?"; printf "\\n%s %d\\n" "$t" {n} >&2'
+                      for n, line in enumerate(lines))
+    script = 'IFS= read -r t || exit 97; case $t in migplan-batch-*) ;; *) exit 97 ;; esac; ' + steps
     return "sh -c " + shlex.quote(script)
+
+
+def batch_stdin(token: str) -> bytes:
+    """What the exec of a `batch_line` gets on stdin: the token on one line, then end-of-file."""
+    if not _BATCH_TOKEN.fullmatch(token):
+        raise BadCommand("a batch needs a batch token")
+    return token.encode() + b"\n"
 
 
 def split_batch(host: str, out: bytes, err: bytes, token: str, count: int) -> list[tuple[int, bytes, bytes]]:
     """(exit code, stdout, stderr) of each command of a `batch_line`. The markers must be exactly those the shell
     printed: `count` of them per stream, numbered 0..count-1 in order, nothing after the last. Anything else (a
-    command that printed the token, which it cannot know before the exec; a shell that did not run the script)
-    is a HostError, never a guess at which output belongs to which command."""
+    command that printed the token, which it is never shown; a shell that did not run the script) is a
+    HostError, never a guess at which output belongs to which command."""
     cut_out = _cut(out, token, count, True)
     cut_err = _cut(err, token, count, False)
     if cut_out is None or cut_err is None:

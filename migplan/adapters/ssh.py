@@ -76,6 +76,7 @@ from migplan.adapters.runner import (
     TransferError,
     UnreachableError,
     batch_line,
+    batch_stdin,
     batch_token,
     check_become,
     check_file_set,
@@ -545,16 +546,17 @@ class SshRunner:
     def run_batch(self, argvs: Sequence[Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT) -> list[Completed]:
         """Several read-only commands in ONE exec (one channel, one round trip, one login shell on the host): each
         argv validated and quoted as in `run`, with the become prefix, cut apart by a random boundary
-        (`runner.batch_line`/`split_batch`). `timeout` is for the whole batch. Each result is checked for a
-        refusing become prefix as `run` does."""
+        (`runner.batch_line`/`split_batch`) that travels on the exec's stdin, never on its command line.
+        `timeout` is for the whole batch. Each result is checked for a refusing become prefix as `run` does."""
         fulls = [(*self.target.become, *argv) for argv in argvs]
         token = batch_token()
-        line = batch_line([command_line(f) for f in fulls], token)
+        line = batch_line([command_line(f) for f in fulls])
         start = time.monotonic()
         with self._lock:
             transport = self._transport()
             log.debug("%s: running a batch of %d: %s", self.host, len(fulls), line)
-            code, out, err = self._exec(transport, (f"a batch of {len(fulls)} reads",), line, timeout, None, True)
+            code, out, err = self._exec(transport, (f"a batch of {len(fulls)} reads",), line, timeout,
+                                         batch_stdin(token), True)
         parts = split_batch(self.host, out, err, token, len(fulls))
         took = time.monotonic() - start
         return [check_become(self.host, self.target.become,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -255,9 +256,21 @@ def test_a_batch_of_reads_is_one_exec_with_each_output_and_exit_code_apart(fleet
             return real_open(*a, **kw)  # type: ignore[arg-type]
 
         transport.open_session = counting_open  # type: ignore[method-assign]
+        sent: list[tuple[str, bytes | None]] = []
+        real_exec = runner._exec
+
+        def recording_exec(t: object, argv: tuple[str, ...], line: str, timeout: float, stdin: bytes | None,
+                           keep: bool) -> tuple[int, bytes, bytes]:
+            sent.append((line, stdin))
+            return real_exec(t, argv, line, timeout, stdin, keep)  # type: ignore[arg-type]
+
+        runner._exec = recording_exec  # type: ignore[method-assign]
         done = runner.run_batch([["printf", "%s", "no newline"], ["sh", "-c", "echo out; echo err >&2; exit 3"],
                                  ["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"]], timeout=10)
         assert len(opened) == 1  # one channel, one exec
+        [(line, stdin)] = sent
+        assert stdin is not None and re.fullmatch(rb"migplan-batch-[0-9a-f]{32}\n", stdin)  # the token: on stdin
+        assert stdin.strip().decode() not in line and "migplan-batch-" in line  # ... never on the command line
         assert [(d.exit_code, d.stdout, d.stderr) for d in done] == [
             (0, "no newline", ""), (3, "out\n", "err\n"), (0, "a b|$(touch /tmp/never)|it's|", "")]
         assert done[0].argv == ("sudo", "-n", "printf", "%s", "no newline")
