@@ -209,13 +209,18 @@ def report(rows: Sequence[dict[str, Any]], gpus: int) -> str:
                      f"{total / max(1, r['changed']):.2f} | {again} ({again_files}) | {r['rewritten']} of "
                      f"{r['files']} | {'yes' if r['stale'] else 'no'} |")
     by_kind = sorted(rows[-1]["first"].items())
+    after = next(r for r in reversed(rows) if not r["before"])
+    overhead = sum(after["first"].values()) - 3 * after["changed"]
+    need = next(n for n in range(1, 1000) if overhead + 3 * n <= 4 * n)
     lines += ["", f"- By kind, {rows[-1]['changed']} GPUs changed, after, "
                   f"{'with' if rows[-1]['become'] else 'without'} become: "
               + ", ".join(f"{k} {v}" for k, v in by_kind) + ".",
-              "- The lock, two read batches and the files are 4 round trips per host whatever changes; each changed "
-              "GPU adds its 3 commands. Per changed GPU that is at most 4 from 4 changed GPUs on (3.50 for 8); a host "
-              "with 1 or 2 changed GPUs pays the 4 of the host (7 and 10 in all: 7.00 and 5.00 per changed GPU), "
-              "which no batching of files can lower."]
+              f"- The host's own round trips (the lock, two read batches, the in-flight record read and written "
+              f"before the first change, the files with the settled record) are {overhead} whatever changes; each "
+              f"changed GPU adds its 3 commands. Per changed GPU that is at most 4 from {need} changed GPUs on "
+              f"({(overhead + 3 * rows[-1]['changed']) / rows[-1]['changed']:.2f} for {rows[-1]['changed']}); a "
+              "host with fewer pays its fixed ones, which no batching can lower. *before* writes the same set of "
+              "files (the in-flight record among them) one by one, as migplan did until issue 20."]
     return "\n".join(lines) + "\n"
 
 
