@@ -7,6 +7,14 @@ user, and never in a log line or an error message: only the file's name is ever 
 `user:pass@` in it is refused for the same reason. Redirects are refused, not followed: urllib would
 resend the Authorization header to wherever a redirect points.
 
+One deadline per request: `timeout` (`--http-timeout`) bounds the connect, the headers and the body
+together (a watchdog shuts the socket down when it passes; urllib's own timeout is per socket
+operation, so a server dripping a byte every half second was never cut off). The answer is bounded in
+size (`max_bytes`; a Content-Length over it is refused before the body is read), a compressed answer
+(never asked for) is refused, and every failure of the HTTP client (not an HTTP server, a header line
+too long, a connection refused, reset or cut short, the deadline) is one PrometheusError naming the URL
+(which never holds credentials: `check_url`) and what to do.
+
 Prometheus' API (docs/querying/api.md): GET /api/v1/query_range?query=&start=&end=&step=[&timeout=];
 errors come back as HTTP 400/422/503 with a JSON envelope {"status":"error","errorType","error"}.
 """
@@ -14,9 +22,14 @@ errors come back as HTTP 400/422/503 with a JSON envelope {"status":"error","err
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import logging
 import os
+import socket
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -95,7 +108,11 @@ def loose_permissions(path: str) -> bool:
 
 def check_url(url: str) -> str:
     """The base URL, normalised (no trailing slash); refused with credentials, a query or a fragment."""
-    parts = urllib.parse.urlsplit(url.strip())
+    url = url.strip()
+    if any(ord(c) <= 0x20 or c == "\x7f" for c in url):  # urlsplit would silently drop CR, LF and TAB
+        raise InputError(f"{printable(url, 200)!r} holds spaces or control characters", key="--prometheus",
+                         hint="give the server's base URL, e.g. http://prometheus.monitoring:9090")
+    parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(f"{printable(url, 200)!r} is not an http:// or https:// URL", key="--prometheus",
                          hint="e.g. http://prometheus.monitoring:9090 or https://prom.example.com/prometheus")
@@ -112,12 +129,84 @@ def check_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
+def shown_url(url: str) -> str:
+    """`url` as an error message may show it: without `user:password@`, a query or a fragment, printable."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return printable(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")), 200)
+    except ValueError:
+        return "(an invalid URL)"
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        raise PrometheusError(f"{printable(req.full_url.split('?')[0], 200)} redirected ({code}) to "
-                              f"{printable(newurl.split('?')[0], 200)}; redirects are not followed",
+        raise PrometheusError(f"{shown_url(req.full_url)} redirected ({code}) to "
+                              f"{shown_url(newurl)}; redirects are not followed",
                               hint="give the final URL with --prometheus (credentials are never resent "
                                    "to another address)")
+
+
+class _Watchdog:
+    """The one deadline of a request: shuts down every socket the request opened when it passes."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.at = time.monotonic() + timeout
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._fired = False
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def expired(self) -> bool:
+        return self._fired or time.monotonic() >= self.at
+
+    def track(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            if self._fired:
+                sock.close()
+                raise TimeoutError("deadline passed")
+            self._socks.append(sock)
+        return sock
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._fired = True
+            for sock in self._socks:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # a blocked recv/send returns at once
+
+
+def _watched(conn: http.client.HTTPConnection, req: urllib.request.Request) -> http.client.HTTPConnection:
+    watch = getattr(req, "migplan_watchdog", None)
+    if isinstance(watch, _Watchdog):
+        create = conn._create_connection  # type: ignore[attr-defined]
+        conn._create_connection = lambda *a, **kw: watch.track(create(*a, **kw))  # type: ignore[attr-defined]
+    return conn
+
+
+class _HttpHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(lambda host, **kw: _watched(http.client.HTTPConnection(host, **kw), req),
+                            req)
+
+
+class _HttpsHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__(context=context)
+        self._tls = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(lambda host, **kw: _watched(http.client.HTTPSConnection(host, **kw), req),
+                            req, context=self._tls)
 
 
 class PrometheusClient:
@@ -133,7 +222,7 @@ class PrometheusClient:
             context = ssl.create_default_context(cafile=ca_file)  # verification on, hostname checked
         except (OSError, ssl.SSLError) as err:
             raise InputError(f"cannot load CA file {ca_file}: {printable(str(err), 200)}", key="--ca-file") from None
-        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+        self._opener = urllib.request.build_opener(_HttpHandler(), _HttpsHandler(context), _NoRedirect())
 
     def query_range(self, query: str, start: float, end: float, step: float) -> bytes:
         params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
@@ -141,30 +230,58 @@ class PrometheusClient:
         url = f"{self.base}/api/v1/query_range?{params}"
         # check_url admitted only http(s); S310's file:// concern does not apply.
         req = urllib.request.Request(url, headers={"Accept": "application/json",  # noqa: S310
+                                                   "Accept-Encoding": "identity",
                                                    "User-Agent": "migplan (collect --prometheus)"})
         if self.credentials is not None:
             req.add_unredirected_header("Authorization", self.credentials.header)
         log.debug("GET %s/api/v1/query_range query=%s start=%.0f end=%.0f step=%g%s", self.base, query, start, end,
                   step, f" ({self.credentials.origin})" if self.credentials else "")
-        where = f"{self.base}/api/v1/query_range"
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                return _bounded(resp, self.max_bytes, where)
-        except urllib.error.HTTPError as err:
-            raise _http_error(err, where, self.credentials) from None
-        except urllib.error.URLError as err:
-            raise _unreachable(err.reason, where) from None
-        except (TimeoutError, ConnectionError, ssl.SSLError) as err:
-            raise _unreachable(err, where) from None
+        where = printable(f"{self.base}/api/v1/query_range", 300)
+        with _Watchdog(self.timeout) as watch:
+            req.migplan_watchdog = watch  # type: ignore[attr-defined]
+            try:
+                with self._opener.open(req, timeout=self.timeout) as resp:
+                    body = _bounded(resp, self.max_bytes, where)
+                if watch.expired():  # the watchdog cut the body short at the deadline
+                    raise _timed_out(where, self.timeout)
+                return body
+            except PrometheusError:
+                if watch.expired():  # a body cut short by the watchdog is the deadline, not the server
+                    raise _timed_out(where, self.timeout) from None
+                raise
+            except urllib.error.HTTPError as err:
+                if watch.expired():
+                    raise _timed_out(where, self.timeout) from None
+                raise _http_error(err, where, self.credentials) from None
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
+                if watch.expired():
+                    raise _timed_out(where, self.timeout) from None
+                reason = err.reason if isinstance(err, urllib.error.URLError) else err
+                raise _client_error(reason, where, self.timeout) from None
 
 
 def _bounded(resp: IO[bytes], limit: int, where: str) -> bytes:
-    """Read at most `limit` bytes; a longer answer is refused, not truncated into nonsense."""
+    """Read at most `limit` bytes; a longer answer is refused, not truncated into nonsense. A compressed answer
+    (migplan asks for identity) is refused rather than inflated."""
+    headers = getattr(resp, "headers", None)
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower() if headers is not None else "identity"
+    if encoding != "identity":
+        raise PrometheusError(f"{where}: the answer is compressed ({printable(encoding, 40)}), which migplan did not "
+                              "ask for", hint="check that the URL is the Prometheus server, not a proxy that "
+                                              "rewrites answers")
+    length = headers.get("Content-Length") if headers is not None else None
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        raise AnswerTooLarge(f"{where}: the answer is larger than {limit >> 20} MiB",
+                             hint="use a larger --step, a shorter --window or a --selector")
     parts: list[bytes] = []
     size = 0
     while True:
         block = resp.read(_READ)
         if not block:
+            missing = getattr(resp, "length", None)  # http.client: what Content-Length still promised
+            if isinstance(missing, int) and missing > 0:  # read(amt) does not raise IncompleteRead for it
+                raise PrometheusError(f"{where}: the answer was cut short ({size} bytes, {missing} more expected)",
+                                      hint="try again; if it persists, check the server or a proxy in between")
             return b"".join(parts)
         size += len(block)
         if size > limit:
@@ -185,7 +302,49 @@ def _http_error(err: urllib.error.HTTPError, where: str, creds: Credentials | No
                 "Prometheus wants credentials: pass --basic-auth-file FILE or --bearer-token-file FILE")
     elif err.code == 400 and "11,000 points" in detail:
         hint = "use a larger --step (migplan splits the window; this is a bug if it happens)"
+    elif err.code == 404:
+        hint = "check the URL: Prometheus' base URL (or its API prefix), e.g. http://prometheus:9090"
+    elif err.code >= 500:
+        hint = "Prometheus (or a proxy in front of it) failed: try again, or query less at once (a larger --step)"
+    else:
+        hint = "check the URL and the query; the message is the server's own"
     return PrometheusError(f"{where}: HTTP {err.code}: {detail}", hint=hint)
+
+
+def _timed_out(where: str, timeout: float) -> PrometheusError:
+    return PrometheusError(f"{where}: no complete answer within {timeout:g} s (--http-timeout)",
+                           hint="raise --http-timeout, or query less at once (a larger --step, a --selector)")
+
+
+def _client_error(reason: object, where: str, timeout: float) -> PrometheusError:
+    """One message for whatever the HTTP client raised (urllib's URLError reason, http.client, the socket)."""
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return _timed_out(where, timeout)
+    if isinstance(reason, ssl.SSLError):  # also a ValueError (SSLCertVerificationError) and an OSError
+        return _unreachable(reason, where)
+    if isinstance(reason, http.client.RemoteDisconnected):
+        return PrometheusError(f"{where}: the server closed the connection without answering",
+                               hint="check that the URL is Prometheus' HTTP(S) port (9090 by default)")
+    if isinstance(reason, http.client.BadStatusLine):
+        line = printable(str(getattr(reason, "line", reason)), 80)
+        return PrometheusError(f"{where}: not an HTTP server (it answered {line!r})",
+                               hint="check that the URL is Prometheus' HTTP(S) port (9090 by default), not "
+                                    "another service")
+    if isinstance(reason, http.client.IncompleteRead):
+        return PrometheusError(f"{where}: the answer was cut short ({len(reason.partial)} bytes, "
+                               f"{reason.expected if reason.expected is not None else 'more'} more expected)",
+                               hint="try again; if it persists, check the server or a proxy in between")
+    if isinstance(reason, http.client.InvalidURL):
+        return PrometheusError(f"{where}: invalid URL: {printable(str(reason), 120)}",
+                               hint="give the server's base URL, e.g. http://prometheus.monitoring:9090")
+    if isinstance(reason, http.client.HTTPException | ValueError):
+        what = printable(str(reason) or type(reason).__name__, 120)
+        return PrometheusError(f"{where}: not a valid HTTP answer: {what}",
+                               hint="check that the URL is Prometheus' HTTP(S) port (9090 by default)")
+    if isinstance(reason, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return PrometheusError(f"{where}: the connection was dropped: {printable(reason.strerror or str(reason), 120)}",
+                               hint="try again; if it persists, check the server or a proxy in between")
+    return _unreachable(reason, where)
 
 
 def _unreachable(reason: object, where: str) -> PrometheusError:
@@ -194,7 +353,7 @@ def _unreachable(reason: object, where: str) -> PrometheusError:
         return PrometheusError(f"{where}: TLS certificate not trusted: {why}",
                                hint="pass --ca-file with the CA that signed the server's certificate")
     if isinstance(reason, TimeoutError):
-        return PrometheusError(f"{where}: no answer in time", hint="raise --timeout, or query less at once "
+        return PrometheusError(f"{where}: no answer in time", hint="raise --http-timeout, or query less at once "
                                                                    "(a larger --step, a --selector)")
     text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
     return PrometheusError(f"{where}: cannot connect: {printable(text, 200)}",
