@@ -180,6 +180,10 @@ def read_replan(node: Node) -> dict[str, object]:
     for key, n in node.items():
         if key == "maintenance_windows":
             items = n.list() if n.is_list else [n]
+            if not items:  # "no window" would read as never, but ReplanPolicy (no windows) means any time
+                n.fail("an empty list of maintenance windows is ambiguous (never, or at any time?)",
+                       hint="list windows such as 'Sat,Sun 02:00-06:00'; to allow disruption at any time write "
+                            "['always'] or leave the key out; to allow none, set allow_disrupt: false")
             out[key] = tuple(i.str() for i in items)
             continue
         if key in ("state_dir", "metrics_file"):

@@ -13,11 +13,21 @@ a margin):
 * `MAX_MIG_SLICES` = 16 memory or compute slices per GPU (MIG GPUs have at most 8 memory and 7
   compute slices today);
 * `MAX_MEMORY_MIB` = 1,048,576 MiB (1 TiB) of memory per GPU or instance (the largest MIG GPUs have
-  under 300 GB).
+  under 300 GB);
+* `CLOCK_SKEW_S` = 300 s: how far in the future a document's own time (a plan's `created_at`) may be
+  before it is refused as wrong (two machines' clocks differ by seconds under NTP; a later date would
+  keep a plan "fresh" for `apply --max-age` forever).
+
+Times in documents are `UTC_STAMP`s (`2026-12-01T08:00:00Z`, as migplan writes them), read with
+`utc_stamp`, which returns None for anything else ("yesterday", "2026-02-30T00:00:00Z") instead of
+raising. Numbers from options and documents go through `finite` (one check: `inf`, `nan` and
+`1e999` are not numbers anyone means).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import re
 import shlex
 
@@ -25,6 +35,9 @@ MAX_GPUS_PER_HOST = 64
 MAX_GPU_INDEX = MAX_GPUS_PER_HOST - 1
 MAX_MIG_SLICES = 16
 MAX_MEMORY_MIB = 1 << 20
+CLOCK_SKEW_S = 300
+UTC_STAMP = re.compile(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z")
+UTC_STAMP_EXAMPLE = "2026-12-01T08:00:00Z"
 
 HOST_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 # A host address: DNS name, IPv4, or IPv6 (with optional brackets).
@@ -66,3 +79,19 @@ def profile_size(name: str) -> tuple[int, int] | None:
 def is_ascii_digits(text: str) -> bool:
     """True for a non-empty string of ASCII digits 0-9 only (unlike `str.isdigit`)."""
     return bool(text) and text.isascii() and text.isdigit()
+
+
+def utc_stamp(text: object) -> dt.datetime | None:
+    """A `UTC_STAMP` (`2026-12-01T08:00:00Z`) as an aware datetime; None for anything else, a day or time
+    that does not exist (`2026-02-30`, `25:00:00`) included."""
+    if not isinstance(text, str) or not UTC_STAMP.fullmatch(text):
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def finite(value: float) -> bool:
+    """True for a real number: not `inf`, `-inf` or `nan` (float('1e999') is inf)."""
+    return math.isfinite(value)

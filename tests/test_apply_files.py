@@ -348,9 +348,9 @@ def test_apply_last_reconciles_the_env_files_too(tmp_path: Path, monkeypatch: py
     """After a reboot one GPU is another one (its UUID changed): apply --last refuses it, and the env files of its
     workloads go, while the other GPU's workloads get theirs with the new MIG devices."""
     from sim.fleet import reboot
-    from test_apply_last import _connect, _setup
+    from test_apply_last import _connect, _last, _setup
 
-    from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last
+    from migplan.commands.apply import ApplyRequest, apply, apply_last
     from migplan.commands.context import build_context
     from migplan.commands.fleet import FleetRequest
 
@@ -366,7 +366,7 @@ def test_apply_last_reconciles_the_env_files_too(tmp_path: Path, monkeypatch: py
     booted["gpus"][1]["uuid"] = "GPU-00000000-1111-2222-3333-444444444444"  # another GPU in that slot
     write_state(state, booted)
     (etc / "env" / "gone.env").write_text(f"{ENV_MARKER}gone\n")
-    res = apply_last(ctx, LastRequest(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    res = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
     assert {g.gpu: g.outcome for g in res.hosts[0].gpus}[1] is GpuOutcome.REFUSED
     names_now = set(_assigned(etc))
     assert names_now == {w["name"] for w in before} - on1

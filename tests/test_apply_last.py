@@ -33,6 +33,11 @@ from migplan.planner import plan  # noqa: E402
 CAT = builtin_catalog()
 
 
+def _last(**kw: str) -> LastRequest:
+    """apply --last as the boot unit of the simulated host "h1" runs it (its inventory name, not this machine's)."""
+    return LastRequest(host_name="h1", **kw)
+
+
 def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
     """A two-GPU host (GPU 0 partitioned, GPU 1 MIG off), a plan for it, and an inventory (connection local)."""
     st = host_state(model, 2, hostname="h1", layouts=[None, None])
@@ -85,7 +90,7 @@ def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, m
     assert all(not g["gpu_instances"] for g in after_boot["gpus"])
     if model.startswith("H100"):
         assert not any(g["mig_current"] for g in after_boot["gpus"])  # Hopper: MIG mode is gone too
-    res2 = apply_last(ctx, LastRequest(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    res2 = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
     assert res2.exit_code == 0, res2.to_dict()
     assert _layouts(state) == planned  # exactly the layout applied before, placement for placement
     now = json.loads((etc / "assignments.json").read_text())["workloads"]
@@ -97,7 +102,7 @@ def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, m
     live = {ci["uuid"] for g in read_state(state)["gpus"] for gi in g["gpu_instances"] for ci in gi["cis"]}
     assert {w["device"] for w in moved} <= live  # files name the devices that exist now
 
-    again = apply_last(ctx, LastRequest(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    again = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
     assert {g.outcome.value for g in again.hosts[0].gpus} == {"unchanged"}
 
 
@@ -114,7 +119,7 @@ def test_the_fleet_map_is_also_written_locally(tmp_path: Path, monkeypatch: pyte
 
 def test_apply_last_without_a_last_layout_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read the last applied layout"):
-        apply_last(build_context(None, None, None), LastRequest(state_dir=str(tmp_path), lock_file=str(
+        apply_last(build_context(None, None, None), _last(state_dir=str(tmp_path), lock_file=str(
             tmp_path / "l")), connect=_connect)
 
 
@@ -128,7 +133,7 @@ def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path, monkey
     doc["gpus"][0]["layout"] = ["7g.40gb@0", "1g.5gb@0"]
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"gpus\[0\]\.layout"):
-        apply_last(ctx, LastRequest(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")), connect=_connect)
+        apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")), connect=_connect)
 
 
 def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,7 +147,7 @@ def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert r.exit_code == 0, r.output
     planned = _layouts(state)
     reboot(state)
-    r = cli.invoke(app, ["apply", "--last", "--state-dir", str(tmp_path / "etc"), "--lock-file",
+    r = cli.invoke(app, ["apply", "--last", "--host-name", "h1", "--state-dir", str(tmp_path / "etc"), "--lock-file",
                          str(tmp_path / "apply.lock"), "-o", "json"])
     assert r.exit_code == 0, r.output
     assert _layouts(state) == planned
@@ -177,7 +182,7 @@ def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_pa
     planned = _layouts(state)
     assert planned[0] is not None and len(planned[0])
     reboot(state)
-    res = apply_last(ctx, LastRequest(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "apply.lock")),
+    res = apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "apply.lock")),
                      connect=_connect)
     assert res.exit_code == 0, res.to_dict()
     assert _layouts(state) == planned

@@ -138,7 +138,8 @@ CASES = [
     Case("headers dripped", _drip_headers, TIMED_OUT),
     Case("body dripped", _drip_body, TIMED_OUT),
     Case("no answer at all", _silent, TIMED_OUT),
-    Case("an SSH banner", _answer(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n"), r"not an HTTP server.*SSH-2\.0"),
+    Case("an SSH banner", _answer(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n"),
+         r"not an HTTP server \(it answered 'SSH-2\.0-OpenSSH_9\.6p1 Ubuntu-3ubuntu13'\)"),
     Case("binary status line", _answer(b"\x00\xff\x1b[31mHTTP\x07\r\n\r\n"), NOT_HTTP),
     Case("empty status line", _answer(b"\r\n\r\n"), NOT_HTTP),
     Case("a bad status code", _answer(b"HTTP/1.1 abc OK\r\n\r\n"), NOT_HTTP),
@@ -302,3 +303,25 @@ def test_a_url_with_control_characters_or_spaces_is_refused(url: str) -> None:
     with pytest.raises(InputError, match="spaces or control characters") as info:
         adapter.PrometheusClient(url)
     assert "\r" not in str(info.value) and "\n" not in str(info.value).split("\n  hint:")[0]
+
+
+@pytest.mark.parametrize("handler,needle", [
+    (_drip_headers, "no complete answer within 2 s (--http-timeout)"),
+    (_http("200 OK", "", b"<html>not prometheus</html>"), "invalid JSON"),
+    (_answer(b"SSH-2.0-OpenSSH_9.6\r\n"), "not an HTTP server"),
+])
+def test_migplan_collect_gives_one_message_naming_the_url(serve: Callable[[Handler], _Server], handler: Handler,
+                                                          needle: str) -> None:
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    srv = serve(handler)
+    url = f"http://127.0.0.1:{srv.port}"
+    start = time.monotonic()
+    res = CliRunner().invoke(app, ["collect", "--prometheus", url, "--start", "1000", "--end", "1600",
+                                   "--step", "60s", "--http-timeout", "2"])
+    assert time.monotonic() - start < 2 + MARGIN + 1  # + the CLI's own start
+    assert res.exit_code != 0 and (res.exception is None or isinstance(res.exception, SystemExit)), res.output
+    assert needle in res.output and f"{url}/api/v1/query_range" in res.output, res.output
+    assert "Traceback" not in res.output and "hint:" in res.output

@@ -193,7 +193,8 @@ def test_48_hours_of_replan_fed_by_the_collector(tmp_path: Path, monkeypatch: py
         if hour == 40:  # the host reboots: every instance and process is gone; the boot unit restores
             reboot(state)
             done = apply_last(build_context(None, None, None), LastRequest(state_dir=str(tmp_path / "etc"),
-                                                                           lock_file=str(tmp_path / "apply.lock")))
+                                                                           lock_file=str(tmp_path / "apply.lock"),
+                                                                           host_name="h1"))
             assert done.exit_code == 0, done.to_dict() if hasattr(done, "to_dict") else done
             _place(state, placement)
             assert _where(state) == placement

@@ -189,7 +189,8 @@ def test_a_week_of_hourly_replans(world: tuple[Path, dict[str, Path]]) -> None:
             before = _layouts(states)
             reboot(states["h0"])
             ctx = build_context(None, None, None)
-            boot = apply_last(ctx, LastRequest(state_dir=str(tmp / "h0-etc"), lock_file=str(tmp / "h0.lock")),
+            boot = apply_last(ctx, LastRequest(state_dir=str(tmp / "h0-etc"), lock_file=str(tmp / "h0.lock"),
+                                           host_name="h0"),
                               connect=lambda h: LocalRunner(host="localhost", env=sim_env(states["h0"])))
             assert boot.exit_code == 0, boot.to_dict()
             assert _layouts(states) == before  # the boot unit put every instance back

@@ -326,7 +326,7 @@ def _client_error(reason: object, where: str, timeout: float) -> PrometheusError
         return PrometheusError(f"{where}: the server closed the connection without answering",
                                hint="check that the URL is Prometheus' HTTP(S) port (9090 by default)")
     if isinstance(reason, http.client.BadStatusLine):
-        line = printable(str(getattr(reason, "line", reason)), 80)
+        line = printable(str(getattr(reason, "line", reason)).strip(), 80)
         return PrometheusError(f"{where}: not an HTTP server (it answered {line!r})",
                                hint="check that the URL is Prometheus' HTTP(S) port (9090 by default), not "
                                     "another service")

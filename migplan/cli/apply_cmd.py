@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, fleet_options
+from migplan.cli.options import MAX_AGE_HOURS, CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, finite, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult, LastRequest, apply_last
 from migplan.commands.apply import apply as run_apply
@@ -67,7 +67,8 @@ def apply(
                                                 "running processes.")] = False,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Start no further host once one fails.")] = False,
     force_stale: Annotated[bool, typer.Option("--force-stale", help="Apply a plan older than --max-age.")] = False,
-    max_age: Annotated[float, typer.Option("--max-age", min=0.0, help="Hours a plan stays fresh.")] = DEFAULT_MAX_AGE_H,
+    max_age: Annotated[float, typer.Option("--max-age", min=0.0, max=MAX_AGE_HOURS, callback=finite,
+                                           help="Hours a plan stays fresh.")] = DEFAULT_MAX_AGE_H,
     journal: Annotated[Optional[str], typer.Option("--journal", help="Append every command, its output and the "  # noqa: UP045
                                                    "checkpoints here (JSON lines).", show_default=False)] = None,
     output: Annotated[Optional[ApplyOutput], typer.Option("-o", "--output", help="table, json, yaml, or sh (the "  # noqa: UP045
@@ -82,6 +83,9 @@ def apply(
                                                      "[default: /run/lock/migplan-apply.lock].",
                                                      show_default=False)] = None,
     config: ConfigOpt = None,
+    host_name: Annotated[Optional[str], typer.Option("--host-name", help="With --last: the name this machine "  # noqa: UP045
+                                                     "has in the inventory, when it is not its host name "
+                                                     "[default: this machine's name].", show_default=False)] = None,
     catalog: CatalogOpt = None,
     *,
     fleet: FleetOptions,
@@ -93,7 +97,7 @@ def apply(
         if plan is not None or not last:
             raise InputError("give a PLAN to apply, or --last (and no PLAN) to re-apply this host's last layout")
         lreq = LastRequest(dry_run=dry_run or fmt == "sh", allow_disrupt=allow_disrupt, journal=journal,
-                           timeout=fleet.request(inventory).timeout,
+                           timeout=fleet.request(inventory).timeout, host_name=host_name,
                            **{k: v for k, v in (("state_dir", state_dir), ("lock_file", lock_file)) if v is not None})
         _emit(ctx, fmt, apply_last(ctx, lreq, report=info))
         return

@@ -15,7 +15,16 @@ import typer
 
 from migplan.adapters.history_store import DEFAULT_DIR, DEFAULT_MAX_MB, DEFAULT_RETENTION_DAYS, FILE_NAME
 from migplan.cli import prometheus_cmd
-from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, fleet_options
+from migplan.cli.options import (
+    MAX_RETENTION_DAYS,
+    CatalogOpt,
+    ConfigOpt,
+    FleetOptions,
+    InventoryOpt,
+    OutputOpt,
+    finite,
+    fleet_options,
+)
 from migplan.cli.render import emit, finish_hosts, grid, handle_errors, info
 from migplan.commands import collect as run
 from migplan.commands import quiet
@@ -49,7 +58,8 @@ def collect(
     host_name: Annotated[_S, typer.Option("--host-name", help="Host name the samples carry [default: this "
                                           "machine's name].", show_default=False)] = None,
     retention_days: Annotated[float, typer.Option(
-        "--retention-days", min=0.01, help="Samples older than this are dropped.")] = DEFAULT_RETENTION_DAYS,
+        "--retention-days", min=0.01, max=MAX_RETENTION_DAYS, callback=finite,
+        help="Samples older than this are dropped.")] = DEFAULT_RETENTION_DAYS,
     max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="Size cap of the history store; the oldest "
                                         "samples go first.")] = DEFAULT_MAX_MB,
     workload_rules: Annotated[_S, typer.Option("--workload-rules", help="YAML file of rules naming workloads "

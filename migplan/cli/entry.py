@@ -33,6 +33,7 @@ OUTPUT_FORMATS = ("table", "json", "yaml")  # migplan.cli.options.OutputFormat
 DEFAULT_DIR = "/var/lib/migplan/history"
 DEFAULT_RETENTION_DAYS = 14.0
 DEFAULT_MAX_MB = 256
+MAX_RETENTION_DAYS = 3660.0  # migplan.cli.options.MAX_RETENTION_DAYS (typer's bound of --retention-days)
 # Environment variables of `collect` options the fast path does not read itself: typer handles these runs.
 TYPER_ENV = ("MIGPLAN_INVENTORY", "MIGPLAN_CATALOG")
 # Read by typer for options that do nothing with --local (checked against the command's options in the tests).
@@ -90,7 +91,7 @@ def parse(argv: Sequence[str], env: Any = os.environ) -> dict[str, Any] | None:
         max_mb = DEFAULT_MAX_MB if ns.max_mb is None else _decimal(ns.max_mb, whole=True)
     except _NotMine:
         return None
-    if retention < 0.01 or max_mb < 1:  # the options' bounds (min=0.01, min=1): typer says so
+    if not 0.01 <= retention <= MAX_RETENTION_DAYS or max_mb < 1:  # the options' bounds: typer says so
         return None
     output = ns.output if ns.output is not None else (env.get("MIGPLAN_OUTPUT") or None)
     if output is not None and output not in OUTPUT_FORMATS:

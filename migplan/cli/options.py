@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
+from migplan import names
 from migplan.adapters.runner import DEFAULT_TIMEOUT
 from migplan.adapters.ssh_options import DEFAULT_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, SshOptions
 from migplan.commands import DEFAULT_PARALLEL
@@ -20,6 +21,19 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# The upper bounds of the float options (with `finite`, every float option's range): beyond these a value is
+# a typo, and `inf` or `1e999` would reach a timer or a date as an OverflowError.
+MAX_SECONDS = 86400.0  # --timeout, --connect-timeout, --http-timeout, --time-limit: one day
+MAX_AGE_HOURS = 24.0 * 366 * 10  # --max-age: ten years
+MAX_RETENTION_DAYS = 3660.0  # --retention-days: ten years
+
+
+def finite(value: float | None) -> float | None:
+    """The one check of every float option (`callback=finite`): `inf`, `-inf`, `nan` and numbers too large
+    for a float (`1e999` reads as inf) are refused as a usage error naming the option, exit 2."""
+    if value is not None and not names.finite(value):
+        raise typer.BadParameter(f"{value!r} is not a finite number; give a plain number such as 30")
+    return value
 
 
 class OutputFormat(str, Enum):
@@ -124,8 +138,9 @@ _FLEET_PARAMS = (
     _param("limit", Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional on 3.10
         "--limit", "-l", help="Only these hosts or groups (names, wildcards, comma-separated; repeatable).",
         show_default=False)], None),
-    _param("timeout", Annotated[float, typer.Option("--timeout", min=1.0,
+    _param("timeout", Annotated[float, typer.Option("--timeout", min=1.0, max=MAX_SECONDS, callback=finite,
                                                     help="Seconds each remote command may take.")], DEFAULT_TIMEOUT),
     _param("connect_timeout", Annotated[float, typer.Option(
-        "--connect-timeout", min=0.5, help="Seconds to connect and log in to a host.")], DEFAULT_CONNECT_TIMEOUT),
+        "--connect-timeout", min=0.5, max=MAX_SECONDS, callback=finite,
+        help="Seconds to connect and log in to a host.")], DEFAULT_CONNECT_TIMEOUT),
 )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 import typer
 
 from migplan.adapters.prometheus import DEFAULT_TIMEOUT_S
-from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
+from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, OutputOpt, finite
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 
@@ -70,8 +70,8 @@ _PARAMS = (
         "--bearer-token-file", help="File holding a bearer token.", show_default=False)], None),
     _param("ca_file", Annotated[_S, typer.Option("--ca-file", help="CA bundle to verify the server's TLS "
                                                  "certificate [default: the system's].", show_default=False)], None),
-    _param("http_timeout", Annotated[float, typer.Option("--http-timeout", min=1.0, help="Seconds each query may "
-                                                         "take.")], DEFAULT_TIMEOUT_S),
+    _param("http_timeout", Annotated[float, typer.Option("--http-timeout", min=1.0, max=MAX_SECONDS, callback=finite,
+                                                         help="Seconds each query may take.")], DEFAULT_TIMEOUT_S),
     _param("unattributed", Annotated[str, typer.Option(
         "--unattributed", help="Series without pod labels (idle GPUs, the old exporter): skip, or gpu "
                                "(one profile per GPU/instance).")], "skip"),

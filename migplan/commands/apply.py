@@ -27,12 +27,13 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migplan import documents
+from migplan import documents, names
 from migplan.adapters import children
 from migplan.adapters.pool import HostResult, for_each_host
 from migplan.adapters.recording import RecordingRunner
@@ -161,10 +162,21 @@ class _Journal:
 
 
 def _check_age(plan: Plan, req: ApplyRequest, now: dt.datetime) -> None:
+    """--max-age: refuse a plan older than it, or dated later than now (beyond names.CLOCK_SKEW_S): a wrong
+    clock where it was made, or an edited date, would otherwise keep it fresh forever."""
     if req.force_stale or plan.created_at is None:
         return
-    made = dt.datetime.strptime(plan.created_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-    age_h = (now - made).total_seconds() / 3600
+    made = names.utc_stamp(plan.created_at)
+    if made is None:  # the plan reader refuses these; a Plan built in code may still carry one
+        raise InputError(f"created_at: {plan.created_at[:60]!r} is not a UTC time such as {names.UTC_STAMP_EXAMPLE}",
+                         source=req.plan, hint="re-plan with 'migplan propose', or pass --force-stale")
+    age_s = (now - made).total_seconds()
+    if age_s < -names.CLOCK_SKEW_S:
+        raise InputError(f"created_at: the plan is dated {plan.created_at}, {-age_s / 3600:.1f} h in the future "
+                         f"(more than the {names.CLOCK_SKEW_S} s of clock skew allowed)", source=req.plan,
+                         hint="check the clocks of this machine and the one that planned (NTP), re-plan with "
+                              "'migplan propose', or pass --force-stale")
+    age_h = age_s / 3600
     if age_h > req.max_age_h:
         raise InputError(f"the plan was made {age_h:.1f} h ago (at {plan.created_at}), more than {req.max_age_h:g} h",
                          source=req.plan, hint="re-plan with 'migplan propose', or pass --force-stale")
@@ -446,6 +458,36 @@ class LastRequest:
     allow_disrupt: bool = False
     journal: str | None = None
     timeout: float = 60.0
+    host_name: str | None = None  # --host-name: the name this machine has in the inventory, when not its own
+
+
+def own_names() -> tuple[str, ...]:
+    """The names this machine answers to by itself: its host name and the short name before the first dot."""
+    full = socket.gethostname()
+    return tuple(dict.fromkeys(n for n in (full, full.split(".", 1)[0]) if n))
+
+
+def _check_identity(last: LastApplied, record: Any, req: LastRequest, path: str) -> None:
+    """last-applied.json is this machine's: written under its name (its host name, its short name, or the
+    inventory name given with --host-name) and for its GPUs (every GPU's UUID recorded and the same here). A
+    copied or restored file of another host would otherwise lay that host's layout onto these GPUs at boot."""
+    mine = (req.host_name,) if req.host_name else own_names()
+    if last.host.lower() not in {n.lower() for n in mine}:
+        raise InputError(f"host: the layout was applied to {last.host!r}, and this machine is "
+                         f"{' / '.join(map(repr, mine))}", source=path,
+                         hint=f"if the inventory calls this machine {last.host!r}, pass --host-name {last.host}; "
+                              "else apply a plan for this host ('migplan apply PLAN')")
+    here = {d.index: d.uuid for d in record.gpus}
+    for n, a in enumerate(last.gpus):
+        if not a.uuid:
+            raise InputError(f"gpus[{n}].uuid: GPU {a.index} has no UUID recorded, so it cannot be told apart from "
+                             "another machine's GPU", source=path,
+                             hint="apply a plan on this host again ('migplan apply PLAN' writes it with UUIDs)")
+        got = here.get(a.index)
+        if not got or got.lower() != a.uuid.lower():
+            raise InputError(f"gpus[{n}].uuid: the layout was applied to {a.uuid}, and GPU {a.index} here is "
+                             f"{got or 'absent'}", source=path,
+                             hint="a different machine or a replaced GPU: apply a fresh plan ('migplan apply PLAN')")
 
 
 def _last_plans(last: LastApplied, record: Any, catalog: Catalog) -> tuple[list[GpuPlan], list[GpuResult]]:
@@ -503,3 +545,4 @@ def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: d
                              migrations=(), dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
     rep = dataclasses.replace(rep, gpus=tuple(sorted((*rep.gpus, *refused), key=lambda g: g.gpu)))
     return ApplyResult(None, (rep,), req.dry_run, fingerprint=last.plan)
+    _check_identity(last, record, req, path)

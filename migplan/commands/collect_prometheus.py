@@ -121,8 +121,8 @@ def _query_chunk(p: Plan, start: float, end: float,
     results = []
     for q in ps.QUERIES:
         body = p.client.query_range(q.promql(p.step, p.selector), start, end, p.step)
-        results.append((q, ps.parse_matrix(body, source=f"{q.metric} [{_iso(start)} .. {_iso(end)}]",
-                                           start=start, end=end, tally=tally)))
+        source = f"{p.client.base}/api/v1/query_range {q.metric} [{_iso(start)} .. {_iso(end)}]"  # the URL: the answer
+        results.append((q, ps.parse_matrix(body, source=source, start=start, end=end, tally=tally)))
     return results
 
 

@@ -337,6 +337,18 @@ def _opt_number(n: Node) -> float | None:
     return v
 
 
+def _opt_stamp(n: Node) -> str | None:
+    """`created_at`: null, or a UTC time as migplan writes it (names.UTC_STAMP); a time in the future is
+    refused by `apply` (it knows the clock), not here."""
+    if n.is_null:
+        return None
+    text = n.str()
+    if names.utc_stamp(text) is None:
+        n.fail(f"{text[:60]!r} is not a UTC time such as {names.UTC_STAMP_EXAMPLE} (or a day or time that does "
+               "not exist)", hint="re-plan with 'migplan propose --out', which writes it")
+    return text
+
+
 def _opt_int(n: Node, minimum: int = 0) -> int | None:
     return None if n.is_null else n.int(minimum=minimum)
 
@@ -607,7 +619,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
                                             in_use(list(gpus.values()), workloads, migrations)[0])
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
-                workloads=tuple(workloads), created_at=_opt_str(f["created_at"]), models=host_models,
+                workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
                 version=version, migrations=migrations, freed=freed, consolidation=consolidation)
 
 

@@ -2,7 +2,14 @@
 
 Maintenance windows are written as `DAYS HH:MM-HH:MM` in UTC, e.g. `Sat,Sun 02:00-06:00`, `Mon-Fri
 01:00-03:30` or `daily 03:00-04:00`; a window whose end is before its start runs past midnight into the
-next day. Outside every window only non-disruptive changes are made (idle instances).
+next day. Outside every window only non-disruptive changes are made (idle instances). `always` is a
+window of its own: every day, all day (the same as leaving `maintenance_windows` out).
+
+Day names are matched whole, in English, any case (`Sat`, `Saturday`; not `Saturnalia`), ranges have both
+ends (`Mon-Fri`, not `Mon-`), and digits are ASCII (`\\d` would also take `'٣'`). An empty list
+(`maintenance_windows: []`) is refused by the config reader: it reads as "no window, so never", but
+without windows `allow_disrupt` means "at any time", the opposite; an operator who wants that writes
+`always` or leaves the key out.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ from dataclasses import dataclass
 from migplan.errors import InputError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_WINDOW = re.compile(r"^(?P<days>[A-Za-z,\-]+)\s+(?P<h1>\d\d):(?P<m1>\d\d)-(?P<h2>\d\d):(?P<m2>\d\d)$")
+_FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WINDOW = re.compile(r"\A(?P<days>[A-Za-z,\-]+)[ \t]+"
+                     r"(?P<h1>[0-9]{2}):(?P<m1>[0-9]{2})-(?P<h2>[0-9]{2}):(?P<m2>[0-9]{2})\Z")
+ALWAYS = "always"
 
 
 @dataclass(frozen=True)
@@ -33,24 +43,34 @@ class Window:
                                                                      minute < self.end_min)
 
 
+def _day(name: str) -> int | None:
+    """0..6 for a whole day name, short or long (`sat`, `saturday`); None for anything else."""
+    for names in (DAYS, _FULL_DAYS):
+        if name in names:
+            return names.index(name)
+    return None
+
+
 def _days(text: str) -> frozenset[int]:
     text = text.lower()
     if text in ("daily", "*"):
         return frozenset(range(7))
     out: set[int] = set()
     for part in text.split(","):
-        a, _, b = part.partition("-")
-        if a[:3] not in DAYS or (b and b[:3] not in DAYS) or len(a) < 3:
+        a, dash, b = part.partition("-")
+        i, j = _day(a), _day(b) if dash else _day(a)
+        if i is None or j is None:
             raise ValueError(part)
-        i, j = DAYS.index(a[:3]), DAYS.index((b or a)[:3])
         out.update((i + k) % 7 for k in range(((j - i) % 7) + 1))
     return frozenset(out)
 
 
 def parse_window(text: str, where: str = "maintenance_windows") -> Window:
     """`Sat,Sun 02:00-06:00` -> Window; InputError naming `where` otherwise."""
+    hint = "write e.g. 'Sat,Sun 02:00-06:00', 'Mon-Fri 01:00-03:30', 'daily 03:00-04:00' (UTC) or 'always'"
+    if text.strip().lower() == ALWAYS:
+        return Window(frozenset(range(7)), 0, 24 * 60)
     m = _WINDOW.match(text.strip())
-    hint = "write e.g. 'Sat,Sun 02:00-06:00', 'Mon-Fri 01:00-03:30' or 'daily 03:00-04:00' (UTC)"
     if not m:
         raise InputError(f"{where}: {text!r} is not a maintenance window", hint=hint)
     try:
