@@ -57,8 +57,9 @@ def test_env_files_follow_the_assignments_on_every_apply(run: Run, fleet: Fleet)
 
     # w4 needs a new instance on b, whose create fails: b's GPU is rolled back, w4 gets no env file
     st = read(fleet.host(1).state)
-    st["faults"] = [{"match": "-cgi", "times": 1, "exit": 2, "stdout": "Unable to create a GPU instance on GPU  0 using profile 14:"
-                     " Insufficient Resources\nFailed to create GPU instances: Insufficient Resources\n"}]
+    st["faults"] = [{"match": "-cgi", "times": 1, "exit": 2,
+                     "stdout": "Unable to create a GPU instance on GPU  0 using profile 14: Insufficient Resources\n"
+                               "Failed to create GPU instances: Insufficient Resources\n"}]
     write(fleet.host(1).state, st)
     third = _apply(run, fleet, inv, [_w("w2", 9000, host="b"), _w("w3", 4000, host="a"), _w("w4", 4000, host="b"),
                                      _w("w5", 4000, host="b")], "third")
