@@ -36,6 +36,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from migplan.errors import InputError
 
@@ -154,6 +155,26 @@ def check_replaceable(path: PathLike) -> str:
 
 def write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None, private: bool = False,
                  keep_mode: bool = True, forbid: Iterable[PathLike] = ()) -> None:
+    """Replace `path` with `text` (see `_write_atomic`); an OSError names the path and the operation."""
+    try:
+        _write_atomic(path, text, mode=mode, private=private, keep_mode=keep_mode, forbid=forbid)
+    except OSError as err:
+        raise named_oserror(err, "cannot write", path) from None
+
+
+def named_oserror(err: OSError, operation: str, path: PathLike) -> OSError:
+    """`err` with its message saying what was done to which file ("cannot write /x: File too large"), for errors
+    of calls such as write(2) on a descriptor, which carry no file name; already named ones are kept."""
+    if err.filename is None and err.strerror and os.fspath(path) in err.strerror:
+        return err
+    if err.filename is None:
+        return OSError(err.errno, f"{operation} {os.fspath(path)}: {err.strerror or err}")
+    return OSError(err.errno, f"{operation} {os.fspath(path)}: {err.strerror or err}"
+                   + (f" ({err.filename})" if os.fspath(err.filename) != os.fspath(path) else ""))
+
+
+def _write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None, private: bool = False,
+                  keep_mode: bool = True, forbid: Iterable[PathLike] = ()) -> None:
     """Replace `path` with `text` (str as UTF-8, or bytes) atomically (see the module notes).
 
     Permissions: an existing file keeps its mode (unless `keep_mode=False`, then `mode` is applied);
@@ -250,6 +271,14 @@ def _fsync_dir(directory: str) -> None:
 # --- durable appends ---------------------------------------------------------------------------------
 
 def append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, private: bool = True) -> None:
+    """Append `text` durably (see `_append_durable`); an OSError names the path and the operation."""
+    try:
+        _append_durable(path, text, mode=mode, private=private)
+    except OSError as err:
+        raise named_oserror(err, "cannot append to", path) from None
+
+
+def _append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, private: bool = True) -> None:
     """Append `text` (a newline is added when missing) to a journal and fsync it before returning.
 
     Opens with O_APPEND (created with `mode`, 0o600 by default; the directory is fsynced when the
@@ -293,3 +322,176 @@ def _open_existing(shown: str, real: str, flags: int) -> int:
         if err.errno in (errno.ELOOP, errno.ENXIO):  # a link or a FIFO with no reader swapped in
             raise InputError(f"{shown} is not a regular file; migplan only appends to regular files") from None
         raise
+
+
+# --- trusted state: directories only we (or root) can write, files opened without following links -------------
+
+MAX_STATE_BYTES = 4 * 1024 * 1024  # a state file (run record, change times, last-applied layout)
+MAX_JSON_DEPTH = 64  # nesting of a state document (migplan writes 4 or 5 levels)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def check_trusted_dir(path: PathLike, what: str) -> None:
+    """Refuse `path` unless it is a real directory (not a symbolic link) owned by us or root and writable by
+    no group or other user: migplan, run as root from cron, trusts what it finds there. InputError naming
+    `what` (an option or a role) and the path; FileNotFoundError when it does not exist."""
+    shown = os.fspath(path)
+    st = os.lstat(shown)
+    hint = f"make it a directory owned by uid {os.geteuid()} (or root) with mode 0700 (chmod go-w), or name another"
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"{what} {shown} is a symbolic link; refusing to keep trusted state through it", hint=hint)
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{what} {shown} is {_kind(st.st_mode)}, not a directory", hint=hint)
+    if st.st_uid not in (os.geteuid(), 0):
+        raise InputError(f"{what} {shown} is owned by uid {st.st_uid}, not by uid {os.geteuid()} or root; "
+                         "refusing to trust it", hint=hint)
+    if st.st_mode & _GROUP_OTHER_WRITE:
+        raise InputError(f"{what} {shown} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         "refusing to trust it", hint=hint)
+
+
+def ensure_trusted_dir(path: PathLike, what: str) -> None:
+    """`check_trusted_dir`, after creating `path` (mode 0700) when missing; only `path` itself is created, never a
+    parent (InputError when the parent does not exist)."""
+    shown = os.fspath(path)
+    try:
+        os.mkdir(shown, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        raise InputError(f"{what} {shown}: its parent directory does not exist; migplan creates only the "
+                         "directory named", hint="create the parent directory first, or name another") from None
+    except OSError as err:
+        raise InputError(f"{what} {shown}: cannot create it: {err.strerror}",
+                         hint="run as root, or name a directory you can write") from None
+    check_trusted_dir(shown, what)
+
+
+def read_trusted(path: PathLike, *, max_bytes: int = MAX_STATE_BYTES) -> bytes:
+    """The bytes of a state file, opened without following a symbolic link and without blocking on a FIFO
+    (O_NOFOLLOW | O_NONBLOCK, then fstat): InputError for a link, anything but a regular file, or more than
+    `max_bytes`; FileNotFoundError when it does not exist; other OSErrors name the path."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | _NOFOLLOW)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{shown} is a symbolic link; refusing to read state through it",
+                             hint="remove the link") from None
+        raise OSError(err.errno, f"cannot open {shown}: {err.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{shown} is {_kind(st.st_mode)}, not a regular file; refusing to read it",
+                             hint="remove it")
+        if st.st_size > max_bytes:
+            raise InputError(f"{shown} is {st.st_size} bytes, more than the {max_bytes} a state file may be",
+                             hint="remove it")
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as err:
+            raise OSError(err.errno, f"cannot read {shown}: {err.strerror}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{shown} is more than the {max_bytes} bytes a state file may be", hint="remove it")
+    return data
+
+
+def json_depth_ok(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text nests arrays and objects at most `max_depth` deep (strings skipped), checked before
+    parsing so a deep document is a clear error rather than a RecursionError."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return True
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_state(data: bytes, source: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A state file's JSON document: UTF-8, nested at most `max_depth` deep, no NaN or Infinity; InputError
+    naming `source` otherwise."""
+    import json
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte {err.start})", source=source, hint="remove it") from None
+    if not json_depth_ok(text, max_depth):
+        raise InputError(f"JSON nested deeper than {max_depth} levels", source=source, hint="remove it")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"not valid JSON: {err}", source=source, hint="remove it") from None
+
+
+# --- output paths given as options, checked before anything runs ---------------------------------------------
+
+def check_output_option(path: str, option: str, *, kind: str = "file") -> None:
+    """Refuse, before any host is touched, an output path that migplan could not write as the option means:
+    `kind="file"`: an existing regular file, or a new name in an existing directory (symbolic links followed and
+    checked as `write_atomic` does: a dangling link into a missing directory is refused); `kind="dir"`: an
+    existing directory or a new name in an existing directory (migplan creates only the directory named).
+    InputError naming `option` and `path`, one line."""
+    if not path or "\0" in path:
+        raise InputError(f"{option} {path!r}: not a path", hint=f"give {option} a file path")
+    try:
+        real = resolve_target(path)
+    except InputError as err:
+        raise InputError(f"{option}: {err.message}", hint=err.hint) from None
+    except OSError as err:
+        raise InputError(f"{option} {path}: {err.strerror}", hint="name a path that can be written") from None
+    via = f" (a symbolic link to {real})" if os.path.islink(path) else ""
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise InputError(f"{option} {path}{via}: {err.strerror}", hint="name a path that can be written") from None
+    if st is not None:
+        want_dir = kind == "dir"
+        if want_dir and not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{option} {path}{via} is {_kind(st.st_mode)}, not a directory",
+                             hint=f"give {option} a directory")
+        if not want_dir and not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{option} {path}{via} is {_kind(st.st_mode)}, not a regular file; migplan only "
+                             "writes regular files", hint=f"give {option} a regular file (or a new one)")
+        target = real if want_dir else os.path.dirname(real)
+        if not os.access(target, os.W_OK):
+            raise InputError(f"{option} {path}{via}: no permission to write {target}",
+                             hint="run as a user who may write there, or name another path")
+        return
+    parent = os.path.dirname(real) or "."
+    if not os.path.isdir(parent):
+        raise InputError(f"{option} {path}{via}: the directory {parent} does not exist; migplan does not "
+                         "create it", hint=f"create {parent} first, or name a path in an existing directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}{via}: no permission to create it in {parent}",
+                         hint="run as a user who may write there, or name another path")
+
+
+def check_output_options(*given: tuple[str | None, str, str]) -> None:
+    """`check_output_option` for each (path, option, kind) given (None: the option was left out)."""
+    for path, option, kind in given:
+        if path is not None:
+            check_output_option(path, option, kind=kind)

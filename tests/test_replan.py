@@ -61,6 +61,7 @@ def _profiles(tmp_path: Path, work: dict[str, int]) -> None:
 
 def _run(tmp_path: Path, when: dt.datetime, **kw: object):  # type: ignore[no-untyped-def]
     ctx = build_context(str(tmp_path / "config.yaml"), None, None)
+    (tmp_path / "textfile").mkdir(exist_ok=True)  # node_exporter's directory: replan creates none but the state dir
     req = ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state"),
                         metrics_file=str(tmp_path / "textfile" / "migplan.prom"), **kw)  # type: ignore[arg-type]
     return replan(ctx, req, now=when, connect=lambda h: LocalRunner(host=h.name))

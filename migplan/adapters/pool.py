@@ -47,6 +47,12 @@ def as_host_error(host: str, err: BaseException) -> HostError:
         wrapped = HostError(host, err.message.removeprefix(f"{host}: "), hint=err.hint)  # no "h1: h1: ..."
         wrapped.code = _code_of(err)
         return wrapped
+    if isinstance(err, OSError) and not isinstance(err, (ConnectionError, TimeoutError)):
+        # a local file (the journal under `ulimit -f`, a full disk): migplan.files names the path and the operation
+        wrapped = HostError(host, f"{err.strerror or err}" + (f": {err.filename}" if err.filename else ""),
+                            hint="free the disk or raise the limit, or name another file")
+        wrapped.code = "io-error"
+        return wrapped
     log.debug("%s: unexpected error", host, exc_info=err)
     wrapped = HostError(host, f"unexpected {type(err).__name__}: {err}",
                         hint="this is a migplan bug; re-run with --verbose and report it")

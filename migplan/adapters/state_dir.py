@@ -5,25 +5,45 @@
     runs/RUN.json        one per run: when, the decision line, the result, the plan summary (newest N kept)
     plans/RUN.json       the plan document of that run (same N)
     gpu-changes.json     {"host:index": unix time of the last change migplan made to that GPU}
+    workload-hosts.json  {"workload": the host whose assignments named it when that host last answered}
+    journal/, fetched/   apply journals of each run; the histories `replan --collect` fetched
 
 Every file is replaced atomically (migplan.files.write_atomic), so a crash leaves the previous version.
+
+Trusted: replan runs as root from cron and acts on what it reads here, so the directory and each of its
+subdirectories must be a real directory (not a symbolic link) owned by the running user or root and not
+writable by group or others (`files.check_trusted_dir`); every file is opened without following a link
+and only if it is a regular file (O_NOFOLLOW | O_NONBLOCK, then fstat: a FIFO never blocks), read up to
+MAX_STATE_BYTES and parsed nested at most MAX_JSON_DEPTH deep. Anything else is an InputError (exit 2)
+naming the path, before any host is touched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from migplan.errors import InputError, MigplanError
-from migplan.files import write_atomic
+from migplan.files import (
+    MAX_STATE_BYTES,
+    check_trusted_dir,
+    ensure_trusted_dir,
+    loads_state,
+    read_trusted,
+    write_atomic,
+)
 
 DEFAULT_STATE_DIR = "/var/lib/migplan"
-MAX_RUN_FILE = 8 * 1024 * 1024
+MAX_RUN_FILE = MAX_STATE_BYTES
+_SUBDIRS = ("runs", "plans", "journal", "fetched")
+_WHAT = "the state directory"
 
 
 class Locked(MigplanError):
@@ -34,15 +54,71 @@ class StateDir:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
+    def prepare(self) -> None:
+        """Create the directory (only it, never a parent) and its subdirectories when missing, and check that
+        each is trusted (module notes); InputError otherwise. Called by `lock`; safe to call again."""
+        ensure_trusted_dir(self.path, _WHAT)
+        for sub in _SUBDIRS:
+            ensure_trusted_dir(self.path / sub, _WHAT + "'s")
+
+    def subdir(self, name: str) -> Path:
+        """`journal`, `fetched`...: the subdirectory, created and checked (`prepare`)."""
+        ensure_trusted_dir(self.path / name, _WHAT + "'s")
+        return self.path / name
+
+    def check(self) -> bool:
+        """For readers (`replan --history`): False when the directory does not exist; InputError when it (or a
+        subdirectory that exists) is not trusted."""
+        try:
+            check_trusted_dir(self.path, _WHAT)
+        except FileNotFoundError:
+            return False
+        for sub in _SUBDIRS:
+            with contextlib.suppress(FileNotFoundError):
+                check_trusted_dir(self.path / sub, _WHAT + "'s")
+        return True
+
+    def _read(self, name: str) -> Any:
+        """A state file's document; None when it does not exist; InputError when it is not a regular file, too
+        large, too deep or not JSON."""
+        f = self.path / name
+        try:
+            data = read_trusted(f)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise InputError(f"unreadable: {e.strerror or e}", source=str(f), hint="remove it") from None
+        return loads_state(data, str(f))
+
+    def _write(self, path: Path, text: str) -> None:
+        """Replace a state file; a link or anything but a regular file in its place is refused (not followed)."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path} is not a regular file (a symbolic link, a FIFO or a device); refusing to "
+                             "replace it", hint="remove it")
+        write_atomic(path, text, mode=0o600)
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
+        self.prepare()
+        lock = self.path / "replan.lock"
         try:
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)
         except OSError as e:
-            raise InputError(f"cannot create the state directory: {e.strerror}", source=str(self.path),
+            if e.errno in (errno.ELOOP, errno.ENXIO):
+                raise InputError(f"{lock} is a symbolic link or a FIFO; refusing to open it", hint="remove it") \
+                    from None
+            raise InputError(f"cannot open the lock: {e.strerror}", source=str(lock),
                              hint="run as root, or pass --state-dir DIR") from None
-        fd = os.open(self.path / "replan.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} links"
+                raise InputError(f"{lock} is {what}; refusing to use it as the lock", hint="remove it")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -56,26 +132,27 @@ class StateDir:
     # --- runs --------------------------------------------------------------------------------------
 
     def record(self, run_id: str, run: Mapping[str, Any], plan_doc: Mapping[str, Any] | None, keep: int) -> None:
+        self.prepare()
         if plan_doc is not None:
-            write_atomic(self.path / "plans" / f"{run_id}.json", json.dumps(plan_doc, indent=1) + "\n", mode=0o600)
-        write_atomic(self.path / "runs" / f"{run_id}.json", json.dumps(dict(run), indent=1) + "\n", mode=0o600)
+            self._write(self.path / "plans" / f"{run_id}.json", json.dumps(plan_doc, indent=1) + "\n")
+        self._write(self.path / "runs" / f"{run_id}.json", json.dumps(dict(run), indent=1) + "\n")
         for sub in ("runs", "plans"):
             files = sorted((self.path / sub).glob("*.json"))
-            for old in files[:-keep] if keep > 0 else []:
+            for old in files[:-keep] if keep > 0 else []:  # unlink removes a link itself, never its target
                 with contextlib.suppress(FileNotFoundError):
                     old.unlink()
 
     def runs(self, last: int = 20) -> list[dict[str, Any]]:
         """The newest `last` runs, newest first; unreadable files are reported as such, never raised."""
+        if not self.check():
+            return []
         out = []
         for f in sorted((self.path / "runs").glob("*.json"), reverse=True)[:last]:
             try:
-                if f.stat().st_size > MAX_RUN_FILE:
-                    raise ValueError("too large")
-                doc = json.loads(f.read_text())
+                doc = self._read(f"runs/{f.name}")
                 out.append(doc if isinstance(doc, dict) else {"id": f.stem, "error": "not a JSON object"})
-            except (OSError, ValueError) as e:
-                out.append({"id": f.stem, "error": f"unreadable: {e}"})
+            except InputError as e:
+                out.append({"id": f.stem, "error": f"unreadable: {e.message}"})
         return out
 
     def plan_path(self, run_id: str) -> Path:
@@ -84,17 +161,13 @@ class StateDir:
     # --- GPU change times --------------------------------------------------------------------------
 
     def last_changed(self) -> dict[tuple[str, int], float]:
-        f = self.path / "gpu-changes.json"
-        try:
-            doc = json.loads(f.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            raise InputError(f"unreadable: {e}", source=str(f), hint="remove it to forget the change times") from None
+        doc = self._read("gpu-changes.json")
         out: dict[tuple[str, int], float] = {}
         for key, t in (doc.items() if isinstance(doc, dict) else ()):
             host, _, idx = str(key).rpartition(":")
-            if host and idx.isdigit() and isinstance(t, (int, float)):
+            # ASCII digits only: int() takes other scripts' digits ("\u0663") as numbers
+            if host and idx.isascii() and idx.isdigit() and len(idx) < 6 and isinstance(t, (int, float)) \
+                    and not isinstance(t, bool):
                 out[(host, int(idx))] = float(t)
         return out
 
@@ -104,20 +177,13 @@ class StateDir:
         times = self.last_changed()
         times.update({k: when for k in keys})
         doc = {f"{h}:{i}": t for (h, i), t in sorted(times.items())}
-        write_atomic(self.path / "gpu-changes.json", json.dumps(doc, indent=1) + "\n", mode=0o600)
+        self._write(self.path / "gpu-changes.json", json.dumps(doc, indent=1) + "\n")
 
     # --- where each workload was last assigned (hosts that answered) -------------------------------------------
 
     def last_hosts(self) -> dict[str, str]:
         """workload -> the host whose assignments.json named it when that host last answered (`remember_hosts`)."""
-        f = self.path / "workload-hosts.json"
-        try:
-            doc = json.loads(f.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            raise InputError(f"unreadable: {e}", source=str(f), hint="remove it to forget where workloads were") \
-                from None
+        doc = self._read("workload-hosts.json")
         return {str(k): str(v) for k, v in (doc.items() if isinstance(doc, dict) else ()) if isinstance(v, str)}
 
     def remember_hosts(self, answered: set[str], placed: Mapping[str, str]) -> dict[str, str]:
@@ -127,6 +193,5 @@ class StateDir:
         new = {w: h for w, h in old.items() if h not in answered and w not in placed}
         new.update(placed)
         if new != old:
-            write_atomic(self.path / "workload-hosts.json", json.dumps(dict(sorted(new.items())), indent=1) + "\n",
-                         mode=0o600)
+            self._write(self.path / "workload-hosts.json", json.dumps(dict(sorted(new.items())), indent=1) + "\n")
         return new

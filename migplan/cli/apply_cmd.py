@@ -21,6 +21,7 @@ from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult,
 from migplan.commands.apply import apply as run_apply
 from migplan.commands.context import build_context
 from migplan.errors import InputError
+from migplan.files import check_output_options
 from migplan.text import printable
 
 
@@ -93,6 +94,9 @@ def apply(
     """Apply a plan: only what changes, at explicit placements, verified, rolled back on failure."""
     fmt = output.value if output is not None else None
     ctx = build_context(config, catalog, None if fmt == "sh" else fmt)
+    # before any host is touched (migplan.files.check_output_option)
+    check_output_options((journal, "--journal", "file"), (lock_file, "--lock-file", "file"),
+                         (state_dir, "--state-dir", "dir"))
     if last or plan is None:
         if plan is not None or not last:
             raise InputError("give a PLAN to apply, or --last (and no PLAN) to re-apply this host's last layout")

@@ -12,6 +12,7 @@ from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
+from migplan.files import check_output_options
 from migplan.layout import picture
 from migplan.planner import Plan, plan_to_dict
 from migplan.planner.milp import SOLVERS
@@ -108,6 +109,7 @@ def propose(
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     ctx = build_context(config, catalog, output)
+    check_output_options((out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
     req = ProposeRequest(
         inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,

@@ -16,6 +16,7 @@ from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOp
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.errors import InputError
+from migplan.files import check_output_options
 from migplan.text import printable
 
 
@@ -63,6 +64,9 @@ def replan(
                                               printable(str(r.get("line") or r.get("error") or ""), 160)]
                                              for r in runs], ["WHEN", "RESULT", "WHY"]))
         return
+
+    # before any host is touched (--metrics-file too: migplan.commands.replan); only the directory named is created
+    check_output_options((where, "--state-dir" if state_dir else "replan.state_dir", "dir"))
 
     def report(line: str) -> None:
         if not quiet or line.startswith(("warning", "error")):

@@ -44,7 +44,7 @@ from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
-from migplan.files import append_durable, write_atomic
+from migplan.files import append_durable, check_trusted_dir, json_depth_ok, read_trusted, write_atomic
 from migplan.fleet.apply import (
     ApplyOptions,
     GpuOutcome,
@@ -516,6 +516,26 @@ def _last_plans(last: LastApplied, record: Any, catalog: Catalog) -> tuple[list[
     return out, refused
 
 
+def _read_last_applied(state_dir: str, path: str) -> str:
+    """last-applied.json of this machine, from a trusted state directory (ours or root's, not writable by group or
+    others), opened without following a link and only as a regular file (`files.read_trusted`): apply --last runs
+    as root at boot and would otherwise apply whatever layout someone else left there."""
+    hint = "apply a plan on this host first ('migplan apply PLAN' writes it)"
+    try:
+        check_trusted_dir(state_dir, "--state-dir")
+        data = read_trusted(path, max_bytes=MAX_LAST_APPLIED_BYTES)
+    except FileNotFoundError:
+        raise InputError("cannot read the last applied layout: it does not exist", source=path, hint=hint) from None
+    except OSError as err:
+        raise InputError(f"cannot read the last applied layout: {err.strerror or err}", source=path,
+                         hint=hint) from None
+    text = data.decode("utf-8", "replace")
+    if not json_depth_ok(text):
+        raise InputError("cannot read the last applied layout: JSON nested too deep", source=path,
+                         hint="apply a fresh plan ('migplan apply PLAN' rewrites it)")
+    return text
+
+
 def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: dt.datetime | None = None,
                connect: Any = None) -> ApplyResult:
     """Re-apply `<state_dir>/last-applied.json` on this machine: MIG instances vanish at a reboot (and Hopper's
@@ -524,11 +544,7 @@ def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: d
     probe = Host(name="localhost", address="localhost", connection="local", state_dir=req.state_dir,
                  lock_file=req.lock_file)
     runner: CommandRunner = connect(probe) if connect is not None else LocalRunner(host="localhost")
-    try:
-        text = runner.get_file(path, max_bytes=MAX_LAST_APPLIED_BYTES).decode("utf-8", "replace")
-    except HostError as err:
-        raise InputError(f"cannot read the last applied layout: {err.detail}", source=path,
-                         hint="apply a plan on this host first ('migplan apply PLAN' writes it)") from None
+    text = _read_last_applied(req.state_dir, path)
     last = parse_last_applied(text, path, ctx.catalog)
     host = Host(name=last.host, address="localhost", connection="local", state_dir=req.state_dir,
                 lock_file=req.lock_file)

@@ -27,7 +27,7 @@ from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
 from migplan.errors import EXIT_FAILURE, EXIT_OK
-from migplan.files import write_atomic
+from migplan.files import check_output_option, write_atomic
 from migplan.fleet.apply import GpuOutcome, half_done
 from migplan.fleet.discover import discover_fleet
 from migplan.fleet.snapshot import Snapshot
@@ -110,6 +110,8 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
     now = now or dt.datetime.now(dt.timezone.utc)
     state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR))
     metrics_file = req.metrics_file or ctx.config.replan.get("metrics_file")
+    if isinstance(metrics_file, str) and metrics_file:  # refused now, not after the GPUs changed
+        check_output_option(metrics_file, "--metrics-file" if req.metrics_file else "replan.metrics_file")
     try:
         with state_dir.lock(), children.stop_on_signals():
             result = _locked_run(ctx, req, state_dir, report, now, connect)
@@ -136,8 +138,7 @@ def _collect(ctx: Context, req: ReplanRequest, inventory: Any, sd: StateDir, rep
     from migplan.adapters.pool import for_each_host
     from migplan.commands.collect import FleetCollect, collect_host
 
-    out = sd.path / "fetched"
-    out.mkdir(parents=True, exist_ok=True)
+    out = sd.subdir("fetched")
     what = FleetCollect(out=str(out)) if req.remote_history is None else FleetCollect(
         out=str(out), remote_history=req.remote_history)
 
@@ -213,7 +214,7 @@ def _repair(ctx: Context, req: ReplanRequest, inventory: Any, snap: Snapshot, sd
         for h in hosts:
             report(f"info: event=would-repair host={h.name} gpus={','.join(map(str, broken[h.name]))}")
         return Repaired()
-    fixed = repair_hosts(ctx, hosts, req.fleet, journal=str(sd.path / "journal" / f"{run_id}-repair.jsonl"),
+    fixed = repair_hosts(ctx, hosts, req.fleet, journal=str(sd.subdir("journal") / f"{run_id}-repair.jsonl"),
                          report=report, now=now, connect=connect)
     done: list[tuple[str, int, str]] = []
     failed: list[tuple[str, int, str]] = []
@@ -311,7 +312,7 @@ def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, 
     documents.write_plan(plan_path, chosen)
     started = time.monotonic()
     applied = apply(ctx, ApplyRequest(plan=str(plan_path), fleet=req.fleet, dry_run=req.dry_run,
-                                      allow_disrupt=disrupt, journal=str(sd.path / "journal" / f"{run_id}.jsonl")),
+                                      allow_disrupt=disrupt, journal=str(sd.subdir("journal") / f"{run_id}.jsonl")),
                     report=report, now=now, connect=connect)
     apply_s = time.monotonic() - started
     changed = [(h.host, g.gpu) for h in applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED]

@@ -29,6 +29,7 @@ from typing import Any
 from migplan import names
 from migplan.catalog import Catalog
 from migplan.errors import InputError
+from migplan.files import json_depth_ok
 from migplan.fleet.assigned import ASSIGNMENTS_FILE, ASSIGNMENTS_KIND
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.layout import Instance, Layout, check_layout
@@ -257,9 +258,11 @@ def _placement(w: Any, where: str, source: str, gpus: set[int]) -> Placement:
 
 def parse_last_applied(text: str, source: str, catalog: Catalog) -> LastApplied:
     """The strict reader: every field checked, models against the catalog, layouts against NVIDIA's rules."""
+    if not json_depth_ok(text):
+        raise _bad(source, "file", "JSON nested too deep")
     try:
         doc = json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise _bad(source, "file", f"not JSON ({err})") from None
     if not isinstance(doc, dict) or doc.get("kind") != LAST_APPLIED_KIND or doc.get("version") != 1:
         raise _bad(source, "kind", f"not a {LAST_APPLIED_KIND} version 1 document")
