@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # fleet.snapshot (and nvidia-smi's parsers under it) is impor
     from migplan.fleet.snapshot import Snapshot
 
 PROFILES_KIND = "migplan/profiles"
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 Path = str | os.PathLike[str]
 
 
@@ -38,9 +39,11 @@ def format_for(path: Path) -> str:
 
 def dump(doc: Any, fmt: str = "json") -> str:
     """A document as text: indented JSON, or block-style YAML in key order."""
-    if fmt == "yaml":
-        return str(yaml.safe_dump(doc, sort_keys=False, width=120))
-    return jsontext.dumps(doc) + "\n"
+    with yamldoc.paused_gc():  # a large document's events and nodes: no cycles, and the collector rescanning them
+        if fmt == "yaml":  # libyaml's emitter when built (the same YAML; PyYAML's own took 90% of a 200,000-
+            # workload CSV import, bench/scale_bounds.py), else PyYAML's
+            return str(yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, width=120))
+        return jsontext.dumps(doc) + "\n"
 
 
 def write_document(path: Path, doc: Any, *, forbid: Iterable[Path] = ()) -> None:
@@ -56,8 +59,11 @@ def write_plan(path: Path, plan: Plan, *, forbid: Iterable[Path] = ()) -> None:
 
 
 def load_plan(path: Path, catalog: Catalog | None = None) -> Plan:
-    """A plan file, validated strictly against `catalog` (default: the built-in one)."""
-    return parse_plan(yamldoc.load(path), catalog or builtin_catalog())
+    """A plan file, validated strictly against `catalog` (default: the built-in one). The collector is paused
+    while it is read and checked: a 200,000-GPU plan is millions of objects that stay alive, and its full passes
+    over them grew with the square of the plan's size (bench/scale_bounds.py)."""
+    with yamldoc.paused_gc():
+        return parse_plan(yamldoc.load(path), catalog or builtin_catalog())
 
 
 # --- snapshot ------------------------------------------------------------------------------------

@@ -183,15 +183,26 @@ def test_apply_last_answers_to_the_machines_own_name(tmp_path: Path, monkeypatch
     assert _last(etc, tmp_path).exit_code == 0  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("uuid", [None, "GPU-00000000-0000-0000-0000-000000000000"])
-def test_apply_last_refuses_a_gpu_without_or_with_another_uuid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                               uuid: str | None) -> None:
+def test_apply_last_refuses_a_gpu_without_a_uuid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     etc = _applied(tmp_path, monkeypatch)
     path = etc / "last-applied.json"
     doc = json.loads(path.read_text())
-    doc["gpus"][0]["uuid"] = uuid
+    doc["gpus"][0]["uuid"] = None
     path.write_text(json.dumps(doc))
-    with pytest.raises(InputError, match=r"gpus\[0\]\.uuid"):
+    with pytest.raises(InputError, match=r"gpus\[0\]\.uuid: GPU 0 has no UUID"):
+        _last(etc, tmp_path, host_name="h1")
+
+
+def test_apply_last_refuses_a_record_of_other_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the record's GPUs is here: another machine's record, refused whole. (One GPU replaced in its slot
+    is refused alone, the others re-applied: tests/test_apply_files.py.)"""
+    etc = _applied(tmp_path, monkeypatch)
+    path = etc / "last-applied.json"
+    doc = json.loads(path.read_text())
+    for k, g in enumerate(doc["gpus"]):
+        g["uuid"] = f"GPU-00000000-0000-0000-0000-00000000000{k}"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"none of the 2 GPU\(s\)"):
         _last(etc, tmp_path, host_name="h1")
 
 

@@ -83,10 +83,10 @@ def apply(
     lock_file: Annotated[Optional[str], typer.Option("--lock-file", help="With --last: the apply lock "  # noqa: UP045
                                                      "[default: /run/lock/migplan-apply.lock].",
                                                      show_default=False)] = None,
-    config: ConfigOpt = None,
     host_name: Annotated[Optional[str], typer.Option("--host-name", help="With --last: the name this machine "  # noqa: UP045
                                                      "has in the inventory, when it is not its host name "
                                                      "[default: this machine's name].", show_default=False)] = None,
+    config: ConfigOpt = None,
     catalog: CatalogOpt = None,
     *,
     fleet: FleetOptions,

@@ -228,11 +228,40 @@ def _as_read(last: LastApplied, record: Any) -> LastApplied:
         AppliedGpu(a.index, a.uuid, a.model, now[a.index].layout) if a.index in now else a for a in last.gpus))
 
 
-def _last_applied(host: Host, plan: Plan, gpus: Sequence[GpuPlan], catalog: Catalog, stamp: str) -> LastApplied:
+def _last_applied(host: Host, plan: Plan, gpus: Sequence[GpuPlan], catalog: Catalog, stamp: str,
+                  items: Sequence[Placement] | None = None) -> LastApplied:
     """What `apply --last` re-creates on this host after a reboot: every GPU of the plan here that is not held."""
     applied = tuple(AppliedGpu(g.index, g.uuid, catalog.get(g.model).base_id, g.target)
                     for g in sorted(gpus, key=lambda g: g.index) if g.hold is None)
-    return LastApplied(host.name, plan.fingerprint, stamp, applied, tuple(placements(plan, host.name)))
+    return LastApplied(host.name, plan.fingerprint, stamp, applied,
+                       tuple(placements(plan, host.name) if items is None else items))
+
+
+@dataclass(frozen=True)
+class _PerHost:
+    """The plan's GPUs, placements and migrations of each host, grouped in one pass over the plan: finding them
+    with a scan of the whole plan for every host was O(hosts x GPUs), minutes for a 200,000-GPU plan
+    (bench/scale_bounds.py)."""
+
+    gpus: dict[str, list[GpuPlan]]
+    items: dict[str, list[Placement]]
+    moves: dict[str, list[Migration]]
+
+
+def _per_host(plan: Plan, migrations: Sequence[Migration]) -> _PerHost:
+    gpus: dict[str, list[GpuPlan]] = {}
+    for g in plan.gpus:
+        gpus.setdefault(g.host, []).append(g)
+    items: dict[str, list[Placement]] = {}
+    for w in plan.workloads:  # as assignments.placements(plan, host), for every host at once
+        if w.status == "placed" and w.host is not None and w.gpu is not None:
+            items.setdefault(w.host, []).append(Placement(w.name, w.gpu, w.instance))
+    moves: dict[str, list[Migration]] = {}
+    for m in migrations:
+        for h in dict.fromkeys((m.source.host, m.target.host if m.target else None)):
+            if h is not None:
+                moves.setdefault(h, []).append(m)
+    return _PerHost(gpus, items, moves)
 
 
 def _hooks(runner: CommandRunner, host: Host, stage: str, lines: Sequence[str], env: dict[str, str],
@@ -365,11 +394,12 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     """`connect(host) -> CommandRunner` overrides SSH (tests, `connection: local`)."""
     plan = documents.load_plan(req.plan, ctx.catalog)
     _check_age(plan, req, now or dt.datetime.now(dt.timezone.utc))
-    inventory = select_hosts(ctx.inventory(req.fleet.inventory), req.fleet.limit)
+    whole = ctx.inventory(req.fleet.inventory)  # read once
+    inventory = select_hosts(whole, req.fleet.limit)
     work = _by_host(plan, inventory.hosts)
     hosts = [h for h in inventory.hosts if h.name in work]
-    unknown = sorted({g.host for g in plan.gpus if g.actions} - {h.name for h in ctx.inventory(
-        req.fleet.inventory).hosts})
+    every = {h.name for h in whole.hosts}
+    unknown = sorted({g.host for g in plan.gpus if g.actions} - every)
     if unknown:
         report(f"warning: the plan changes host(s) not in the inventory, left alone: {', '.join(unknown[:10])}")
     catalog = Catalog((*plan.models, *ctx.catalog.models))  # models built from hosts' own tables first
@@ -377,16 +407,16 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     journal = _Journal(None if req.dry_run else req.journal, now)
     stop = threading.Event()
     stamp = _stamp(now)
-    migrations = _migrations(plan)
+    per = _per_host(plan, _migrations(plan))
 
     def one(host: Host, runner: CommandRunner) -> HostReport:
         if stop.is_set():
             return HostReport(host.name, error="not started: an earlier host failed (--fail-fast)")
-        mine = [m for m in migrations if host.name in (m.source.host, m.target.host if m.target else None)]
-        rep = apply_one_host(host, runner, work[host.name], catalog, fingerprint=plan.fingerprint,
-                         items=placements(plan, host.name),
-                         last=_last_applied(host, plan, plan_gpus(plan, host.name), catalog, stamp),
-                         migrations=mine, dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
+        items = per.items.get(host.name, [])
+        rep = apply_one_host(host, runner, work[host.name], catalog, fingerprint=plan.fingerprint, items=items,
+                         last=_last_applied(host, plan, per.gpus.get(host.name, []), catalog, stamp, items),
+                         migrations=per.moves.get(host.name, []), dry_run=req.dry_run, options=options,
+                         journal=journal, stamp=stamp)
         if req.fail_fast and not rep.ok:
             stop.set()
         return rep
@@ -477,17 +507,19 @@ def _check_identity(last: LastApplied, record: Any, req: LastRequest, path: str)
                          f"{' / '.join(map(repr, mine))}", source=path,
                          hint=f"if the inventory calls this machine {last.host!r}, pass --host-name {last.host}; "
                               "else apply a plan for this host ('migplan apply PLAN')")
-    here = {d.index: d.uuid for d in record.gpus}
+    here = {d.index: (d.uuid or "").lower() for d in record.gpus}
     for n, a in enumerate(last.gpus):
         if not a.uuid:
             raise InputError(f"gpus[{n}].uuid: GPU {a.index} has no UUID recorded, so it cannot be told apart from "
                              "another machine's GPU", source=path,
                              hint="apply a plan on this host again ('migplan apply PLAN' writes it with UUIDs)")
-        got = here.get(a.index)
-        if not got or got.lower() != a.uuid.lower():
-            raise InputError(f"gpus[{n}].uuid: the layout was applied to {a.uuid}, and GPU {a.index} here is "
-                             f"{got or 'absent'}", source=path,
-                             hint="a different machine or a replaced GPU: apply a fresh plan ('migplan apply PLAN')")
+    # One GPU replaced in its slot is refused alone (`_last_plans`: the others are re-applied); none of them
+    # here is another machine's record.
+    if not any(here.get(a.index) == (a.uuid or "").lower() for a in last.gpus):
+        raise InputError(f"gpus[*].uuid: none of the {len(last.gpus)} GPU(s) the layout was applied to is on this "
+                         f"machine (GPU {last.gpus[0].index} was {last.gpus[0].uuid}, here it is "
+                         f"{here.get(last.gpus[0].index) or 'absent'})", source=path,
+                         hint="a record of another machine: apply a plan for this host ('migplan apply PLAN')")
 
 
 def _last_plans(last: LastApplied, record: Any, catalog: Catalog) -> tuple[list[GpuPlan], list[GpuResult]]:
@@ -552,6 +584,7 @@ def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: d
     journal = _Journal(None if req.dry_run else req.journal, now)
     stamp = _stamp(now)
     record = discover_host(runner, host, ctx.catalog, timeout=req.timeout)
+    _check_identity(last, record, req, path)
     own = {m.id: m for d in record.gpus if (m := d.planning_model(ctx.catalog)) is not None}
     catalog = Catalog((*(m for m in own.values() if ctx.catalog.find(m.id) is None), *ctx.catalog.models))
     gpus, refused = _last_plans(last, record, catalog)
@@ -561,4 +594,3 @@ def apply_last(ctx: Context, req: LastRequest, *, report: Report = quiet, now: d
                              migrations=(), dry_run=req.dry_run, options=options, journal=journal, stamp=stamp)
     rep = dataclasses.replace(rep, gpus=tuple(sorted((*rep.gpus, *refused), key=lambda g: g.gpu)))
     return ApplyResult(None, (rep,), req.dry_run, fingerprint=last.plan)
-    _check_identity(last, record, req, path)

@@ -1,0 +1,158 @@
+"""Inputs that scale with the fleet: python -m bench.scale_bounds [--gpus N] [--workloads N] [--only apply|csv].
+
+* apply: a plan of `--gpus` GPU entries (8 per host, A100-SXM4-40GB, MIG disabled before, each host's 8 GPUs
+  given the same layout and two workloads; a one-host plan of the planner copied host by host), its inventory of
+  every host, and `migplan apply PLAN -i INV --limit gpu000000 --dry-run --yes -o json` in a child process, with
+  the host gpu000000 the nvidia-smi simulator (tests/sim). Every step before and after the one host's visit
+  (reading the plan, checking it, finding each host's GPUs, placements and moves) works on the whole plan.
+* csv: a CSV time series of `--workloads` workloads (bench/csv_import.py's generator: 50 hosts, three rows a
+  workload) and `migplan profiles import FILE --window all --out DIR -o json` in a child process.
+
+Each prints the child's wall time, CPU time (user + system) and peak RSS, as a Markdown row
+(bench/results/scale-bounds.md). `--pythonpath DIR` runs the children on another copy of migplan (an export
+of an older commit: the "before" figures). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from sim.fleet import host_state, sim_env, write_state  # noqa: E402
+
+from bench.generate import workload  # noqa: E402
+from migplan import jsontext  # noqa: E402
+from migplan.adapters.solver import PulpSolver  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.fleet.diff import diff  # noqa: E402
+from migplan.fleet.state import FleetState, GpuState  # noqa: E402
+from migplan.planner import plan as make_plan  # noqa: E402
+from migplan.planner import plan_to_dict  # noqa: E402
+from migplan.planner.demand import Policy, memory_warning, policy_from_mapping  # noqa: E402
+from migplan.planner.plan import GpuPlan, memory_margins  # noqa: E402
+from migplan.profiles import ProfileSet  # noqa: E402
+
+MODEL = "A100-SXM4-40GB"
+PER_HOST = 8
+
+
+def _template() -> Any:
+    cat = builtin_catalog()
+    state = FleetState(tuple(GpuState("tmpl", i, MODEL, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000",
+                                      mig_enabled=False) for i in range(PER_HOST)))
+    ws = [workload(f"w{k}", 4000, 0.1, 1) for k in range(2 * PER_HOST)]
+    return make_plan(state, ProfileSet(tuple(ws)), cat, Policy(), PulpSolver(time_limit=60)), cat
+
+
+def write_plan(n_gpus: int, path: str, first: list[str] | None = None) -> int:
+    """A plan of `n_gpus` GPUs (n_gpus / 8 hosts) as JSON, the first host's GPUs with the UUIDs `first` (the
+    simulator's); returns its size in bytes."""
+    tmpl, cat = _template()
+    arch = cat.get(MODEL).architecture
+    gpus, workloads = [], []
+    for h in range(n_gpus // PER_HOST):
+        host = f"gpu{h:06d}"
+        for g in tmpl.gpus:
+            uuid = first[g.index] if first and h == 0 else f"GPU-{h:08x}-{g.index:04x}-0000-0000-000000000000"
+            obs = dataclasses.replace(g.observed, host=host, uuid=uuid)
+            gpus.append(GpuPlan(obs, g.target, tuple(diff(obs.layout, g.target, gpu=obs.key, architecture=arch))))
+        workloads += [dataclasses.replace(w, name=f"{w.name}-{h}", workload=f"{w.workload}-{h}", host=host)
+                      for w in tmpl.workloads]
+    below, least = memory_margins(workloads)
+    policy = policy_from_mapping(tmpl.policy, source="bench")
+    summary = dataclasses.replace(tmpl.summary, below_peak=below, min_margin_mib=least,
+                                  memory_warning=memory_warning(policy, below))
+    big = dataclasses.replace(tmpl, gpus=tuple(gpus), workloads=tuple(workloads), summary=summary,
+                              created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    text = jsontext.dumps(plan_to_dict(big)) + "\n"
+    Path(path).write_text(text)
+    return len(text.encode())
+
+
+def _child(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        code: int | str = done.returncode
+        tail = (done.stderr or "")[-300:]
+    except subprocess.TimeoutExpired:
+        code, tail = f"killed after {timeout:.0f} s", ""
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"exit": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_mib": after.ru_maxrss // 1024,
+            "stderr_tail": tail}
+
+
+def _env(pythonpath: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = pythonpath or str(ROOT)
+    return env
+
+
+def bench_apply(n_gpus: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:
+    plan_file = work / "plan.json"
+    sim = host_state(MODEL, PER_HOST, hostname="gpu000000", mig=False)
+    size = write_plan(n_gpus, str(plan_file), [g["uuid"] for g in sim["gpus"]])
+    state = write_state(work / "h0.json", sim)
+    hosts = {f"gpu{h:06d}": {"address": f"10.{h >> 16 & 255}.{h >> 8 & 255}.{h & 255}", "discover": True}
+             for h in range(n_gpus // PER_HOST)}
+    hosts["gpu000000"] = {"connection": "local", "discover": True, "lock_file": str(work / "apply.lock"),
+                          "state_dir": str(work / "etc")}
+    (work / "inv.json").write_text(json.dumps({"version": 1, "hosts": hosts}))
+    argv = [sys.executable, "-m", "migplan.cli.app", "apply", str(plan_file), "-i", str(work / "inv.json"),
+            "--limit", "gpu000000", "--dry-run", "--yes", "-o", "json"]
+    res = _child(argv, _env(pythonpath, sim_env(state)), timeout)
+    return {"what": "apply", "gpus": n_gpus, "plan_mb": round(size / 2**20, 1), **res}
+
+
+def bench_csv(workloads: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:
+    from bench.csv_import import generate
+
+    path = work / "series.csv"
+    rows = generate(str(path), 0.16 * workloads / 1000, workloads)
+    argv = [sys.executable, "-m", "migplan.cli.app", "profiles", "import", str(path), "--window", "all", "--out",
+            str(work / "profiles"), "-o", "json"]
+    res = _child(argv, _env(pythonpath), timeout)
+    return {"what": "profiles import", "workloads": workloads, "rows": rows,
+            "csv_mb": round(path.stat().st_size / 2**20, 1), **res}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.scale_bounds")
+    ap.add_argument("--gpus", type=int, default=200_000)
+    ap.add_argument("--workloads", type=int, default=200_000)
+    ap.add_argument("--only", choices=("apply", "csv"))
+    ap.add_argument("--pythonpath", help="run the children on this copy of migplan (before figures)")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="migplan-scale-") as tmp:
+        out = []
+        if a.only in (None, "apply"):
+            out.append(bench_apply(a.gpus, Path(tmp), a.pythonpath, a.timeout))
+        if a.only in (None, "csv"):
+            out.append(bench_csv(a.workloads, Path(tmp), a.pythonpath, a.timeout))
+    for r in out:
+        size = f"{r['gpus']:,} GPUs, {r['plan_mb']} MB plan" if r["what"] == "apply" else \
+            f"{r['workloads']:,} workloads, {r['rows']:,} rows, {r['csv_mb']} MB"
+        print(f"| {r['what']} | {size} | {r['exit']} | {r['wall_s']} s | {r['cpu_s']} s | {r['peak_rss_mib']} MiB |")
+        if r["exit"] not in (0, 1) and r["stderr_tail"]:
+            print("   stderr:", r["stderr_tail"].replace("\n", " | "))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
