@@ -845,9 +845,10 @@ class LocalRunner:
             raise RemoteFileMissing(self._host, f"{path} does not exist") from None
         except OSError as err:
             raise TransferError(self._host, f"cannot read {path}: {err.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with its own error
+            os.close(fd)
+            raise TransferError(self._host, f"{path} is not a regular file")
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise TransferError(self._host, f"{path} is not a regular file")
             try:
                 data = fh.read(max_bytes + 1)
             except OSError as err:

@@ -901,6 +901,11 @@ def repair(session: SmiSession, record: DiscoveredHost, wanted: Mapping[int, Lay
         live = d.state(record.name, model.id) if model is not None else None
         if model is None or live is None:
             continue
+        if any(check_layout(model, x) for x in (ig.target, ig.checkpoint) if x is not None):
+            out[ig.index] = GpuResult(ig.index, GpuOutcome.FAILED, "inflight.json records a layout this GPU cannot "
+                                      f"have; left as {_shown(d.layout)} (look at it, then remove the file)",
+                                      layout=_listed(d.layout))
+            continue
         still = wanted is None or (ig.index in wanted and wanted[ig.index] == ig.target)
         first, second = (ig.target, ig.checkpoint) if still else (ig.checkpoint, ig.target)
         dest = next((x for x in (first, second) if options.allow_disrupt or not _destroys_busy(live, x)), None)

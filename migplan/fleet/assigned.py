@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from migplan import names
 from migplan.errors import InputError
@@ -83,18 +84,24 @@ def _base_name(name: str) -> str:
     return base if sep and k.isascii() and k.isdigit() and len(k) <= 4 else name
 
 
-def parse_assignments(data: bytes, host: str) -> HostAssignments:
-    """The strict reader of a host's assignments.json (BadAssignments says what is wrong)."""
-    if len(data) > MAX_ASSIGNMENTS_BYTES:
-        raise BadAssignments(f"larger than {MAX_ASSIGNMENTS_BYTES} bytes")
+def host_document(data: bytes, host: str, kind: str, most: int, bad: type[ValueError]) -> dict[str, Any]:
+    """The JSON object of a file migplan wrote on `host` (`kind`, version 1, at most `most` bytes), or `bad`."""
+    if len(data) > most:
+        raise bad(f"larger than {most} bytes")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise BadAssignments(f"not JSON ({type(err).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("kind") != ASSIGNMENTS_KIND or doc.get("version") != 1:
-        raise BadAssignments(f"not a {ASSIGNMENTS_KIND} version 1 document")
+        raise bad(f"not JSON ({type(err).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != kind or doc.get("version") != 1:
+        raise bad(f"not a {kind} version 1 document")
     if doc.get("host") != host:
-        raise BadAssignments(f"written for host {str(doc.get('host'))[:80]!r}, not {host!r}")
+        raise bad(f"written for host {str(doc.get('host'))[:80]!r}, not {host!r}")
+    return doc
+
+
+def parse_assignments(data: bytes, host: str) -> HostAssignments:
+    """The strict reader of a host's assignments.json (BadAssignments says what is wrong)."""
+    doc = host_document(data, host, ASSIGNMENTS_KIND, MAX_ASSIGNMENTS_BYTES, BadAssignments)
     plan, stamp = doc.get("plan"), doc.get("written_at")
     if not isinstance(plan, str) or len(plan) > 100 or not isinstance(stamp, str) or parse_stamp(stamp) is None:
         raise BadAssignments("plan or written_at missing or malformed")

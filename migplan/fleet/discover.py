@@ -106,8 +106,9 @@ def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
         gpu = _discovered_gpu(host, info, model, instances, apps, notes, processes)
         gpus.append(dataclasses.replace(gpu, driver_version=drivers.get(info.index), table=table))
     placed = read_assignments(runner, host, notes, timeout) if assignments else None
+    inflight = read_inflight(runner, host, notes, timeout)  # before the notes are taken: it may add one
     return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes), assignments=placed,
-                          inflight=read_inflight(runner, host, notes, timeout))
+                          inflight=inflight)
 
 
 def read_assignments(runner: CommandRunner, host: Host, notes: list[str],

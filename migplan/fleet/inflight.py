@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from migplan import names
 from migplan.errors import InputError
+from migplan.fleet.assigned import host_document
 from migplan.layout import Layout
 
 INFLIGHT_FILE = "inflight.json"
@@ -64,7 +65,8 @@ def _layout(value: object, where: str) -> Layout | None:
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > names.MAX_MIG_SLICES or \
-            not all(isinstance(i, str) and len(i) <= 40 for i in value):
+            not all(isinstance(i, str) and len(i) <= 40 and names.PROFILE_NAME.match(i.partition("@")[0])
+                    for i in value):
         raise BadInFlight(f"{where}: a list of PROFILE@START, or null for MIG disabled")
     try:
         return Layout.parse(value)
@@ -73,16 +75,7 @@ def _layout(value: object, where: str) -> Layout | None:
 
 
 def parse_inflight(data: bytes, host: str) -> InFlight:
-    if len(data) > MAX_INFLIGHT_BYTES:
-        raise BadInFlight(f"larger than {MAX_INFLIGHT_BYTES} bytes")
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise BadInFlight(f"not JSON ({type(err).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("kind") != INFLIGHT_KIND or doc.get("version") != 1:
-        raise BadInFlight(f"not a {INFLIGHT_KIND} version 1 document")
-    if doc.get("host") != host:
-        raise BadInFlight(f"written for host {str(doc.get('host'))[:80]!r}, not {host!r}")
+    doc = host_document(data, host, INFLIGHT_KIND, MAX_INFLIGHT_BYTES, BadInFlight)
     plan, started = doc.get("plan"), doc.get("started_at")
     if not isinstance(plan, str) or len(plan) > 100 or not isinstance(started, str) or len(started) > 40:
         raise BadInFlight("plan or started_at missing or malformed")
