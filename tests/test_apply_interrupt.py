@@ -253,3 +253,24 @@ def test_a_host_unreachable_after_the_kill_is_repaired_when_it_returns(tmp_path:
                   connect=lambda h: LocalRunner(host=h.name))
     assert back.line.startswith("repaired 1 GPU(s)") and back.exit_code == EXIT_APPLIED, back.line
     assert not _in_flight(tmp_path / "etc") and _layout(state) != ["3g.20gb@0"]
+
+
+def test_killing_only_the_shell_that_started_apply_lets_it_finish(tmp_path: Path) -> None:
+    """cron's `sh -c` (or a terminal's shell) killed with SIGKILL: apply is not signalled, carries on and ends the GPU
+    as planned; then nothing of it is left and the lock is free."""
+    state, inv, host = _world(tmp_path)
+    p = _plan(state, host, tmp_path / "plan.json")
+    env = {**os.environ, **sim_env(state), "PYTHONPATH": str(ROOT)}
+    line = " ".join([sys.executable, "-c", repr(LAUNCH), "apply", str(tmp_path / "plan.json"), "-i", str(inv),
+                     "--yes", "--state-dir", str(tmp_path / "local")])
+    st = read_state(state)
+    st["faults"] = [{"match": "-cgi", "hang": 2}]  # slow enough to kill the shell while apply is in the middle
+    write_state(state, st)
+    shell = subprocess.Popen(["sh", "-c", line + " >/dev/null 2>&1; echo done"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, start_new_session=True, cwd=tmp_path)
+    _started(state, "-cgi", shell)
+    shell.kill()
+    assert shell.wait(timeout=30) == -signal.SIGKILL
+    assert _group_gone(shell.pid), "apply did not finish on its own"
+    assert _layout(state) == sorted(p.gpu("h1", 0).target.as_list())  # type: ignore[union-attr]
+    assert not _in_flight(tmp_path / "etc") and _lock_free(host.lock_file)
