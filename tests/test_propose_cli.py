@@ -40,6 +40,9 @@ def test_example_fleet_table(run) -> None:  # type: ignore[no-untyped-def]
 
 def test_example_fleet_json_and_plan_file(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "plans" / "plan.json"
+    missing = run("propose", "-i", INV, "-p", PROF, "--out", str(out))  # migplan creates no directory for --out
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr and not out.parent.exists()
+    out.parent.mkdir()
     r = run("propose", "-i", INV, "-p", PROF, "-o", "json", "--out", str(out))
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -114,7 +117,7 @@ def test_unwritable_out_is_a_message_not_a_traceback(run, tmp_path: Path) -> Non
     blocker = tmp_path / "file"
     blocker.write_text("")
     r = run("propose", "-i", INV, "-p", PROF, "--out", str(blocker / "plan.json"))
-    assert r.exit_code == 1 and "error:" in r.stderr and str(blocker) in r.stderr
+    assert r.exit_code == 2 and "error:" in r.stderr and str(blocker) in r.stderr  # refused before planning
     assert "Traceback" not in r.output
 
 
