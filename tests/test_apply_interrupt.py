@@ -176,6 +176,7 @@ def test_each_signal_at_each_step_stops_cleanly_and_the_next_apply_repairs(tmp_p
         (only,) = res.hosts[0].gpus
         if half:
             assert only.outcome is GpuOutcome.REPAIRED and "finished to" in only.reason, only
+            assert only.repair == "finished", only
             repaired += 1
         else:
             assert only.outcome is GpuOutcome.APPLIED, only
@@ -195,6 +196,7 @@ def test_an_apply_of_another_plan_puts_a_half_done_gpu_back_first(tmp_path: Path
     res = apply_host(runner, host, (), CAT, ApplyOptions())
     (only,) = res.gpus
     assert only.outcome is GpuOutcome.REPAIRED and "rolled back to" in only.reason, only
+    assert only.repair == "rolled back", only
     assert _layout(state) == sorted(BEFORE)
     assert not _in_flight(tmp_path / "etc")
 

@@ -140,7 +140,7 @@ class ApplyResult:
                            "moves": list(h.moves), "placement_check": h.placement_check,
                            "gpus": [{"gpu": g.gpu, "outcome": g.outcome.value, "reason": g.reason,
                                      "commands": list(g.commands), "layout": g.layout,
-                                     "reset_needed": list(g.reset_needed)} for g in h.gpus]}
+                                     "reset_needed": list(g.reset_needed), "repair": g.repair} for g in h.gpus]}
                           for h in self.hosts]}
 
 

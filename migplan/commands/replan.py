@@ -218,13 +218,15 @@ def _repair(ctx: Context, req: ReplanRequest, inventory: Any, snap: Snapshot, sd
                          report=report, now=now, connect=connect)
     done: list[tuple[str, int, str]] = []
     failed: list[tuple[str, int, str]] = []
+    finished: list[tuple[str, int]] = []  # a GPU finished to the interrupted target has changed (cool-down)
     for r in fixed:
         if r.error is not None:
             report(f"warning: event=repair-failed host={r.host} {r.error}")
         for g in r.gpus:
             (done if g.outcome is GpuOutcome.REPAIRED else failed).append((r.host, g.gpu, g.reason))
+            if g.repair == "finished":
+                finished.append((r.host, g.gpu))
             report(f"info: event=repaired host={r.host} gpu={g.gpu} outcome={g.outcome.value} {g.reason}")
-    finished = [(h, i) for h, i, why in done if "; finished to " in why]
     if finished:
         sd.mark_changed(finished, now.timestamp())
     return Repaired(tuple(h.name for h in hosts), tuple(done), tuple(failed))

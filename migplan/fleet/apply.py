@@ -87,6 +87,7 @@ class GpuResult:
     commands: tuple[str, ...] = ()
     layout: list[str] | None = None  # as read at the end (None: MIG disabled or unknown)
     reset_needed: tuple[str, ...] = ()  # the driver refused the reset: what to stop before applying again
+    repair: str = ""  # "finished" or "rolled back": what a repair of an interrupted apply did here ("": none)
 
 
 @dataclass(frozen=True)
@@ -859,9 +860,11 @@ def _put_inflight(runner: CommandRunner, host: Host, todo: Mapping[int, _Gpu], p
     try:
         runner.put_files(host.state_dir, [_inflight_file(host, todo, plan_id)], timeout=options.timeout)
     except HostError as err:  # a sudoers rule for nvidia-smi alone, a read-only state_dir: found before any change
-        raise type(err)(host.name, f"nothing changed: cannot write {_inflight_path(host)} before the first change "
-                        f"({err.detail})", hint=err.hint or "the apply writes its record and the host's files in "
-                        "state_dir through the become prefix: allow that, or set state_dir") from None
+        refused = HostError(host.name, f"nothing changed: cannot write {_inflight_path(host)} before the first "
+                            f"change ({err.detail})", hint=err.hint or "the apply writes its record and the host's "
+                            "files in state_dir through the become prefix: allow that, or set state_dir")
+        refused.code = err.code  # the cause's code (become-failed, transfer-failed, ...) for the report
+        raise refused from None
 
 
 def _settled(host: Host, todo: Mapping[int, _Gpu], results: Mapping[int, GpuResult], plan_id: str) -> FileToPut:
@@ -965,7 +968,8 @@ def _repair_gpu(session: SmiSession, d: DiscoveredGpu, live: GpuState, model: Gp
         return GpuResult(d.index, GpuOutcome.FAILED, f"an interrupted apply left it as {_shown(now.layout)}; "
                          f"repairing it failed: {err}", tuple(g.ran), _listed(now.layout))
     return GpuResult(d.index, GpuOutcome.REPAIRED, f"repaired: an interrupted apply had left it as "
-                     f"{_shown(now.layout)}; {how} to {_shown(back.layout)}", tuple(g.ran), _listed(back.layout))
+                     f"{_shown(now.layout)}; {how} to {_shown(back.layout)}", tuple(g.ran), _listed(back.layout),
+                     repair=how)
 
 
 def _with_repair(result: GpuResult | None, fixed: GpuResult) -> GpuResult:
@@ -973,7 +977,7 @@ def _with_repair(result: GpuResult | None, fixed: GpuResult) -> GpuResult:
     if result is None or result.outcome is GpuOutcome.UNCHANGED or fixed.outcome is GpuOutcome.FAILED:
         return fixed
     return dataclasses.replace(result, reason=f"{fixed.reason}; then {result.reason or result.outcome.value}",
-                               commands=(*fixed.commands, *result.commands))
+                               commands=(*fixed.commands, *result.commands), repair=fixed.repair)
 
 
 def device_record(session: SmiSession, host: str, table: str | None = None) -> DiscoveredHost:

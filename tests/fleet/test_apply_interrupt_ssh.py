@@ -114,6 +114,6 @@ def test_a_stopped_apply_over_ssh_frees_the_lock_and_the_next_apply_repairs(run:
     if step == "-dci":  # nothing was half-done: an apply as any other (its record settled)
         assert gpu["outcome"] == "applied", gpu
     else:
-        assert gpu["outcome"] == "repaired" and "finished to" in gpu["reason"], gpu
+        assert gpu["outcome"] == "repaired" and gpu["repair"] == "finished" and "finished to" in gpu["reason"], gpu
     assert sorted(gpu["layout"]) == sorted(target)
     assert not _in_flight(h.dir / "etc")
