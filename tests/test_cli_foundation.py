@@ -273,3 +273,68 @@ def test_lazy_commands_run_list_and_suggest(run) -> None:  # type: ignore[no-unt
     assert r.exit_code == 0 and "--host" in r.stdout
     r = run("propse")
     assert r.exit_code == 2 and "Did you mean 'propose'" in r.output
+
+
+# --- usage errors: one `error:` line, exit 2, on every command (issue 21) ---------------------------------------
+
+def _every_command() -> list[list[str]]:
+    """Each command's words (`["catalog", "learn"]`), walking the registered groups as click resolves them."""
+    import typer.main
+
+    top = typer.main.get_command(app)
+    out: list[list[str]] = []
+
+    def walk(group, words: list[str]) -> None:  # type: ignore[no-untyped-def]
+        ctx = group.make_context(" ".join(["migplan", *words]), [], resilient_parsing=True)
+        for name in group.list_commands(ctx):
+            group.resolve_command(ctx, [name])
+            cmd = group.get_command(ctx, name)
+            if hasattr(cmd, "list_commands"):
+                walk(cmd, [*words, name])
+            else:
+                out.append([*words, name])
+
+    walk(top, [])
+    return out
+
+
+def _one_error_line(r, want: str) -> None:  # type: ignore[no-untyped-def]
+    lines = r.stderr.splitlines()
+    assert r.exit_code == 2, r.output
+    assert [ln for ln in lines if ln.startswith("error: ")] == [lines[0]] and want in lines[0], r.stderr
+    assert len(lines) <= 2 and all(ln.startswith("Try '") for ln in lines[1:]), r.stderr
+    assert "╭" not in r.output and "Usage:" not in r.output and "Traceback" not in r.output
+
+
+def test_an_unknown_option_is_one_error_line_on_every_command(run) -> None:  # type: ignore[no-untyped-def]
+    commands = _every_command()
+    assert ["apply"] in commands and ["catalog", "learn"] in commands and len(commands) > 20
+    for words in commands:
+        r = run(*words, "--no-such-option")
+        _one_error_line(r, "error: No such option: --no-such-option")
+        assert f"Try 'migplan {' '.join(words)} -h' for help." in r.stderr, (words, r.stderr)
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["apply", "--timeout", "inf", "plan.yaml"], "error: Invalid value for '--timeout'"),
+    (["propose", "-o", "xml"], "error: Invalid value for '-o' / '--output'"),
+    (["report"], "error: Missing argument 'plan'"),
+    (["apply", "plan.yaml", "--timeout"], "error: Option '--timeout' requires an argument"),
+    (["propse"], "error: No such command 'propse'. Did you mean 'propose'?"),
+    (["catalog", "nope"], "error: No such command 'nope'"),
+    (["--no-such-root-option"], "error: No such option: --no-such-root-option"),
+])
+def test_usage_errors_are_one_error_line(run, argv: list[str], want: str) -> None:  # type: ignore[no-untyped-def]
+    _one_error_line(run(*argv), want)
+
+
+def test_a_usage_error_of_the_console_script_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from migplan.cli.entry import main; main()", "apply", "--nope"],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
+                                                                           "HOME": str(tmp_path)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[0] == "error: No such option: --nope", proc.stderr
+    assert "╭" not in proc.stderr

@@ -17,8 +17,10 @@ with `app.command("x")(fn)` still works, but imports `fn`'s module on every run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -98,6 +100,14 @@ class _LazyGroup(TyperGroup):
                                rich_markup_mode=self.rich_markup_mode)
         return cmd
 
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with _plain_usage_errors(parent is None):
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _plain_usage_errors(ctx.parent is None):
+            return super().invoke(ctx)
+
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         entries = self._entries()
         name = args[0] if args else None
@@ -107,6 +117,25 @@ class _LazyGroup(TyperGroup):
             for other, (_, text) in entries.items():  # no such command: "did you mean" knows every name
                 self.commands.setdefault(other, TyperCommand(name=other, help=text, callback=None))
         return super().resolve_command(ctx, args)
+
+
+@contextlib.contextmanager
+def _plain_usage_errors(top: bool) -> Iterator[None]:
+    """A usage error (unknown option, bad or missing value, no such command) of any command, as ONE line
+    `error: MESSAGE` on stderr plus click's `Try 'migplan CMD -h' for help.`, exit 2 (click's code), instead of
+    typer's boxed panel: what every other refusal of migplan prints, and what a cron mail or a log shows whole.
+    Only the top group converts (`top`); the typer.Exit raised here is typer's own way to exit."""
+    if not top:
+        yield
+        return
+    try:
+        yield
+    except typer.TyperException as err:  # typer's (vendored) click errors: UsageError, BadParameter, ...
+        typer.echo(f"error: {printable(err.format_message(), 1000)}", err=True)
+        ctx = getattr(err, "ctx", None)
+        if ctx is not None and ctx.command.get_help_option(ctx) is not None:
+            typer.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+        raise typer.Exit(err.exit_code) from None
 
 
 def _default_cls(target: typer.Typer) -> bool:
