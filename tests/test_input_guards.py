@@ -215,3 +215,18 @@ def test_cli_apply_last_of_another_host_exits_2(tmp_path: Path, monkeypatch: pyt
     r = CliRunner().invoke(app, ["apply", "--last", "--state-dir", str(etc), "--lock-file",
                                  str(tmp_path / "apply.lock")])
     assert r.exit_code == 2 and "gpu99" in r.output, r.output
+
+
+# --- options that only `apply --last` reads, given with a PLAN --------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--host-name", "--lock-file"])
+def test_apply_of_a_plan_refuses_an_option_only_last_reads(tmp_path: Path, plan_doc, option: str) -> None:
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan_doc))
+    value = "gpu7" if option == "--host-name" else str(tmp_path / "apply.lock")
+    r = CliRunner().invoke(app, ["apply", str(f), "-i", str(tmp_path / "none.yaml"), "--yes", option, value,
+                                 "--journal", str(tmp_path / "j.jsonl")])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"{option} is only for --last" in errors[0], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # no journal, no lock, nothing written

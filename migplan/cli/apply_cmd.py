@@ -94,6 +94,11 @@ def apply(
     """Apply a plan: only what changes, at explicit placements, verified, rolled back on failure."""
     fmt = output.value if output is not None else None
     ctx = build_context(config, catalog, None if fmt == "sh" else fmt)
+    if not last:  # options that only --last reads: refused rather than silently ignored
+        for value, option in ((host_name, "--host-name"), (lock_file, "--lock-file")):
+            if value is not None:
+                raise InputError(f"{option} is only for --last (re-applying this machine's last layout); a PLAN "
+                                 "is applied to the hosts it names", hint=f"drop {option}, or pass --last and no PLAN")
     # before any host is touched (migplan.files.check_output_option)
     check_output_options((journal, "--journal", "file"), (lock_file, "--lock-file", "file"),
                          (state_dir, "--state-dir", "dir"))
