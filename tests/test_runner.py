@@ -535,3 +535,51 @@ def test_a_dry_run_sends_read_only_batches_and_records_the_rest() -> None:
     assert [d.stdout for d in done] == ["nvidia-smi -L #1", "nvidia-smi -h #1"] and not rec.commands
     rec.run_batch([["nvidia-smi", "-L"], ["mkdir", "-p", "/x"]])
     assert [str(c) for c in rec.commands] == ["mkdir -p /x"] and fake.calls[-1] == ("nvidia-smi", "-L")
+
+
+# --- LocalRunner.get_file never follows a link, never blocks (issue 21) -----------------------------------------
+
+def _planted(tmp_path: Path, target: str | Path) -> Path:
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    link = state / "assignments.json"
+    link.symlink_to(target)
+    return link
+
+
+@pytest.mark.parametrize("target", ["regular", "/dev/zero", "directory", "dangling"])
+def test_local_get_file_refuses_a_symbolic_link(tmp_path: Path, target: str) -> None:
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$secret\n")
+    (tmp_path / "dir").mkdir()
+    aim = {"regular": secret, "/dev/zero": Path("/dev/zero"), "directory": tmp_path / "dir",
+           "dangling": tmp_path / "nowhere"}[target]
+    link = _planted(tmp_path, aim)
+    with pytest.raises(TransferError, match="is a symbolic link, not a regular file; refusing to follow it") as err:
+        LocalRunner().get_file(str(link))
+    assert str(link) in str(err.value) and "secret" not in str(err.value)
+
+
+def test_local_get_file_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "inflight.json"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(TransferError, match="is not a regular file"):
+        LocalRunner().get_file(str(fifo))
+    assert time.monotonic() - start < 5
+
+
+def test_local_get_file_refuses_a_file_too_large_before_reading_it(tmp_path: Path) -> None:
+    big = tmp_path / "last-applied.json"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 40)  # sparse: a read would take minutes and a terabyte of memory
+    with pytest.raises(OutputTooLarge, match=f"{big} is larger than 1000 bytes"):
+        LocalRunner().get_file(str(big), max_bytes=1000)
+
+
+def test_local_get_file_still_reads_through_a_linked_directory(tmp_path: Path) -> None:
+    """Only the final name must not be a link (O_NOFOLLOW): a state dir reached through /etc -> /usr/etc works."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.json").write_bytes(b"{}")
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    assert LocalRunner().get_file(str(tmp_path / "via" / "a.json")) == b"{}"

@@ -42,6 +42,7 @@ write and remove files somewhere else): refused, on every runner.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -839,15 +840,23 @@ class LocalRunner:
         path = check_remote_path(remote_path)
         if self._become:
             return get_via_commands(self._host, self._raw, path, max_bytes, timeout)
+        # O_NOFOLLOW: a link planted in the host's state directory is refused, never followed (to /etc/shadow, a
+        # device); O_NONBLOCK: a FIFO there never blocks the open; fstat then refuses all but a regular file.
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise RemoteFileMissing(self._host, f"{path} does not exist") from None
         except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise TransferError(self._host, f"{path} is a symbolic link, not a regular file; refusing to "
+                                                "follow it") from None
             raise TransferError(self._host, f"cannot read {path}: {err.strerror}") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with its own error
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:  # before fdopen, which has its own errors
             os.close(fd)
-            raise TransferError(self._host, f"{path} is not a regular file")
+            if not stat.S_ISREG(st.st_mode):
+                raise TransferError(self._host, f"{path} is not a regular file")
+            raise OutputTooLarge(self._host, f"{path} is larger than {max_bytes} bytes")
         with os.fdopen(fd, "rb") as fh:
             try:
                 data = fh.read(max_bytes + 1)
