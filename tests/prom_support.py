@@ -14,10 +14,14 @@ import math
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,3 +235,111 @@ class PromServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.proc = None
+
+
+# --- hostile servers (tests/test_prometheus_hostile.py, tests/test_prometheus_fuzz.py) ---------------------
+
+Handler = Callable[[socket.socket, threading.Event], None]
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """Read the request's head (bounded), so that the answer goes after it as a real server's would."""
+    conn.settimeout(5)
+    seen = b""
+    while b"\r\n\r\n" not in seen and len(seen) < 65536:
+        block = conn.recv(4096)
+        if not block:
+            break
+        seen += block
+    return seen
+
+
+def send(conn: socket.socket, data: bytes) -> bool:
+    try:
+        conn.sendall(data)
+        return True
+    except OSError:
+        return False
+
+
+class RawServer:
+    """A raw TCP server on 127.0.0.1 (TLS with `tls`): each connection gets `handler` on a thread of its own,
+    after the request's head is read, until `stop`. Its loops are bounded (60 s at most)."""
+
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
+        self.handler = handler
+        self.tls = tls
+        self.stop = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
+
+    def _serve(self) -> None:
+        for _ in range(600):  # bounded: 60 s at most, stopped far sooner
+            if self.stop.is_set():
+                return
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            t = threading.Thread(target=self._one, args=(conn,), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            if self.tls is not None:
+                conn.settimeout(5)
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            with conn:
+                read_request(conn)
+                self.handler(conn, self.stop)
+        except OSError:  # the client left, or the watchdog cut it off: what these servers are for
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in list(self.threads):
+            t.join(10)
+        self.sock.close()
+
+
+@contextmanager
+def blackhole() -> Iterator[int | None]:
+    """A port on 127.0.0.1 whose connects hang: a listening socket (backlog 0) whose queue is filled and never
+    accepted, so Linux drops further SYNs. None where the kernel refuses or accepts instead."""
+    listener = socket.socket()
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            with suppress(BlockingIOError):
+                s.connect(("127.0.0.1", port))
+            fillers.append(s)
+        time.sleep(0.05)
+        probe = socket.socket()
+        probe.settimeout(0.3)
+        try:
+            probe.connect(("127.0.0.1", port))
+            hangs = False
+        except TimeoutError:
+            hangs = True
+        except OSError:
+            hangs = False
+        finally:
+            probe.close()
+        yield port if hangs else None
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()

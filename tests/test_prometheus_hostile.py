@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import shutil
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from prom_support import Handler, RawServer, blackhole, send
 
+from migplan.adapters import prom_transport as adapter_transport
 from migplan.adapters import prometheus as adapter
 from migplan.errors import InputError, MigplanError
 from migplan.history import prom_series as ps
+
+_send = send
+_Server = RawServer
 
 TIMEOUT = 1.5  # the client's --http-timeout in these cases
 MARGIN = 1.0  # what a case may take past it (thread wake-ups, a loaded CI machine)
@@ -26,29 +36,6 @@ MAX_BYTES = 1 << 20
 
 GOOD = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
     {"metric": {"Hostname": "h1", "gpu": "0"}, "values": [[100, "5"]]}]}}).encode()
-
-Handler = Callable[[socket.socket, threading.Event], None]
-
-
-def _request(conn: socket.socket) -> bytes:
-    """Read the request's head (bounded), so that the answer goes after it as a real server's would."""
-    conn.settimeout(5)
-    seen = b""
-    while b"\r\n\r\n" not in seen and len(seen) < 65536:
-        block = conn.recv(4096)
-        if not block:
-            break
-        seen += block
-    return seen
-
-
-def _send(conn: socket.socket, data: bytes) -> bool:
-    try:
-        conn.sendall(data)
-        return True
-    except OSError:
-        return False
-
 
 def _drip(conn: socket.socket, stop: threading.Event, head: bytes, byte: bytes) -> None:
     _send(conn, head)
@@ -87,6 +74,28 @@ def _endless_chunked(conn: socket.socket, stop: threading.Event) -> None:
     _send(conn, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
     for _ in range(2048):
         if stop.is_set() or not _send(conn, b"10000\r\n" + b"x" * 0x10000 + b"\r\n"):
+            return
+
+
+def _negative_chunk(conn: socket.socket, stop: threading.Event) -> None:
+    # http.client reads a chunk of size -1 as "to the end of the connection", unbounded
+    _send(conn, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n")
+    for _ in range(2048):
+        if stop.is_set() or not _send(conn, b"x" * 0x10000):
+            return
+
+
+def _error_negative_chunk(conn: socket.socket, stop: threading.Event) -> None:
+    _send(conn, b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n")
+    for _ in range(2048):
+        if stop.is_set() or not _send(conn, b"x" * 0x10000):
+            return
+
+
+def _endless_trailers(conn: socket.socket, stop: threading.Event) -> None:
+    _send(conn, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n")
+    for _ in range(100_000):
+        if stop.is_set() or not _send(conn, b"X-Trailer: y\r\n" * 64):
             return
 
 
@@ -156,8 +165,28 @@ CASES = [
     Case("content-length longer than the body, kept open", _held(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n"
                                                                  b"\r\n" + GOOD[:20]), TIMED_OUT),
     Case("content-length shorter than the body", _http("200 OK", "", GOOD, length=10), r"invalid JSON"),
+    # RFC 9112 6.3: an invalid or conflicting Content-Length leaves the framing unknown; the answer is refused
     Case("content-length not a number", _answer(b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\n", GOOD),
-         ""),  # read to the end of the connection, as HTTP/1.0: the answer is whole
+         r"not a valid HTTP answer: Content-Length 'lots' is not a byte count"),
+    Case("content-length negative", _answer(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", GOOD),
+         r"Content-Length '-1' is not a byte count"),
+    Case("content-length in non-ASCII digits", _answer(b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", GOOD),
+         r"is not a byte count"),
+    Case("two different content-lengths", _answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nContent-Length: "
+                                                  + str(len(GOOD)).encode() + b"\r\n\r\n", GOOD),
+         r"conflicting Content-Length headers"),
+    Case("the same content-length twice", _answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Length: %d"
+                                                  b"\r\n\r\n" % (len(GOOD), len(GOOD)), GOOD), ""),
+    Case("a negative chunk size, then endless data", _negative_chunk, r"chunk size '-1' is not a hexadecimal"),
+    Case("a chunk longer than its size", _answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                                 b"2\r\nabcd\r\n0\r\n\r\n"), r"longer than its size says"),
+    Case("endless trailers", _endless_trailers, r"more than 100 trailer lines"),
+    Case("chunked, without the last chunk", _answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                                    + f"{len(GOOD):x}\r\n".encode() + GOOD + b"\r\n"),
+         r"cut short .*the chunked answer did not end"),
+    Case("a gzip transfer-coding", _answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                                           b"0\r\n\r\n"), r"Transfer-Encoding gzip, chunked"),
+    Case("HTTP 500, chunked with a negative size", _error_negative_chunk, r"HTTP 500"),
     Case("a bad chunk size", _answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n"),
          NOT_HTTP + "|cut short"),
     Case("not JSON", _http("200 OK", "Content-Type: text/html\r\n", b"<html>\x1b]0;pwned\x07</html>"),
@@ -181,49 +210,6 @@ CASES = [
 ]
 
 
-class _Server:
-    """A raw TCP server on 127.0.0.1: each connection gets `handler` on a thread of its own, until `stop`."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.stop = threading.Event()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.threads = [threading.Thread(target=self._serve, daemon=True)]
-        self.threads[0].start()
-
-    def _serve(self) -> None:
-        for _ in range(600):  # bounded: 60 s at most, stopped far sooner
-            if self.stop.is_set():
-                return
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            t = threading.Thread(target=self._one, args=(conn,), daemon=True)
-            self.threads.append(t)
-            t.start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                _request(conn)
-                self.handler(conn, self.stop)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in list(self.threads):
-            t.join(10)
-        self.sock.close()
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[[Handler], _Server]]:
     servers: list[_Server] = []
@@ -244,8 +230,6 @@ def _read(url: str) -> list[ps.Series]:
 
 
 def test_the_client_against_hostile_servers(serve: Callable[[Handler], _Server]) -> None:
-    import re
-
     print(f"{len(CASES)} hostile-server cases")
     assert len(CASES) >= 35
     failures = []
@@ -325,3 +309,135 @@ def test_migplan_collect_gives_one_message_naming_the_url(serve: Callable[[Handl
     assert res.exit_code != 0 and (res.exception is None or isinstance(res.exception, SystemExit)), res.output
     assert needle in res.output and f"{url}/api/v1/query_range" in res.output, res.output
     assert "Traceback" not in res.output and "hint:" in res.output
+
+
+# --- the deadline covers the resolution and every connect attempt (issue 21) ---------------------------------
+
+BOUND = 3.0  # what the deadline may be overshot by in these tests: a correctness bound, not a speed goal
+
+
+class _FakeResolver:
+    """Answers every name with `addresses` (127.0.0.1 ports), as getaddrinfo would; or hangs, or fails."""
+
+    def __init__(self, ports: list[int], *, hang: threading.Event | None = None,
+                 error: OSError | None = None) -> None:
+        self.ports, self.hang, self.error = ports, hang, error
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, host: str, port: int) -> list[adapter_transport.AddrInfo]:
+        self.calls.append((host, port))
+        if self.hang is not None:
+            self.hang.wait(30)
+        if self.error is not None:
+            raise self.error
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p)) for p in self.ports]
+
+
+def _timed(client: adapter.PrometheusClient) -> tuple[bytes | ps.PrometheusError, float]:
+    start = time.monotonic()
+    try:
+        got: bytes | ps.PrometheusError = client.query_range("up", 1, 2, 1)
+    except ps.PrometheusError as err:
+        got = err
+    return got, time.monotonic() - start
+
+
+def test_several_blackholed_addresses_share_one_deadline() -> None:
+    with blackhole() as port:
+        if port is None:
+            pytest.skip("this kernel does not drop SYNs to a full accept queue: no blackhole on loopback")
+        resolver = _FakeResolver([port] * 4)  # each one alone would take the whole timeout before issue 21
+        client = adapter.PrometheusClient("http://prom.test:9090", timeout=TIMEOUT, resolver=resolver)
+        got, took = _timed(client)
+    assert resolver.calls == [("prom.test", 9090)]
+    assert isinstance(got, ps.PrometheusError), got
+    assert got.message.startswith("http://prom.test:9090/api/v1/query_range: no connection within 1.5 s "
+                                  f"(--http-timeout): 127.0.0.1:{port}: no answer (timed out)"), got.message
+    assert "raise --http-timeout" in (got.hint or "")
+    assert took <= TIMEOUT + BOUND, f"{took:.2f} s for 4 blackholed addresses"
+
+
+def test_a_blackholed_first_address_leaves_time_for_the_next(serve: Callable[[Handler], _Server]) -> None:
+    srv = serve(_http("200 OK", "", GOOD))
+    with blackhole() as port:
+        if port is None:
+            pytest.skip("this kernel does not drop SYNs to a full accept queue: no blackhole on loopback")
+        client = adapter.PrometheusClient("http://localhost:9090", timeout=TIMEOUT,
+                                          resolver=_FakeResolver([port, srv.port]))
+        got, took = _timed(client)
+    assert got == GOOD, got
+    assert took <= TIMEOUT + BOUND
+
+
+def test_a_resolver_that_hangs_is_cut_off_at_the_deadline() -> None:
+    release = threading.Event()
+    try:
+        client = adapter.PrometheusClient("http://prom.test:9090", timeout=TIMEOUT,
+                                          resolver=_FakeResolver([1], hang=release))
+        got, took = _timed(client)
+    finally:
+        release.set()
+    assert isinstance(got, ps.PrometheusError), got
+    assert got.message == "http://prom.test:9090/api/v1/query_range: cannot resolve prom.test within 1.5 s " \
+                          "(--http-timeout)"
+    assert TIMEOUT - 0.1 <= took <= TIMEOUT + BOUND
+
+
+def test_a_name_that_does_not_resolve_is_one_message() -> None:
+    client = adapter.PrometheusClient("http://prom.test:9090", timeout=TIMEOUT, resolver=_FakeResolver(
+        [], error=socket.gaierror(socket.EAI_NONAME, "Name or service not known")))
+    got, _ = _timed(client)
+    assert isinstance(got, ps.PrometheusError)
+    assert got.message == ("http://prom.test:9090/api/v1/query_range: cannot resolve prom.test: "
+                           "Name or service not known")
+    assert "check the URL" in (got.hint or "")
+    got, _ = _timed(adapter.PrometheusClient("http://prom.test:9090", timeout=TIMEOUT, resolver=_FakeResolver([])))
+    assert isinstance(got, ps.PrometheusError) and got.message.endswith("cannot resolve prom.test: no address")
+
+
+def test_every_refused_address_is_named() -> None:
+    ports = []
+    with socket.socket() as a, socket.socket() as b:
+        for s in (a, b):
+            s.bind(("127.0.0.1", 0))  # bound, never listening: refused
+            ports.append(s.getsockname()[1])
+        got, took = _timed(adapter.PrometheusClient("http://prom.test:9090", timeout=TIMEOUT,
+                                                    resolver=_FakeResolver(ports)))
+    assert isinstance(got, ps.PrometheusError)
+    assert got.message == (f"http://prom.test:9090/api/v1/query_range: cannot connect to any of 2 addresses: "
+                           f"127.0.0.1:{ports[0]}: Connection refused; 127.0.0.1:{ports[1]}: Connection refused")
+    assert took < TIMEOUT
+
+
+def _tls_context(tmp_path: Path) -> tuple[ssl.SSLContext, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx, str(cert)
+
+
+def test_the_deadline_holds_over_tls_too(tmp_path: Path) -> None:
+    # ssl takes the socket object over (the original is detached): the watchdog must still reach the connection
+    ctx, cert = _tls_context(tmp_path)
+    srv = RawServer(_drip_body, tls=ctx)
+    try:
+        got, took = _timed(adapter.PrometheusClient(f"https://127.0.0.1:{srv.port}", timeout=TIMEOUT, ca_file=cert))
+    finally:
+        srv.close()
+    assert isinstance(got, ps.PrometheusError), got
+    assert re.search(TIMED_OUT, got.message), got.message
+    assert took <= TIMEOUT + MARGIN
+
+
+def test_a_tls_handshake_that_never_comes_is_cut_off(serve: Callable[[Handler], _Server], tmp_path: Path) -> None:
+    _, cert = _tls_context(tmp_path)
+    srv = serve(_silent)  # accepts the TCP connection, never answers the ClientHello
+    got, took = _timed(adapter.PrometheusClient(f"https://127.0.0.1:{srv.port}", timeout=TIMEOUT, ca_file=cert))
+    assert isinstance(got, ps.PrometheusError), got
+    assert "1.5 s (--http-timeout)" in got.message, got.message
+    assert took <= TIMEOUT + MARGIN

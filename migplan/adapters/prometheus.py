@@ -7,13 +7,11 @@ user, and never in a log line or an error message: only the file's name is ever 
 `user:pass@` in it is refused for the same reason. Redirects are refused, not followed: urllib would
 resend the Authorization header to wherever a redirect points.
 
-One deadline per request: `timeout` (`--http-timeout`) bounds the connect, the headers and the body
-together (a watchdog shuts the socket down when it passes; urllib's own timeout is per socket
-operation, so a server dripping a byte every half second was never cut off). The answer is bounded in
-size (`max_bytes`; a Content-Length over it is refused before the body is read), a compressed answer
-(never asked for) is refused, and every failure of the HTTP client (not an HTTP server, a header line
-too long, a connection refused, reset or cut short, the deadline) is one PrometheusError naming the URL
-(which never holds credentials: `check_url`) and what to do.
+One deadline per request: `timeout` (`--http-timeout`) bounds the name resolution, every connect attempt,
+the TLS handshake, the headers and the body together, and the answer is bounded in size (`max_bytes`) and
+strictly framed: migplan/adapters/prom_transport.py does both. Every failure of the HTTP client (not an HTTP
+server, a header line too long, a name that does not resolve, a connection refused, reset or cut short, the
+deadline) is one PrometheusError naming the URL (which never holds credentials: `check_url`) and what to do.
 
 Prometheus' API (docs/querying/api.md): GET /api/v1/query_range?query=&start=&end=&step=[&timeout=];
 errors come back as HTTP 400/422/503 with a JSON envelope {"status":"error","errorType","error"}.
@@ -22,22 +20,20 @@ errors come back as HTTP 400/422/503 with a JSON envelope {"status":"error","err
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import logging
 import os
 import socket
 import ssl
-import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
+from migplan.adapters.prom_transport import ConnectFailed, Deadline, Resolver, read_body, system_resolver, watched
 from migplan.errors import InputError
-from migplan.history.prom_series import AnswerTooLarge, PrometheusError, error_message
+from migplan.history.prom_series import PrometheusError, error_message
 from migplan.text import printable
 
 log = logging.getLogger(__name__)
@@ -48,7 +44,6 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_BYTES = 32 << 20
 _MAX_ERROR_BYTES = 64 << 10
 _MAX_SECRET_FILE = 64 << 10
-_READ = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -147,73 +142,43 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
                                    "to another address)")
 
 
-class _Watchdog:
-    """The one deadline of a request: shuts down every socket the request opened when it passes."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.at = time.monotonic() + timeout
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._fired = False
-        self._timer = threading.Timer(timeout, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def expired(self) -> bool:
-        return self._fired or time.monotonic() >= self.at
-
-    def track(self, sock: socket.socket) -> socket.socket:
-        with self._lock:
-            if self._fired:
-                sock.close()
-                raise TimeoutError("deadline passed")
-            self._socks.append(sock)
-        return sock
-
-    def _fire(self) -> None:
-        with self._lock:
-            self._fired = True
-            for sock in self._socks:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)  # a blocked recv/send returns at once
-
-
-def _watched(conn: http.client.HTTPConnection, req: urllib.request.Request) -> http.client.HTTPConnection:
-    watch = getattr(req, "migplan_watchdog", None)
-    if isinstance(watch, _Watchdog):
-        create = conn._create_connection  # type: ignore[attr-defined]
-        conn._create_connection = lambda *a, **kw: watch.track(create(*a, **kw))  # type: ignore[attr-defined]
-    return conn
-
-
 class _HttpHandler(urllib.request.HTTPHandler):
+    def __init__(self, resolver: Resolver) -> None:
+        super().__init__()
+        self._resolver = resolver
+
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(lambda host, **kw: _watched(http.client.HTTPConnection(host, **kw), req),
-                            req)
+        deadline = _deadline_of(req)
+        return self.do_open(lambda host, **kw: watched(http.client.HTTPConnection(host, **kw), deadline,
+                                                       self._resolver), req)
 
 
 class _HttpsHandler(urllib.request.HTTPSHandler):
-    def __init__(self, context: ssl.SSLContext) -> None:
+    def __init__(self, context: ssl.SSLContext, resolver: Resolver) -> None:
         super().__init__(context=context)
         self._tls = context
+        self._resolver = resolver
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(lambda host, **kw: _watched(http.client.HTTPSConnection(host, **kw), req),
-                            req, context=self._tls)
+        deadline = _deadline_of(req)
+        return self.do_open(lambda host, **kw: watched(http.client.HTTPSConnection(host, **kw), deadline,
+                                                       self._resolver), req, context=self._tls)
+
+
+def _deadline_of(req: urllib.request.Request) -> Deadline:
+    deadline = getattr(req, "migplan_deadline", None)
+    if not isinstance(deadline, Deadline):
+        raise TypeError("a request of PrometheusClient carries its Deadline")  # a bug: every request has one
+    return deadline
 
 
 class PrometheusClient:
-    """`query_range` against one server. `opener` can be replaced in tests; nothing else is global."""
+    """`query_range` against one server. `resolver` (host, port -> getaddrinfo's tuples) can be replaced in
+    tests; nothing else is global."""
 
     def __init__(self, url: str, *, credentials: Credentials | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 max_bytes: int = DEFAULT_MAX_BYTES, ca_file: str | None = None) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, ca_file: str | None = None,
+                 resolver: Resolver = system_resolver) -> None:
         self.base = check_url(url)
         self.credentials = credentials
         self.timeout = timeout
@@ -222,7 +187,8 @@ class PrometheusClient:
             context = ssl.create_default_context(cafile=ca_file)  # verification on, hostname checked
         except (OSError, ssl.SSLError) as err:
             raise InputError(f"cannot load CA file {ca_file}: {printable(str(err), 200)}", key="--ca-file") from None
-        self._opener = urllib.request.build_opener(_HttpHandler(), _HttpsHandler(context), _NoRedirect())
+        self._opener = urllib.request.build_opener(_HttpHandler(resolver), _HttpsHandler(context, resolver),
+                                                   _NoRedirect())
 
     def query_range(self, query: str, start: float, end: float, step: float) -> bytes:
         params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
@@ -237,64 +203,45 @@ class PrometheusClient:
         log.debug("GET %s/api/v1/query_range query=%s start=%.0f end=%.0f step=%g%s", self.base, query, start, end,
                   step, f" ({self.credentials.origin})" if self.credentials else "")
         where = printable(f"{self.base}/api/v1/query_range", 300)
-        with _Watchdog(self.timeout) as watch:
-            req.migplan_watchdog = watch  # type: ignore[attr-defined]
+        with Deadline(self.timeout) as deadline:
+            req.migplan_deadline = deadline  # type: ignore[attr-defined]
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
-                    body = _bounded(resp, self.max_bytes, where)
-                if watch.expired():  # the watchdog cut the body short at the deadline
+                    body = read_body(resp, self.max_bytes, where)
+                if deadline.expired():  # the watchdog may have cut the body short at the deadline
                     raise _timed_out(where, self.timeout)
                 return body
             except PrometheusError:
-                if watch.expired():  # a body cut short by the watchdog is the deadline, not the server
+                if deadline.expired():  # a body cut short by the watchdog is the deadline, not the server
                     raise _timed_out(where, self.timeout) from None
                 raise
-            except urllib.error.HTTPError as err:
-                if watch.expired():
-                    raise _timed_out(where, self.timeout) from None
-                raise _http_error(err, where, self.credentials) from None
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
-                if watch.expired():
-                    raise _timed_out(where, self.timeout) from None
-                reason = err.reason if isinstance(err, urllib.error.URLError) else err
-                raise _client_error(reason, where, self.timeout) from None
+                raise _failure(err, where, self.timeout, self.credentials, deadline.expired()) from None
 
 
-def _bounded(resp: IO[bytes], limit: int, where: str) -> bytes:
-    """Read at most `limit` bytes; a longer answer is refused, not truncated into nonsense. A compressed answer
-    (migplan asks for identity) is refused rather than inflated."""
-    headers = getattr(resp, "headers", None)
-    encoding = (headers.get("Content-Encoding") or "identity").strip().lower() if headers is not None else "identity"
-    if encoding != "identity":
-        raise PrometheusError(f"{where}: the answer is compressed ({printable(encoding, 40)}), which migplan did not "
-                              "ask for", hint="check that the URL is the Prometheus server, not a proxy that "
-                                              "rewrites answers")
-    length = headers.get("Content-Length") if headers is not None else None
-    if length is not None and length.strip().isdigit() and int(length) > limit:
-        raise AnswerTooLarge(f"{where}: the answer is larger than {limit >> 20} MiB",
-                             hint="use a larger --step, a shorter --window or a --selector")
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        block = resp.read(_READ)
-        if not block:
-            missing = getattr(resp, "length", None)  # http.client: what Content-Length still promised
-            if isinstance(missing, int) and missing > 0:  # read(amt) does not raise IncompleteRead for it
-                raise PrometheusError(f"{where}: the answer was cut short ({size} bytes, {missing} more expected)",
-                                      hint="try again; if it persists, check the server or a proxy in between")
-            return b"".join(parts)
-        size += len(block)
-        if size > limit:
-            raise AnswerTooLarge(f"{where}: the answer is larger than {limit >> 20} MiB",
-                                  hint="use a larger --step, a shorter --window or a --selector")
-        parts.append(block)
+def _failure(err: Exception, where: str, timeout: float, creds: Credentials | None,
+             expired: bool) -> PrometheusError:
+    """One PrometheusError for whatever urllib, http.client, ssl or the socket raised."""
+    reason = err.reason if isinstance(err, urllib.error.URLError) and not isinstance(err, urllib.error.HTTPError) \
+        else err
+    if isinstance(reason, ConnectFailed):  # says itself which phase the deadline ended, if it did
+        return PrometheusError(f"{where}: {reason.what}", hint=(
+            "raise --http-timeout, or check that this machine can reach the server" if reason.timed_out
+            else "check the URL, and that this machine can reach the server"))
+    if expired:
+        return _timed_out(where, timeout)
+    if isinstance(reason, urllib.error.HTTPError):
+        return _http_error(reason, where, creds)
+    return _client_error(reason, where, timeout)
 
 
 def _http_error(err: urllib.error.HTTPError, where: str, creds: Credentials | None) -> PrometheusError:
-    try:
-        body = err.read(_MAX_ERROR_BYTES) if err.fp is not None else b""
-    except OSError:
-        body = b""
+    body = b""
+    if isinstance(err.fp, http.client.HTTPResponse):  # the first 64 KiB of the page, framed strictly
+        try:
+            body = read_body(err.fp, _MAX_ERROR_BYTES, where, truncate=True)
+        except (PrometheusError, http.client.HTTPException, OSError, ValueError):
+            body = b""
     detail = error_message(body) or printable(body.decode("utf-8", "replace"), 300) or printable(str(err.reason), 100)
     hint = None
     if err.code in (401, 403):
