@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from migplan import files
+from migplan import files, yamldoc, yamlemit
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
-from migplan.documents import dump
 from migplan.errors import InputError
 from migplan.history import csv_series
 from migplan.history.backtest import Backtest, SizingRule, backtest, parse_rule
@@ -314,7 +313,9 @@ def write_profiles(rolled: Rollup, directory: str, *,
     written = []
     for host, doc in docs.items():
         path = d / f"{host}.yaml"
-        files.write_atomic(path, dump(doc, "yaml"), forbid=list(forbid))
+        with yamldoc.paused_gc():  # the text's many small strings: no cycles to find
+            text = yamlemit.dump(doc)  # the bytes PyYAML (libyaml) writes, 8x faster (migplan.yamlemit)
+        files.write_atomic(path, text, forbid=list(forbid))
         written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
     mine = {f"{h}.yaml" for h in docs}
     stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import functools
 import math
 from array import array
 from collections import Counter
@@ -45,18 +46,23 @@ FEW_SAMPLES = 60  # fewer memory samples than this (an hour at one a minute): th
 SM_GRID = 100  # compute kept in 1/100 SM
 SHARE_GRID = 10_000  # shares written in 1/10000 of a GPU
 PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))
+_RANKS = tuple(p for _, p in PERCENTILES)
 NO_HOST = "no-host"  # the file for workloads whose samples name no host
 _BUFFER = 8192
 
 
 class Counts:
-    """Exact counts of non-negative integers, compact: sorted distinct values with their counts."""
+    """Exact counts of non-negative integers, compact: sorted distinct values with their counts.
+
+    Values are buffered (8 bytes each) and compacted into the sorted arrays when the buffer fills; a workload
+    with fewer samples than the buffer (most) is never compacted: its percentiles are read from the sorted
+    buffer, and the arrays are never made."""
 
     __slots__ = ("_buf", "_cnts", "_vals", "n")
 
     def __init__(self) -> None:
-        self._vals = array("Q")
-        self._cnts = array("Q")
+        self._vals: array[int] | None = None  # made by the first compaction
+        self._cnts: array[int] | None = None
         self._buf = array("Q")
         self.n = 0
 
@@ -70,13 +76,28 @@ class Counts:
         self._merge(((value, count),))
         self.n += count
 
-    def _compact(self) -> None:
+    def _compact(self) -> tuple[array[int], array[int]]:
         if self._buf:
             new = sorted(Counter(self._buf).items())
             self._buf = array("Q")
             self._merge(new)
+        elif self._vals is None or self._cnts is None:
+            self._vals, self._cnts = array("Q"), array("Q")
+        return self._vals, self._cnts  # type: ignore[return-value]
+
+    @classmethod
+    def of(cls, counts: dict[int, int]) -> Counts:
+        """The counts of a {value: count} mapping."""
+        out = cls()
+        keys = sorted(counts)
+        out._vals = array("Q", keys)
+        out._cnts = array("Q", [counts[v] for v in keys])
+        out.n = sum(out._cnts)
+        return out
 
     def _merge(self, pairs: Iterable[tuple[int, int]]) -> None:
+        if self._vals is None or self._cnts is None:
+            self._vals, self._cnts = array("Q"), array("Q")
         vals, cnts = self._vals, self._cnts
         for v, c in pairs:
             i = bisect.bisect_left(vals, v)
@@ -87,28 +108,42 @@ class Counts:
                 cnts.insert(i, c)
 
     def distinct(self) -> int:
-        self._compact()
-        return len(self._vals)
+        if self._vals is None:
+            return len(set(self._buf))
+        return len(self._compact()[0])
 
     def items(self) -> list[tuple[int, int]]:
-        self._compact()
-        return list(zip(self._vals, self._cnts, strict=True))
+        """(value, count) pairs, ascending."""
+        if self._vals is None:
+            return sorted(Counter(self._buf).items())
+        vals, cnts = self._compact()
+        return list(zip(vals, cnts, strict=True))
+
+    def counted(self) -> Iterable[tuple[int, int]]:
+        """(value, count) pairs in any order."""
+        if self._vals is None:
+            return Counter(self._buf).items()
+        return self.items()
 
     def nearest_rank(self, pcts: Iterable[float]) -> list[int]:
         """The nearest-rank percentiles (each 0 < p <= 100) of the values added; n must be > 0."""
-        self._compact()
         ranks = [max(1, math.ceil(round(p / 100 * self.n, 9))) for p in pcts]
+        if self._vals is None:
+            ordered = sorted(self._buf)
+            return [ordered[rank - 1] for rank in ranks]
+        vals, cnts = self._compact()
         out, seen, i = [], 0, 0
         for rank in ranks:  # ascending ranks: one walk of the cumulative counts
-            while seen + self._cnts[i] < rank:
-                seen += self._cnts[i]
+            while seen + cnts[i] < rank:
+                seen += cnts[i]
                 i += 1
-            out.append(int(self._vals[i]))
+            out.append(int(vals[i]))
         return out
 
     def max(self) -> int:
-        self._compact()
-        return int(self._vals[-1])
+        if self._vals is None:
+            return max(self._buf)
+        return int(self._compact()[0][-1])
 
 
 @dataclass
@@ -182,6 +217,7 @@ class Rollup:
                        "workloads": [p.document for p in ps]} for host, ps in self.by_host().items()}
 
 
+@functools.lru_cache(maxsize=4096)  # a rollup writes the same few first/last-seen times for many workloads
 def iso(ts: float) -> str:
     """Unix seconds as ISO 8601 UTC (`2026-11-01T00:00:00Z`), whole seconds unless fractional."""
     when = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
@@ -208,22 +244,33 @@ def place_sm(catalog: Catalog, place: Place) -> tuple[GpuModel, float] | None:
 
 
 class _Models:
-    """catalog lookups per place, cached (a history repeats the same few places)."""
+    """catalog lookups per place and per model name, cached (a history repeats the same few places)."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self._cache: dict[Place, tuple[GpuModel, float] | None] = {}
+        self._names: dict[str, GpuModel | None] = {}
 
     def __call__(self, place: Place) -> tuple[GpuModel, float] | None:
         if place not in self._cache:
             self._cache[place] = place_sm(self.catalog, place)
         return self._cache[place]
 
+    def find(self, name: str | None) -> GpuModel | None:
+        if name is None or not name:
+            return None
+        try:
+            return self._names[name]
+        except KeyError:
+            found = self._names[name] = self.catalog.find(name)
+            return found
 
-def accumulate(samples: Iterable[Sample], catalog: Catalog, window: Window) -> tuple[dict[str, _Acc], int, int]:
+
+def accumulate(samples: Iterable[Sample], catalog: Catalog, window: Window,
+               models: _Models | None = None) -> tuple[dict[str, _Acc], int, int]:
     """One pass over the samples: per-workload accumulators, samples seen, samples in the window."""
     accs: dict[str, _Acc] = {}
-    models = _Models(catalog)
+    models = models or _Models(catalog)
     seen = kept = 0
     for s in samples:
         seen += 1
@@ -276,37 +323,38 @@ def _add(acc: _Acc, s: Sample, models: _Models) -> None:
     counts.add(math.ceil(round(s.util_pct / 100 * sms * SM_GRID, 6)))
 
 
-def _reference(acc: _Acc, catalog: Catalog) -> GpuModel | None:
+def _reference(acc: _Acc, models: _Models) -> GpuModel | None:
     """The model compute shares are written for: the latest place's, else the one with most samples."""
-    latest = acc.latest_place.gpu_model
-    model = catalog.find(latest) if latest else None
+    model = models.find(acc.latest_place.gpu_model)
     if model is not None:
         return model
     known = Counter[str]()
     for place, pa in acc.places.items():
-        m = catalog.find(place.gpu_model) if place.gpu_model else None
+        m = models.find(place.gpu_model)
         if m is not None:
             known[m.id] += pa.samples
-    return catalog.get(known.most_common(1)[0][0]) if known else None
+    return models.catalog.get(known.most_common(1)[0][0]) if known else None
 
 
 def _compute_stats(acc: _Acc, ref: GpuModel | None) -> tuple[ComputeStats, int]:
     """The compute shares of the reference model (merged from every model's SM counts), and how many samples."""
     if ref is None or not acc.compute:
         return UNKNOWN_COMPUTE, 0
-    merged = Counts()
+    shares: dict[int, int] = {}
     scale = SHARE_GRID / (SM_GRID * ref.sm_total)
     for counts in acc.compute.values():
-        for v, c in counts.items():
-            merged.add_many(min(SHARE_GRID, math.ceil(round(v * scale, 6))), c)
-    p50, p95, p99 = merged.nearest_rank(p for _, p in PERCENTILES)
+        for v, c in counts.counted():
+            share = min(SHARE_GRID, math.ceil(round(v * scale, 6)))
+            shares[share] = shares.get(share, 0) + c
+    merged = Counts.of(shares)
+    p50, p95, p99 = merged.nearest_rank(_RANKS)
     top = merged.max()
     return ComputeStats(p50=p50 / SHARE_GRID, p95=p95 / SHARE_GRID, p99=p99 / SHARE_GRID,
                         max=top / SHARE_GRID), merged.n
 
 
-def _place_doc(place: Place, pa: _PlaceAcc, catalog: Catalog) -> dict[str, object]:
-    model = catalog.find(place.gpu_model) if place.gpu_model else None
+def _place_doc(place: Place, pa: _PlaceAcc, models: _Models) -> dict[str, object]:
+    model = models.find(place.gpu_model)
     doc: dict[str, object] = {k: v for k, v in (
         ("host", place.host), ("gpu", place.gpu), ("gpu_model", model.id if model else place.gpu_model),
         ("mig_profile", place.mig_profile), ("mig_start", place.mig_start)) if v is not None}
@@ -331,14 +379,15 @@ def _notes(acc: _Acc, compute_n: int, ref: GpuModel | None) -> list[str]:
     return notes
 
 
-def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window) -> Profile:
-    p50, p95, p99 = acc.memory.nearest_rank(p for _, p in PERCENTILES)
+def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _Models | None = None) -> Profile:
+    models = models or _Models(catalog)
+    p50, p95, p99 = acc.memory.nearest_rank(_RANKS)
     memory = MemoryStats(p50=p50, p95=p95, p99=p99, max=acc.memory.max())
-    ref = _reference(acc, catalog)
+    ref = _reference(acc, models)
     compute, compute_n = _compute_stats(acc, ref)
     notes = _notes(acc, compute_n, ref)
     lp = acc.latest_place
-    lp_model = catalog.find(lp.gpu_model) if lp.gpu_model else None
+    lp_model = models.find(lp.gpu_model)
     model_id = lp_model.id if lp_model else (ref.id if ref else None)
     start = window.start if window.start is not None else acc.first
     end = window.end if window.end is not None else acc.last
@@ -347,7 +396,7 @@ def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window) -> Profil
         ("mig_start", lp.mig_start)) if v is not None}
     observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.n,
                     compute_samples=compute_n, first_seen=iso(acc.first), last_seen=iso(acc.last),
-                    places=[_place_doc(p, pa, catalog) for p, pa in
+                    places=[_place_doc(p, pa, models) for p, pa in
                             sorted(acc.places.items(), key=lambda kv: (-kv[1].last, _place_key(kv[0])))])
     if notes:
         observed["notes"] = notes
@@ -372,14 +421,15 @@ def _place_key(p: Place) -> tuple[str, int, str, str, int]:
 def rollup(samples: Iterable[Sample], catalog: Catalog, window: Window | None = None) -> Rollup:
     """Profiles of every workload with at least one memory sample in the window, sorted by name."""
     win = window or Window()
-    accs, seen, kept = accumulate(samples, catalog, win)
+    models = _Models(catalog)
+    accs, seen, kept = accumulate(samples, catalog, win, models)
     out = Rollup([], win, seen, kept)
     for name in sorted(accs):
         acc = accs[name]
         if acc.memory.n == 0:
             out.skipped.append(name)
             continue
-        out.profiles.append(profile_of(name, acc, catalog, win))
+        out.profiles.append(profile_of(name, acc, catalog, win, models))
     return out
 
 
