@@ -20,7 +20,15 @@ it over the target, so a reader sees either the old or the new content, never ha
 * `forbid` (or `check_output_path`) refuses to write onto a file the caller reads (same device and
   inode, also through symlinks), e.g. `--out` naming the inventory it was computed from.
 
-`append_durable` appends whole lines to a journal (O_APPEND, fsync), refusing the same targets.
+* Inside a trusted state directory (one `check_trusted_dir` accepted in this process: the replan state dir and
+  its runs/, plans/, journal/, fetched/) nothing is followed: a link at the final name is refused (lstat), the
+  file is renamed over the name itself (rename(2) replaces a link, never writes through it) and no directory is
+  created. Anywhere, the temporary file is created O_CREAT | O_EXCL | O_NOFOLLOW (0600) under a random name, so
+  a link planted at a guessed temporary name is never opened.
+
+`append_durable` appends whole lines to a journal (O_APPEND, fsync), refusing the same targets; the file is
+opened O_NOFOLLOW and checked regular (fstat) after the open, and in a trusted directory the name is not
+resolved first: a link there is refused.
 
 Refusals are `InputError`s (the user named the wrong thing); failures of the system calls
 themselves (no permission, a file where a directory should be, a symlink loop) are the `OSError`
@@ -32,8 +40,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -184,15 +192,23 @@ def _write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None,
     """
     check_output_path(path, forbid)
     shown = os.fspath(path)
-    real = resolve_target(path)
-    directory = os.path.dirname(real)
-    if not os.path.isdir(directory):
-        if os.path.islink(shown):
-            raise InputError(f"{shown} is a symbolic link to {real}, whose directory does not exist")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    old = _stat_or_none(real)
-    if old is not None:
-        _refuse_special(shown, real, old)
+    if in_trusted_dir(shown):  # never through a link there (module notes): lstat, and rename over the name itself
+        real = os.path.abspath(shown)
+        directory = os.path.dirname(real)
+        old = _lstat_or_none(real)
+        if old is not None:
+            _refuse_link_in_trusted(shown, old)
+            _refuse_special(shown, real, old)
+    else:
+        real = resolve_target(path)
+        directory = os.path.dirname(real)
+        if not os.path.isdir(directory):
+            if os.path.islink(shown):
+                raise InputError(f"{shown} is a symbolic link to {real}, whose directory does not exist")
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        old = _stat_or_none(real)
+        if old is not None:
+            _refuse_special(shown, real, old)
     if old is not None and keep_mode:
         final = stat.S_IMODE(old.st_mode)
     elif mode is not None:
@@ -202,7 +218,7 @@ def _write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None,
     if private:
         final &= ~_GROUP_OTHER_WRITE
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=directory)
+    fd, tmp = _create_temp(directory, os.path.basename(real))
     try:
         try:
             _write_all(fd, data)
@@ -218,6 +234,38 @@ def _write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None,
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def _temp_token() -> str:
+    return secrets.token_hex(8)
+
+
+def _create_temp(directory: str, base: str) -> tuple[int, str]:
+    """A new file `.BASE.RANDOM.tmp` in `directory`, created 0600 with O_CREAT | O_EXCL | O_NOFOLLOW: whatever
+    sits at that name already (a planted link included) is never opened, written or followed; another name is
+    drawn instead, a few times."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW
+    for _ in range(16):
+        tmp = os.path.join(directory, f".{base}.{_temp_token()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"cannot create a temporary file next to {os.path.join(directory, base)}: every "
+                                "name tried exists")
+
+
+def _lstat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _refuse_link_in_trusted(shown: str, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"{shown} is a symbolic link in a trusted state directory; refusing to follow it",
+                         hint="remove the link")
 
 
 def _keep_owner(fd: int, shown: str, old: os.stat_result) -> None:
@@ -288,11 +336,19 @@ def _append_durable(path: PathLike, text: str | bytes, *, mode: int = 0o600, pri
     group/other write bits of an existing file.
     """
     shown = os.fspath(path)
-    real = check_replaceable(path)
+    strict = in_trusted_dir(shown)
+    if strict:  # the name itself, opened O_NOFOLLOW below: a link there is refused, never followed
+        real = os.path.abspath(shown)
+        old = _lstat_or_none(real)
+        if old is not None:
+            _refuse_link_in_trusted(shown, old)
+            _refuse_special(shown, real, old)
+    else:
+        real = check_replaceable(path)
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     if not data.endswith(b"\n"):
         data += b"\n"
-    if not os.path.isdir(os.path.dirname(real)):
+    if not strict and not os.path.isdir(os.path.dirname(real)):
         os.makedirs(os.path.dirname(real), mode=0o700, exist_ok=True)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     created = False
@@ -331,6 +387,19 @@ MAX_JSON_DEPTH = 64  # nesting of a state document (migplan writes 4 or 5 levels
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+_TRUSTED: set[tuple[str, int, int]] = set()  # (absolute path, st_dev, st_ino) of each directory found trusted
+
+
+def in_trusted_dir(path: PathLike) -> bool:
+    """Whether `path`'s directory is one `check_trusted_dir` accepted in this process (same path, same inode)."""
+    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    return (directory, st.st_dev, st.st_ino) in _TRUSTED
+
+
 def check_trusted_dir(path: PathLike, what: str) -> None:
     """Refuse `path` unless it is a real directory (not a symbolic link) owned by us or root and writable by
     no group or other user: migplan, run as root from cron, trusts what it finds there. InputError naming
@@ -348,6 +417,7 @@ def check_trusted_dir(path: PathLike, what: str) -> None:
     if st.st_mode & _GROUP_OTHER_WRITE:
         raise InputError(f"{what} {shown} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
                          "refusing to trust it", hint=hint)
+    _TRUSTED.add((os.path.abspath(shown), st.st_dev, st.st_ino))
 
 
 def ensure_trusted_dir(path: PathLike, what: str) -> None:

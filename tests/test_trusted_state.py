@@ -364,3 +364,79 @@ def test_an_oserror_on_a_host_is_named_not_an_internal_error(tmp_path: Path, mon
         err = as_host_error("h1", e)
     assert err.code == "io-error"
     assert err.detail == f"cannot append to {tmp_path}/j.jsonl: File too large"
+
+
+# --- writes inside trusted state directories never follow a link (final name, temporary name) -------------------
+
+def _trusted_with_victim(tmp_path: Path) -> tuple[StateDir, Path]:
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    sd = StateDir(tmp_path / "state")
+    sd.prepare()
+    return sd, victim
+
+
+@pytest.mark.parametrize("name", ["plans/r1.json", "runs/r1.json", "gpu-changes.json", "fetched/h1.jsonl"])
+def test_write_atomic_refuses_a_link_at_the_final_name_in_a_trusted_dir(tmp_path: Path, name: str) -> None:
+    sd, victim = _trusted_with_victim(tmp_path)
+    (sd.path / name).symlink_to(victim)
+    before = _tree(tmp_path)
+    with pytest.raises(InputError, match="is a symbolic link in a trusted state directory; refusing to follow it"):
+        write_atomic(sd.path / name, "{}\n", mode=0o600)
+    assert victim.read_text() == "root:secret\n" and os.path.islink(sd.path / name) and _tree(tmp_path) == before
+
+
+def test_the_plan_replan_writes_through_documents_refuses_a_planted_link(tmp_path: Path) -> None:
+    from migplan import documents
+
+    sd, victim = _trusted_with_victim(tmp_path)
+    sd.plan_path("r1").symlink_to(victim)
+    with pytest.raises(InputError, match="symbolic link in a trusted state directory"):
+        documents.write_document(sd.plan_path("r1"), {"kind": "x"})  # write_plan's writer
+    assert victim.read_text() == "root:secret\n"
+
+
+def test_append_durable_refuses_a_link_at_the_journal_in_a_trusted_dir(tmp_path: Path) -> None:
+    sd, victim = _trusted_with_victim(tmp_path)
+    journal = sd.subdir("journal") / "r1.jsonl"
+    journal.symlink_to(victim)
+    with pytest.raises(InputError, match="is a symbolic link in a trusted state directory"):
+        append_durable(journal, '{"event": "x"}')
+    assert victim.read_text() == "root:secret\n"
+    dangling = sd.subdir("journal") / "r2.jsonl"
+    dangling.symlink_to(tmp_path / "nonexistent" / "x")  # never created through the link either
+    with pytest.raises(InputError, match="symbolic link"):
+        append_durable(dangling, '{"event": "x"}')
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_apply_journal_in_the_state_dir_refuses_a_planted_link(tmp_path: Path) -> None:
+    from migplan.commands.apply import _Journal
+
+    sd, victim = _trusted_with_victim(tmp_path)
+    journal = sd.subdir("journal") / "r1.jsonl"
+    journal.symlink_to(victim)
+    with pytest.raises(InputError, match="symbolic link"):
+        _Journal(str(journal), None)("h1", {"event": "start"})
+    assert victim.read_text() == "root:secret\n"
+
+
+def test_write_atomic_never_opens_a_link_planted_at_the_temporary_name(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import migplan.files as files
+
+    sd, victim = _trusted_with_victim(tmp_path)
+    (sd.path / "runs" / ".r1.json.guessed.tmp").symlink_to(victim)
+    tokens = iter(["guessed", "fresh"])
+    monkeypatch.setattr(files, "_temp_token", lambda: next(tokens))
+    write_atomic(sd.path / "runs" / "r1.json", '{"ok": true}\n', mode=0o600)
+    assert victim.read_text() == "root:secret\n"
+    assert (sd.path / "runs" / "r1.json").read_text() == '{"ok": true}\n'
+    assert os.path.islink(sd.path / "runs" / ".r1.json.guessed.tmp")  # left alone, not replaced or followed
+
+
+def test_a_link_outside_trusted_dirs_is_still_followed_as_documented(tmp_path: Path) -> None:
+    (tmp_path / "real.yaml").write_text("old\n")
+    (tmp_path / "out.yaml").symlink_to(tmp_path / "real.yaml")
+    write_atomic(tmp_path / "out.yaml", "new\n")
+    assert (tmp_path / "real.yaml").read_text() == "new\n" and os.path.islink(tmp_path / "out.yaml")
