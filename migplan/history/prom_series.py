@@ -331,7 +331,11 @@ def _series(i: int, item: object, source: str, lo: float, hi: float, t: Tally) -
                 and isinstance(pair[0], int | float) and not isinstance(pair[0], bool)):
             raise _fail(f"{where} value {j} is not a pair [time, \"value\"]", source)
         t.points_read += 1
-        ts, value = float(pair[0]), _number(pair[1])
+        try:
+            ts = float(pair[0])
+        except OverflowError:  # a JSON integer past float's range (400 digits): not a time, dropped below
+            ts = math.inf
+        value = _number(pair[1])
         if value is None or not math.isfinite(ts) or not lo <= ts <= hi:
             t.points_rejected += 1
             continue
