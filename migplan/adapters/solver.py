@@ -83,6 +83,7 @@ finally:
         del sys.modules["highspy"]
 
 from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
+from migplan.files import named_oserror  # noqa: E402
 from migplan.planner.milp import SOLVERS, Deferred, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402
 
 EPS = 1e-6  # objective and bound closer than this: proven optimal
@@ -340,8 +341,11 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
             raise pulp.PulpSolverError(f"cannot execute {self.path}")
         mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
         if text is not None:
-            with open(mps, "w") as fh:
-                fh.write(text)
+            try:
+                with open(mps, "w") as fh:
+                    fh.write(text)
+            except OSError as err:  # a full disk, `ulimit -f`: say which file (write(2) errors carry no name)
+                raise named_oserror(err, "cannot write the solver's model", mps) from None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(sol)  # a second solve of the same file must not read the first one's answer
         return self._spawn(mps, sol, relaxation)

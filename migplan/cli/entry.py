@@ -203,6 +203,54 @@ def prefetch_path(argv: Sequence[str], env: Any = os.environ) -> str | None:
     return path or None
 
 
+class _NamedStdout:
+    """sys.stdout whose write errors say what failed: `cannot write standard output: File too large` (a `> file`
+    under `ulimit -f`, a full disk), not a bare `File too large`; a closed pipe stays the BrokenPipeError it is
+    (the reader left: nothing to report). Everything else is the real stream's."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def _named(self, err: OSError) -> OSError:
+        from migplan.files import named_oserror
+
+        return named_oserror(err, "cannot write", "standard output")
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._inner.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._named(err) from None
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._named(err) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _flush_stdout() -> None:
+    """Flush what the command printed while its exit code can still say so: at interpreter exit a failed flush is
+    only "Exception ignored" and exit 120. On failure: one error line, exit 1, and stdout pointed at /dev/null so
+    the buffered rest is dropped quietly at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError as err:
+        if not isinstance(err, BrokenPipeError):
+            _echo(f"error: {err.strerror or err}")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(1)  # EXIT_FAILURE (migplan.errors), not imported here for one constant
+
+
 def main() -> None:
     """The console script (`migplan = "migplan.cli.entry:main"`); migplan.cli.app.main() is the same."""
     code = fast_path(sys.argv[1:])
@@ -217,11 +265,17 @@ def main() -> None:
         profiles.prefetch(early)
     from migplan.cli.app import app
 
+    real_stdout = sys.stdout
+    sys.stdout = _NamedStdout(real_stdout)
     try:
         app()
     finally:
         if early is not None:
             profiles.drop_prefetched()  # a command line that failed before reading them
+        try:
+            _flush_stdout()
+        finally:
+            sys.stdout = real_stdout  # flushed: a caller in this process (a test) gets its own stream back
         # The process is about to exit: its final full garbage collection would only walk and free what
         # the OS takes back anyway (0.11 s after a 7,000-GPU plan, bench/results/startup-large.md).
         # Frozen objects are skipped by it; atexit handlers and weakref finalizers still run.
