@@ -205,6 +205,9 @@ CASES = [
     *[Case(f"redirect {code} to another host", _http(f"{code} Moved", "Location: http://169.254.169.254/x?t=1\r\n"),
            rf"redirected \({code}\) to http://169\.254\.169\.254/x; redirects are not followed")
       for code in (301, 302, 303, 307, 308)],
+    Case("a reason phrase that echoes a URL with credentials",
+         _answer(b"HTTP/1.1 502 Bad http://u:s3cret@x.example/ gateway\r\nContent-Length: 0\r\n\r\n"),
+         r"HTTP 502: Bad http://x\.example/ gateway"),
     Case("redirect to a URL with credentials", _http("302 Found", "Location: http://admin:s3cret@evil.example/p?q=1"
                                                                   "\r\n"), r"to http://evil\.example/p;"),
 ]

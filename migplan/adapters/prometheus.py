@@ -23,6 +23,7 @@ import base64
 import http.client
 import logging
 import os
+import re
 import socket
 import ssl
 import urllib.error
@@ -242,7 +243,8 @@ def _http_error(err: urllib.error.HTTPError, where: str, creds: Credentials | No
             body = read_body(err.fp, _MAX_ERROR_BYTES, where, truncate=True)
         except (PrometheusError, http.client.HTTPException, OSError, ValueError):
             body = b""
-    detail = error_message(body) or printable(body.decode("utf-8", "replace"), 300) or printable(str(err.reason), 100)
+    detail = _without_userinfo(error_message(body) or printable(body.decode("utf-8", "replace"), 300)
+                               or printable(str(err.reason), 100))
     hint = None
     if err.code in (401, 403):
         hint = (f"Prometheus refused the credentials ({creds.origin})" if creds else
@@ -256,6 +258,15 @@ def _http_error(err: urllib.error.HTTPError, where: str, creds: Credentials | No
     else:
         hint = "check the URL and the query; the message is the server's own"
     return PrometheusError(f"{where}: HTTP {err.code}: {detail}", hint=hint)
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+
+
+def _without_userinfo(text: str) -> str:
+    """Server text as a message may show it: a URL's `user:password@` removed, as `shown_url` does (a
+    reason phrase or error page can echo a URL with credentials in it)."""
+    return _USERINFO.sub(r"\1", text)
 
 
 def _timed_out(where: str, timeout: float) -> PrometheusError:
@@ -273,7 +284,7 @@ def _client_error(reason: object, where: str, timeout: float) -> PrometheusError
         return PrometheusError(f"{where}: the server closed the connection without answering",
                                hint="check that the URL is Prometheus' HTTP(S) port (9090 by default)")
     if isinstance(reason, http.client.BadStatusLine):
-        line = printable(str(getattr(reason, "line", reason)).strip(), 80)
+        line = _without_userinfo(printable(str(getattr(reason, "line", reason)).strip(), 80))
         return PrometheusError(f"{where}: not an HTTP server (it answered {line!r})",
                                hint="check that the URL is Prometheus' HTTP(S) port (9090 by default), not "
                                     "another service")
@@ -285,7 +296,7 @@ def _client_error(reason: object, where: str, timeout: float) -> PrometheusError
         return PrometheusError(f"{where}: invalid URL: {printable(str(reason), 120)}",
                                hint="give the server's base URL, e.g. http://prometheus.monitoring:9090")
     if isinstance(reason, http.client.HTTPException | ValueError):
-        what = printable(str(reason) or type(reason).__name__, 120)
+        what = _without_userinfo(printable(str(reason) or type(reason).__name__, 120))
         return PrometheusError(f"{where}: not a valid HTTP answer: {what}",
                                hint="check that the URL is Prometheus' HTTP(S) port (9090 by default)")
     if isinstance(reason, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
