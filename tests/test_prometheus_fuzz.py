@@ -375,13 +375,14 @@ class _Outcome:
     index: int
     kind: str  # "ok" or the error's kind
     failures: list[str]
+    took: float = 0.0
 
 
 def _kind(message: str, url: str) -> str:
     """An error message's category for the counts: its words after the URL, numbers and quotes elided."""
     text = message.split(f"{url}/api/v1/query_range", 1)[-1].lstrip(": ")
     text = re.sub(r"'[^']*'|\([^)]*\)|\d+", "_", text)
-    return " ".join(text.split()[:6])
+    return " ".join(text.split()[:6])[:80]
 
 
 def _run(case: _Case) -> _Outcome:
@@ -423,7 +424,7 @@ def _run(case: _Case) -> _Outcome:
     srv.close()
     if took > TIMEOUT + MARGIN:
         failures.append(f"took {took:.2f} s, past the deadline of {TIMEOUT} s + {MARGIN} s")
-    return _Outcome(case.index, kind, [f"case {case.index} ({', '.join(case.notes)}): {f}" for f in failures])
+    return _Outcome(case.index, kind, [f"case {case.index} ({', '.join(case.notes)}): {f}" for f in failures], took)
 
 
 def test_the_client_against_fuzzed_servers() -> None:
@@ -438,7 +439,7 @@ def test_the_client_against_fuzzed_servers() -> None:
         tracemalloc.stop()
     counts = Counter("ok" if o.kind == "ok" else "error: " + o.kind for o in outcomes)
     print(f"\n{CASES} fuzzed cases (seed {SEED}), {sum(c.valid for c in cases)} controls; traced peak "
-          f"{peak / (1 << 20):.1f} MiB")
+          f"{peak / (1 << 20):.1f} MiB; slowest case {max(o.took for o in outcomes):.2f} s (deadline {TIMEOUT:g} s)")
     for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{n:5d}  {kind}")
     failures = [f for o in outcomes for f in o.failures]
