@@ -1,10 +1,14 @@
-"""Inputs that scale with the fleet: python -m bench.scale_bounds [--gpus N] [--workloads N] [--only apply|csv].
+"""Inputs that scale with the fleet: python -m bench.scale_bounds [--gpus N] [--workloads N] [--only apply|csv|load].
 
 * apply: a plan of `--gpus` GPU entries (8 per host, A100-SXM4-40GB, MIG disabled before, each host's 8 GPUs
   given the same layout and two workloads; a one-host plan of the planner copied host by host), its inventory of
   every host, and `migplan apply PLAN -i INV --limit gpu000000 --dry-run --yes -o json` in a child process, with
   the host gpu000000 the nvidia-smi simulator (tests/sim). Every step before and after the one host's visit
   (reading the plan, checking it, finding each host's GPUs, placements and moves) works on the whole plan.
+* load: the same plan read by `documents.load_plan` alone in a child process (its CPU time around the call,
+  and the child's); what `apply` pays to read and check the plan.
+* A plan over 64 MiB (200,000 GPUs: about 250 MB) is read with MIGPLAN_MAX_FILE_MB raised to fit it in the
+  children's environment (the default cap refuses it; the bench says so in its row).
 * csv: a CSV time series of `--workloads` workloads (bench/csv_import.py's generator: 50 hosts, three rows a
   workload) and `migplan profiles import FILE --window all --out DIR -o json` in a child process.
 
@@ -88,19 +92,41 @@ def _child(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, An
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
         code: int | str = done.returncode
         tail = (done.stderr or "")[-300:]
+        out = done.stdout or ""
     except subprocess.TimeoutExpired:
-        code, tail = f"killed after {timeout:.0f} s", ""
+        code, tail, out = f"killed after {timeout:.0f} s", "", ""
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"exit": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_mib": after.ru_maxrss // 1024,
-            "stderr_tail": tail}
+            "stderr_tail": tail, "stdout_tail": out[-200:]}
 
 
 def _env(pythonpath: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = pythonpath or str(ROOT)
     return env
+
+
+def _file_cap(env: dict[str, str], size: int) -> str:
+    """Raise MIGPLAN_MAX_FILE_MB in `env` when the plan is over the default cap; a note for the row."""
+    if size <= 64 * 2**20:
+        return ""
+    env["MIGPLAN_MAX_FILE_MB"] = str(size // 2**20 + 16)
+    return f" (MIGPLAN_MAX_FILE_MB={env['MIGPLAN_MAX_FILE_MB']})"
+
+
+_LOAD = ("import sys, time; from migplan.documents import load_plan; t = time.process_time(); "
+         "p = load_plan(sys.argv[1]); print('load_plan_cpu_s', round(time.process_time() - t, 2), len(p.gpus))")
+
+
+def bench_load(n_gpus: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:
+    plan_file = work / "plan.json"
+    size = write_plan(n_gpus, str(plan_file))
+    env = _env(pythonpath)
+    note = _file_cap(env, size)
+    res = _child([sys.executable, "-c", _LOAD, str(plan_file)], env, timeout)
+    return {"what": "load_plan" + note, "gpus": n_gpus, "plan_mb": round(size / 2**20, 1), **res}
 
 
 def bench_apply(n_gpus: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:
@@ -115,8 +141,10 @@ def bench_apply(n_gpus: int, work: Path, pythonpath: str | None, timeout: float)
     (work / "inv.json").write_text(json.dumps({"version": 1, "hosts": hosts}))
     argv = [sys.executable, "-m", "migplan.cli.app", "apply", str(plan_file), "-i", str(work / "inv.json"),
             "--limit", "gpu000000", "--dry-run", "--yes", "-o", "json"]
-    res = _child(argv, _env(pythonpath, sim_env(state)), timeout)
-    return {"what": "apply", "gpus": n_gpus, "plan_mb": round(size / 2**20, 1), **res}
+    env = _env(pythonpath, sim_env(state))
+    note = _file_cap(env, size)
+    res = _child(argv, env, timeout)
+    return {"what": "apply" + note, "gpus": n_gpus, "plan_mb": round(size / 2**20, 1), **res}
 
 
 def bench_csv(workloads: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:
@@ -135,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bounds")
     ap.add_argument("--gpus", type=int, default=200_000)
     ap.add_argument("--workloads", type=int, default=200_000)
-    ap.add_argument("--only", choices=("apply", "csv"))
+    ap.add_argument("--only", choices=("apply", "csv", "load"))
     ap.add_argument("--pythonpath", help="run the children on this copy of migplan (before figures)")
     ap.add_argument("--timeout", type=float, default=600.0)
     a = ap.parse_args(argv)
@@ -143,14 +171,18 @@ def main(argv: list[str] | None = None) -> int:
         out = []
         if a.only in (None, "apply"):
             out.append(bench_apply(a.gpus, Path(tmp), a.pythonpath, a.timeout))
+        if a.only == "load":
+            out.append(bench_load(a.gpus, Path(tmp), a.pythonpath, a.timeout))
         if a.only in (None, "csv"):
             out.append(bench_csv(a.workloads, Path(tmp), a.pythonpath, a.timeout))
     for r in out:
-        size = f"{r['gpus']:,} GPUs, {r['plan_mb']} MB plan" if r["what"] == "apply" else \
+        size = f"{r['gpus']:,} GPUs, {r['plan_mb']} MB plan" if "gpus" in r else \
             f"{r['workloads']:,} workloads, {r['rows']:,} rows, {r['csv_mb']} MB"
         print(f"| {r['what']} | {size} | {r['exit']} | {r['wall_s']} s | {r['cpu_s']} s | {r['peak_rss_mib']} MiB |")
         if r["exit"] not in (0, 1) and r["stderr_tail"]:
             print("   stderr:", r["stderr_tail"].replace("\n", " | "))
+        if r["what"].startswith("load_plan"):
+            print("  ", r["stdout_tail"].strip())
     return 0
 
 
