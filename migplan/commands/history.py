@@ -286,8 +286,12 @@ def build_profiles(ctx: Context, req: BuildRequest, *, report: Report = quiet,
 
 
 def _rollup_pass(h: History, catalog: Catalog, win: Window, report: Report) -> Rollup:
+    """One pass, the cyclic garbage collector paused: the accumulators and documents of 200,000 workloads are
+    millions of objects that stay alive, and its full collections rescanned them all (a fifth of a 200,000-
+    workload import, bench/scale_bounds.py). Samples and rows make no cycles, so nothing piles up meanwhile."""
     report(f"reading {h.label}")
-    return rollup(h.passes(), catalog, win)
+    with yamldoc.paused_gc():
+        return rollup(h.passes(), catalog, win)
 
 
 def _write(out: BuildResult, directory: str, inputs: list[str]) -> None:

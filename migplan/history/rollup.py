@@ -34,6 +34,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
@@ -49,6 +50,11 @@ PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))
 _RANKS = tuple(p for _, p in PERCENTILES)
 NO_HOST = "no-host"  # the file for workloads whose samples name no host
 _BUFFER = 8192
+
+
+@functools.lru_cache(maxsize=1024)  # workloads share their sample counts
+def _ranks(n: int, pcts: tuple[float, ...]) -> list[int]:
+    return [max(1, math.ceil(round(p / 100 * n, 9))) for p in pcts]
 
 
 class Counts:
@@ -127,7 +133,7 @@ class Counts:
 
     def nearest_rank(self, pcts: Iterable[float]) -> list[int]:
         """The nearest-rank percentiles (each 0 < p <= 100) of the values added; n must be > 0."""
-        ranks = [max(1, math.ceil(round(p / 100 * self.n, 9))) for p in pcts]
+        ranks = _ranks(self.n, tuple(pcts))
         if self._vals is None:
             ordered = sorted(self._buf)
             return [ordered[rank - 1] for rank in ranks]
@@ -188,13 +194,27 @@ class Window:
 
 @dataclass(frozen=True)
 class Profile:
-    """One workload's rolled-up history: the profile document entry and the planner's `Workload`."""
+    """One workload's rolled-up history: the profile document entry and the planner's `Workload` (made from the
+    document when first asked for: an import that only writes the files never needs it)."""
 
     name: str
     host: str  # the file it goes in: the host of its latest sample, or NO_HOST
     document: dict[str, object]
-    workload: Workload
     notes: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def workload(self) -> Workload:
+        doc: dict[str, Any] = self.document
+        o, mem, cpu = doc["observed"], doc["memory_mib"], doc.get("compute")
+        obs = Observation(host=o.get("host"), gpu=o.get("gpu"), gpu_model=o.get("gpu_model"),
+                          mig_profile=o.get("mig_profile"), mig_start=o.get("mig_start"),
+                          window_start=o["window"]["start"], window_end=o["window"]["end"], samples=o["samples"],
+                          first_seen=o["first_seen"], last_seen=o["last_seen"], compute_samples=o["compute_samples"],
+                          notes=self.notes)
+        memory = MemoryStats(p50=mem["p50"], p95=mem["p95"], p99=mem["p99"], max=mem["max"])
+        compute = UNKNOWN_COMPUTE if cpu is None else ComputeStats(p50=cpu["p50"], p95=cpu["p95"], p99=cpu["p99"],
+                                                                   max=cpu["max"])
+        return Workload(name=self.name, observed=obs, memory=memory, compute=compute, source="rollup")
 
 
 @dataclass
@@ -336,21 +356,27 @@ def _reference(acc: _Acc, models: _Models) -> GpuModel | None:
     return models.catalog.get(known.most_common(1)[0][0]) if known else None
 
 
-def _compute_stats(acc: _Acc, ref: GpuModel | None) -> tuple[ComputeStats, int]:
-    """The compute shares of the reference model (merged from every model's SM counts), and how many samples."""
+def _compute_stats(acc: _Acc, ref: GpuModel | None) -> tuple[dict[str, float] | None, int]:
+    """The compute shares of the reference model (merged from every model's SM counts; None: unknown), and how
+    many samples.
+
+    SMs of every model are on one grid, and turning SMs into shares (scale, round up, cap at 1) never
+    decreases: so the percentiles of the shares are the shares of the SM percentiles, converted four times
+    per profile rather than once per distinct value."""
     if ref is None or not acc.compute:
-        return UNKNOWN_COMPUTE, 0
-    shares: dict[int, int] = {}
+        return None, 0
+    parts = list(acc.compute.values())
+    sms = parts[0]
+    if len(parts) > 1:
+        merged: dict[int, int] = {}
+        for counts in parts:
+            for v, c in counts.counted():
+                merged[v] = merged.get(v, 0) + c
+        sms = Counts.of(merged)
     scale = SHARE_GRID / (SM_GRID * ref.sm_total)
-    for counts in acc.compute.values():
-        for v, c in counts.counted():
-            share = min(SHARE_GRID, math.ceil(round(v * scale, 6)))
-            shares[share] = shares.get(share, 0) + c
-    merged = Counts.of(shares)
-    p50, p95, p99 = merged.nearest_rank(_RANKS)
-    top = merged.max()
-    return ComputeStats(p50=p50 / SHARE_GRID, p95=p95 / SHARE_GRID, p99=p99 / SHARE_GRID,
-                        max=top / SHARE_GRID), merged.n
+    p50, p95, p99, top = (min(SHARE_GRID, math.ceil(round(v * scale, 6))) / SHARE_GRID
+                          for v in (*sms.nearest_rank(_RANKS), sms.max()))
+    return {"p50": p50, "p95": p95, "p99": p99, "max": top}, sms.n
 
 
 def _place_doc(place: Place, pa: _PlaceAcc, models: _Models) -> dict[str, object]:
@@ -382,7 +408,6 @@ def _notes(acc: _Acc, compute_n: int, ref: GpuModel | None) -> list[str]:
 def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _Models | None = None) -> Profile:
     models = models or _Models(catalog)
     p50, p95, p99 = acc.memory.nearest_rank(_RANKS)
-    memory = MemoryStats(p50=p50, p95=p95, p99=p99, max=acc.memory.max())
     ref = _reference(acc, models)
     compute, compute_n = _compute_stats(acc, ref)
     notes = _notes(acc, compute_n, ref)
@@ -397,20 +422,15 @@ def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _
     observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.n,
                     compute_samples=compute_n, first_seen=iso(acc.first), last_seen=iso(acc.last),
                     places=[_place_doc(p, pa, models) for p, pa in
-                            sorted(acc.places.items(), key=lambda kv: (-kv[1].last, _place_key(kv[0])))])
+                            (acc.places.items() if len(acc.places) == 1 else
+                             sorted(acc.places.items(), key=lambda kv: (-kv[1].last, _place_key(kv[0]))))])
     if notes:
         observed["notes"] = notes
     doc: dict[str, object] = {"name": name, "observed": observed,
-                              "memory_mib": {"p50": memory.p50, "p95": memory.p95, "p99": memory.p99,
-                                             "max": memory.max}}
-    if compute.known:
-        doc["compute"] = {"p50": compute.p50, "p95": compute.p95, "p99": compute.p99, "max": compute.max}
-    obs = Observation(host=lp.host, gpu=lp.gpu, gpu_model=model_id, mig_profile=lp.mig_profile,
-                      mig_start=lp.mig_start, window_start=iso(start), window_end=iso(end), samples=acc.memory.n,
-                      first_seen=iso(acc.first), last_seen=iso(acc.last), compute_samples=compute_n,
-                      notes=tuple(notes))
-    workload = Workload(name=name, observed=obs, memory=memory, compute=compute, source="rollup")
-    return Profile(name, lp.host or NO_HOST, doc, workload, tuple(notes))
+                              "memory_mib": {"p50": p50, "p95": p95, "p99": p99, "max": acc.memory.max()}}
+    if compute is not None:
+        doc["compute"] = compute
+    return Profile(name, lp.host or NO_HOST, doc, tuple(notes))
 
 
 def _place_key(p: Place) -> tuple[str, int, str, str, int]:
