@@ -243,3 +243,50 @@ def test_arbitrary_bytes_are_rejected_or_kept_never_a_crash(rows) -> None:
         if s is not None:
             assert s.memory_mib is not None and 0 <= s.memory_mib <= 1 << 20
             assert s.util_pct is None or 0 <= s.util_pct <= 100
+
+
+# --- the documented limits, named in the rejection when exceeded ------------------------------------
+
+@pytest.mark.parametrize(("row", "kind", "words"), [
+    (b"1793491200," + b"w" * 254 + b",gpu1,100,,\n", "workload", "is 254 characters long, at most 253"),
+    (b"1793491200,chat," + b"h" * 254 + b",100,,\n", "host", "is 254 characters long, at most 253"),
+    (b"1793491200,chat,gpu1,100,," + b"M" * 101 + b"\n", "gpu_model", "is 101 characters long, at most 100"),
+])
+def test_a_name_over_its_length_limit_is_rejected_naming_the_limit(row, kind, words) -> None:
+    samples, st = _parse(HEADER + GOOD + row)
+    (bad,) = st.rejected
+    assert len(samples) == 1 and bad.kind == kind and words in bad.reason, bad.reason
+
+
+def test_names_at_their_length_limit_are_kept() -> None:
+    row = b"1793491200," + b"w" * 253 + b"," + b"h" * 253 + b",100,," + b"M" * 100 + b"\n"
+    (s,), st = _parse(HEADER + row)
+    assert st.rows_rejected == 0 and len(s.workload) == 253 and len(s.place.host or "") == 253
+
+
+def test_a_row_over_64_kib_is_rejected_naming_the_limit_and_one_at_it_is_read() -> None:
+    at = b"1793491200,chat,gpu1,100,,A30,"  # padded in an extra column, which is ignored
+    at += b"x" * (MAX_LINE_BYTES - len(at))
+    samples, st = _parse(HEADER[:-1] + b",comment\n" + at + b"\n" + at + b"y\n")
+    assert len(samples) == 1 and len(at) == MAX_LINE_BYTES
+    (bad,) = st.rejected
+    assert bad.line == 3 and bad.kind == "too-long" and "longer than 64 KiB (65536 bytes)" in bad.reason
+
+
+def test_a_header_over_64_kib_is_an_input_error_naming_the_limit() -> None:
+    with pytest.raises(InputError, match=r"f.csv:1.*longer than 64 KiB \(65536 bytes\)"):
+        _parse(HEADER[:-1] + b",x" * MAX_LINE_BYTES + b"\n" + GOOD)
+
+
+def test_a_written_file_above_the_read_cap_gets_a_note_naming_the_cap(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "m.csv"
+    path.write_bytes(HEADER + b"".join(b"2026-11-01T00:00:00Z,w%d,gpu1,100,10,A30\n" % i for i in range(3000)))
+    monkeypatch.setenv("MIGPLAN_MAX_FILE_MB", "1")
+    res = CliRunner().invoke(app, ["profiles", "import", str(path), "--out", str(tmp_path / "p"), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    (note,) = json.loads(res.stdout)["notes"]
+    size = (tmp_path / "p" / "gpu1.yaml").stat().st_size
+    assert size > 2**20 and "gpu1.yaml" in note and "above the 1 MiB" in note and "MIGPLAN_MAX_FILE_MB" in note
+    monkeypatch.setenv("MIGPLAN_MAX_FILE_MB", "64")
+    res = CliRunner().invoke(app, ["profiles", "import", str(path), "--out", str(tmp_path / "p"), "-o", "json"])
+    assert json.loads(res.stdout)["notes"] == []

@@ -20,6 +20,7 @@ newline for a gigabyte costs MAX_LINE_BYTES of memory and is rejected, not loade
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import stat
@@ -296,6 +297,15 @@ def _rollup_pass(h: History, catalog: Catalog, win: Window, report: Report) -> R
 
 def _write(out: BuildResult, directory: str, inputs: list[str]) -> None:
     out.written, out.stale = write_profiles(out.rollup, directory, forbid=inputs)
+    try:
+        cap = yamldoc.max_file_bytes()
+    except InputError:  # a bad MIGPLAN_MAX_FILE_MB: reading the files back says so
+        return
+    for f, _ in out.written:
+        size = os.stat(f).st_size
+        if size > cap:  # the files are written, but `--profiles` reads at most `cap` bytes of a file
+            out.notes.append(f"{f} is {size / 2**20:.1f} MiB, above the {cap / 2**20:g} MiB migplan reads of a file: "
+                             f"set {yamldoc.MAX_FILE_ENV} to at least {math.ceil(size / 2**20)} to read it back")
 
 
 def check_out_dir(directory: str) -> None:

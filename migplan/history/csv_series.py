@@ -35,6 +35,8 @@ from migplan.errors import InputError
 from migplan.history.samples import Place, Sample
 
 MAX_LINE_BYTES = 64 * 1024
+_LINE_LIMIT = f"{MAX_LINE_BYTES // 1024} KiB ({MAX_LINE_BYTES} bytes)"
+MAX_NAME_CHARS = 253  # of a workload or host name (names.WORKLOAD_NAME, names.HOST_NAME)
 MAX_REPORTED = 20  # rejected rows listed one by one; the rest are counted
 MAX_MODEL_CHARS = 100
 MAX_UNIX_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z
@@ -175,7 +177,7 @@ class CsvSeries:
             raw = raw[len(BOM):]
         raw = _strip_eol(raw)
         if len(raw) > MAX_LINE_BYTES:
-            raise InputError(f"the header line is longer than {MAX_LINE_BYTES} bytes", source=self.source,
+            raise InputError(f"the header line is longer than {_LINE_LIMIT}", source=self.source,
                              line=line, hint=_HINT)
         try:
             text = raw.decode("utf-8")
@@ -246,7 +248,7 @@ class CsvSeries:
 
     def _row(self, body: bytes, line: int) -> Sample:
         if len(body) > MAX_LINE_BYTES:
-            raise RowError("too-long", f"the line is longer than {MAX_LINE_BYTES} bytes")
+            raise RowError("too-long", f"the line is longer than {_LINE_LIMIT}")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -268,6 +270,9 @@ class CsvSeries:
         if workload not in self._good_workloads:
             if not workload:
                 raise RowError("workload", "workload is empty")
+            if len(workload) > MAX_NAME_CHARS:
+                raise RowError("workload", f"workload {_show(workload)} is {len(workload)} characters long, "
+                                           f"at most {MAX_NAME_CHARS}")
             if not names.WORKLOAD_NAME.fullmatch(workload):
                 raise RowError("workload", f"workload {_show(workload)} must start with a letter or digit and use "
                                            "letters, digits, '.', '_', '/', ':' or '-'")
@@ -313,10 +318,15 @@ class CsvSeries:
     @staticmethod
     def _place(host_text: str, model_text: str, gpu_text: str, profile_text: str) -> Place:
         host = host_text or None
+        if host is not None and len(host) > MAX_NAME_CHARS:
+            raise RowError("host", f"host {_show(host)} is {len(host)} characters long, at most {MAX_NAME_CHARS}")
         if host is not None and not names.HOST_NAME.fullmatch(host):
             raise RowError("host", f"host {_show(host)} is not a host name")
         model = model_text or None
-        if model is not None and (len(model) > MAX_MODEL_CHARS or not model.isprintable()):
+        if model is not None and len(model) > MAX_MODEL_CHARS:
+            raise RowError("gpu_model", f"gpu_model {_show(model)} is {len(model)} characters long, "
+                                        f"at most {MAX_MODEL_CHARS}")
+        if model is not None and not model.isprintable():
             raise RowError("gpu_model", f"gpu_model {_show(model)} is not a GPU model name")
         gpu = None
         if gpu_text:
