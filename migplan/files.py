@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Iterable
@@ -237,7 +236,7 @@ def _write_atomic(path: PathLike, text: str | bytes, *, mode: int | None = None,
 
 
 def _temp_token() -> str:
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()
 
 
 def _create_temp(directory: str, base: str) -> tuple[int, str]:
@@ -402,10 +401,12 @@ def in_trusted_dir(path: PathLike) -> bool:
 
 def check_trusted_dir(path: PathLike, what: str) -> None:
     """Refuse `path` unless it is a real directory (not a symbolic link) owned by us or root and writable by
-    no group or other user: migplan, run as root from cron, trusts what it finds there. InputError naming
-    `what` (an option or a role) and the path; FileNotFoundError when it does not exist."""
+    no group or other user, and every directory above it is safe too (`check_ancestors`): migplan, run as root
+    from cron, trusts what it finds there. InputError naming `what` (an option or a role) and the path;
+    FileNotFoundError when it does not exist."""
     shown = os.fspath(path)
     st = os.lstat(shown)
+    check_ancestors(shown, what)
     hint = f"make it a directory owned by uid {os.geteuid()} (or root) with mode 0700 (chmod go-w), or name another"
     if stat.S_ISLNK(st.st_mode):
         raise InputError(f"{what} {shown} is a symbolic link; refusing to keep trusted state through it", hint=hint)
@@ -420,10 +421,69 @@ def check_trusted_dir(path: PathLike, what: str) -> None:
     _TRUSTED.add((os.path.abspath(shown), st.st_dev, st.st_ino))
 
 
+def check_ancestors(path: PathLike, what: str) -> None:
+    """Refuse `path` when a directory above it could be changed by another user, as OpenSSH's StrictModes does:
+    every directory looked up on the way to it (symbolic links followed, and the directories holding the links
+    checked too) must be owned by root or by us and not writable by group or others; a sticky directory such as
+    /tmp (mode 1777) may be, but then the entry in it that the path goes through must be owned by root or by us
+    (nobody else can rename or remove it there). Otherwise another user could swap a directory or a link above
+    a state directory that a root cron job trusts. `path` itself need not exist (nor its last directories: only
+    those that exist are checked). InputError naming `what`, the path and the offending directory."""
+    shown = os.fspath(path)
+    me = os.geteuid()
+    pending = os.path.abspath(shown).split("/")[1:]
+    resolved = "/"
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, part)
+        try:
+            entry = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            entry = None
+        _check_ancestor(resolved, entry, candidate, shown, what, me)
+        if entry is None:
+            return
+        if not stat.S_ISLNK(entry.st_mode):
+            resolved = candidate
+            continue
+        links += 1
+        if links > 40:  # Linux's MAXSYMLINKS
+            raise InputError(f"{what} {shown}: too many levels of symbolic links")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            resolved = "/"
+        pending = target.split("/") + pending
+
+
+def _check_ancestor(directory: str, entry: os.stat_result | None, candidate: str, shown: str, what: str,
+                    me: int) -> None:
+    st = os.stat(directory)
+    hint = f"make every directory above {shown} owned by root (or uid {me}) and not writable by group or others"
+    if st.st_uid not in (0, me):
+        raise InputError(f"{what} {shown}: the directory {directory} above it is owned by uid {st.st_uid}, not by "
+                         f"root or uid {me}; refusing to trust it", hint=hint)
+    if not st.st_mode & _GROUP_OTHER_WRITE:
+        return
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if not st.st_mode & stat.S_ISVTX:
+        raise InputError(f"{what} {shown}: the directory {directory} above it is writable by group or others "
+                         f"({mode}); refusing to trust it", hint=hint)
+    if entry is not None and entry.st_uid not in (0, me):
+        raise InputError(f"{what} {shown}: {candidate} is owned by uid {entry.st_uid} in the shared sticky directory "
+                         f"{directory} ({mode}); refusing to trust it", hint=hint)
+
+
 def ensure_trusted_dir(path: PathLike, what: str) -> None:
     """`check_trusted_dir`, after creating `path` (mode 0700) when missing; only `path` itself is created, never a
     parent (InputError when the parent does not exist)."""
     shown = os.fspath(path)
+    check_ancestors(shown, what)  # before creating anything under an untrusted directory
     try:
         os.mkdir(shown, 0o700)
     except FileExistsError:

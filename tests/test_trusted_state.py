@@ -440,3 +440,113 @@ def test_a_link_outside_trusted_dirs_is_still_followed_as_documented(tmp_path: P
     (tmp_path / "out.yaml").symlink_to(tmp_path / "real.yaml")
     write_atomic(tmp_path / "out.yaml", "new\n")
     assert (tmp_path / "real.yaml").read_text() == "new\n" and os.path.islink(tmp_path / "out.yaml")
+
+
+# --- the directories above a trusted path (StrictModes) -----------------------------------------------------------
+
+def _above(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """(a state directory path, the directory above it that makes it untrusted) for each way to be unsafe."""
+    if how == "parent-0777":
+        bad = tmp_path / "shared"
+        bad.mkdir()
+        bad.chmod(0o777)
+        return bad / "state", bad
+    if how == "grandparent-0775":
+        bad = tmp_path / "group"
+        (bad / "srv").mkdir(parents=True)
+        bad.chmod(0o775)
+        return bad / "srv" / "state", bad
+    if how == "ancestor-nobody":
+        bad = tmp_path / "theirs"
+        (bad / "srv").mkdir(parents=True)
+        os.chown(bad, NOBODY, NOBODY)
+        return bad / "srv" / "state", bad
+    if how == "sticky-entry-nobody":  # /tmp-like: shared, sticky; the entry in it belongs to another user
+        sticky = tmp_path / "tmp"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        (sticky / "alice").mkdir()
+        os.chown(sticky / "alice", NOBODY, NOBODY)
+        return sticky / "alice" / "state", sticky / "alice"
+    if how == "link-to-0777":  # a link (in a safe directory) leading into an unsafe one
+        bad = tmp_path / "open"
+        bad.mkdir()
+        bad.chmod(0o777)
+        (tmp_path / "via").symlink_to(bad)
+        return tmp_path / "via" / "state", bad
+    if how == "sticky-link-nobody":  # a link planted in a sticky directory by another user
+        sticky = tmp_path / "tmp"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        (tmp_path / "real").mkdir()
+        (sticky / "link").symlink_to(tmp_path / "real")
+        os.lchown(sticky / "link", NOBODY, NOBODY)
+        return sticky / "link" / "state", sticky / "link"
+    raise AssertionError(how)
+
+
+HOW_ABOVE = ["parent-0777", "grandparent-0775", "ancestor-nobody", "sticky-entry-nobody", "link-to-0777",
+             "sticky-link-nobody"]
+
+
+@pytest.mark.parametrize("how", HOW_ABOVE)
+def test_a_state_dir_below_an_unsafe_directory_is_refused_and_nothing_created(tmp_path: Path, how: str) -> None:
+    state, bad = _above(tmp_path, how)
+    before = _tree(tmp_path)
+    with pytest.raises(InputError) as err:
+        StateDir(state).prepare()
+    assert str(state) in err.value.message and str(bad) in err.value.message, err.value.message
+    assert "refusing to trust it" in err.value.message
+    assert _tree(tmp_path) == before
+
+
+def test_a_sticky_directory_with_our_own_entry_is_accepted(tmp_path: Path) -> None:
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "mine").mkdir(mode=0o700)
+    StateDir(sticky / "mine" / "state").prepare()  # /tmp/mine/state, /tmp/mine ours: nobody can swap either
+    assert (sticky / "mine" / "state" / "runs").is_dir()
+
+
+@pytest.mark.parametrize("how", ["parent-0777", "sticky-entry-nobody"])
+def test_replan_state_dir_below_an_unsafe_directory_exits_2_naming_it(tmp_path: Path, how: str) -> None:
+    state, bad = _above(tmp_path, how)
+    r = CliRunner().invoke(app, ["replan", "-i", str(_inventory(tmp_path)), "--state-dir", str(state)])
+    assert r.exit_code == 2, r.output
+    errors = _errors(r.stderr)
+    assert len(errors) == 1 and str(state) in errors[0] and str(bad) in errors[0], r.stderr
+    assert not state.exists()
+
+
+def test_apply_last_state_dir_below_an_unsafe_directory_exits_2_naming_the_option(tmp_path: Path) -> None:
+    state, bad = _above(tmp_path, "parent-0777")
+    state.mkdir(mode=0o700)
+    r = CliRunner().invoke(app, ["apply", "--last", "--yes", "--state-dir", str(state), "--lock-file",
+                                 str(tmp_path / "apply.lock")])
+    assert r.exit_code == 2, r.output
+    assert _errors(r.stderr) == [f"error: --state-dir {state}: the directory {bad} above it is writable by group or "
+                                 "others (mode 0777); refusing to trust it"], r.stderr
+    assert not (tmp_path / "apply.lock").exists()
+
+
+def test_apply_last_lock_file_below_an_unsafe_directory_exits_2_naming_the_option(tmp_path: Path) -> None:
+    lock, bad = _above(tmp_path, "ancestor-nobody")
+    (tmp_path / "etc").mkdir(mode=0o700)
+    r = CliRunner().invoke(app, ["apply", "--last", "--yes", "--state-dir", str(tmp_path / "etc"), "--lock-file",
+                                 str(lock)])
+    assert r.exit_code == 2, r.output
+    assert _errors(r.stderr) == [f"error: --lock-file {lock}: the directory {bad} above it is owned by uid {NOBODY}, "
+                                 f"not by root or uid {os.geteuid()}; refusing to trust it"], r.stderr
+
+
+def test_collect_local_history_below_an_unsafe_directory_exits_2_naming_the_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.cli.entry import fast_path
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    hist, bad = _above(tmp_path, "parent-0777")
+    assert fast_path(["collect", "--local", "--history", str(hist), "-q"]) == 2
+    assert _errors(capsys.readouterr().err) == [f"error: --history {hist}: the directory {bad} above it is writable "
+                                                "by group or others (mode 0777); refusing to trust it"]
+    assert not hist.exists()

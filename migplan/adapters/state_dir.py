@@ -12,10 +12,13 @@ Every file is replaced atomically (migplan.files.write_atomic), so a crash leave
 
 Trusted: replan runs as root from cron and acts on what it reads here, so the directory and each of its
 subdirectories must be a real directory (not a symbolic link) owned by the running user or root and not
-writable by group or others (`files.check_trusted_dir`); every file is opened without following a link
-and only if it is a regular file (O_NOFOLLOW | O_NONBLOCK, then fstat: a FIFO never blocks), read up to
-MAX_STATE_BYTES and parsed nested at most MAX_JSON_DEPTH deep. Anything else is an InputError (exit 2)
-naming the path, before any host is touched.
+writable by group or others (`files.check_trusted_dir`), below directories nobody else can change
+(`files.check_ancestors`: owned by root or us, not group/other-writable unless sticky, like /tmp, whose entry
+must then be ours or root's); every file is opened without following a link and only if it is a regular file
+(O_NOFOLLOW | O_NONBLOCK, then fstat: a FIFO never blocks), read up to MAX_STATE_BYTES and parsed nested at
+most MAX_JSON_DEPTH deep; every write there (here, in replan's plan and journal writers) refuses a link at the
+name and renames over the name itself (`files.write_atomic` and `append_durable` in a trusted directory).
+Anything else is an InputError (exit 2) naming the path, before any host is touched.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult,
 from migplan.commands.apply import apply as run_apply
 from migplan.commands.context import build_context
 from migplan.errors import InputError
-from migplan.files import check_output_options
+from migplan.files import check_ancestors, check_output_options
 from migplan.text import printable
 
 
@@ -108,6 +108,8 @@ def apply(
         lreq = LastRequest(dry_run=dry_run or fmt == "sh", allow_disrupt=allow_disrupt, journal=journal,
                            timeout=fleet.request(inventory).timeout, host_name=host_name,
                            **{k: v for k, v in (("state_dir", state_dir), ("lock_file", lock_file)) if v is not None})
+        # at boot, as root: no other user may swap a directory above the lock (the state dir's own check covers it)
+        check_ancestors(lreq.lock_file, "--lock-file")
         _emit(ctx, fmt, apply_last(ctx, lreq, report=info))
         return
     req = ApplyRequest(plan=plan, fleet=fleet.request(inventory), dry_run=dry_run or fmt == "sh",

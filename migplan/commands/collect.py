@@ -28,6 +28,7 @@ from migplan.adapters.procfs import local_facts, remote_facts
 from migplan.catalog import Catalog, GpuModel
 from migplan.commands import Report, quiet
 from migplan.errors import CatalogError, InputError
+from migplan.files import check_ancestors
 from migplan.history.identity import ProcessFacts, Rule, identify, parse_rules
 from migplan.history.samples import Place, Sample
 from migplan.text import printable
@@ -96,6 +97,7 @@ def collect_local(settings: LocalSettings, catalog: Catalog, *, nvml: Any = None
                   sleep: Callable[[float], None] = time.sleep, report: Report = quiet) -> LocalResult:
     """One sampling run on this host (see the module notes); `nvml` is the pynvml module or a fake."""
     cpu0 = time.process_time()
+    check_ancestors(settings.history, "--history")  # run as root from cron: nobody else may swap a directory above it
     module = nvml if nvml is not None else nv.load_pynvml()
     host = settings.host or os.uname().nodename
     path = hs.store_path(settings.history)
