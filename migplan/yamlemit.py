@@ -133,7 +133,16 @@ class _Emitter:
             if ks != k or len(k) >= WIDTH:
                 raise _Fallback  # a quoted or long key
             t = type(v)
-            if t is dict:
+            if t is str:  # the commonest values inline (a method call each was a fifth of the time)
+                text = strs.get(v)
+                if text is None:
+                    text = strs[v] = _render_str(v)
+                if indent + len(k) + 2 + len(text) >= WIDTH and " " in v:
+                    raise _Fallback  # libyaml may fold it at a space past the width
+                out.append(f"{prefix}{k}: {text}\n")
+            elif t is int:
+                out.append(f"{prefix}{k}: {int.__repr__(v)}\n")
+            elif t is dict:
                 out.append(f"{prefix}{k}:\n")
                 self.mapping(v, indent + 2, pad + "  ")
             elif t is list:
