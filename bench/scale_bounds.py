@@ -89,7 +89,9 @@ def _child(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, An
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        # run from an empty directory: `python -m` and `-c` put the working directory first on sys.path, before
+        # PYTHONPATH, and this checkout would shadow the `--pythonpath` copy
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=_EMPTY_DIR)
         code: int | str = done.returncode
         tail = (done.stderr or "")[-300:]
         out = done.stdout or ""
@@ -100,6 +102,9 @@ def _child(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, An
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"exit": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "peak_rss_mib": after.ru_maxrss // 1024,
             "stderr_tail": tail, "stdout_tail": out[-200:]}
+
+
+_EMPTY_DIR = tempfile.mkdtemp(prefix="migplan-bench-cwd-")
 
 
 def _env(pythonpath: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -116,8 +121,9 @@ def _file_cap(env: dict[str, str], size: int) -> str:
     return f" (MIGPLAN_MAX_FILE_MB={env['MIGPLAN_MAX_FILE_MB']})"
 
 
-_LOAD = ("import sys, time; from migplan.documents import load_plan; t = time.process_time(); "
-         "p = load_plan(sys.argv[1]); print('load_plan_cpu_s', round(time.process_time() - t, 2), len(p.gpus))")
+_LOAD = ("import sys, time, migplan; from migplan.documents import load_plan; t = time.process_time(); "
+         "p = load_plan(sys.argv[1]); "
+         "print('load_plan_cpu_s', round(time.process_time() - t, 2), len(p.gpus), migplan.__file__)")
 
 
 def bench_load(n_gpus: int, work: Path, pythonpath: str | None, timeout: float) -> dict[str, Any]:

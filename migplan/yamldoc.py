@@ -592,9 +592,22 @@ def compose(text: str, source: str) -> yaml.Node | None:
     return _compose_checked(_checked(text, source), source)
 
 
+_PRINTABLE_ASCII = bytes([0x09, 0x0A, 0x0D, *range(0x20, 0x7F)])  # what _NON_PRINTABLE allows below 0x80
+
+
+def _printable_ascii(text: str, chunk: int = 1 << 20) -> bool:
+    """True: ASCII without a character `_NON_PRINTABLE` matches. Most files are ASCII, and deleting the allowed
+    bytes is four times faster than the regex's scan (1 s of reading a 250 MB plan); a MiB at a time, so the
+    check never holds a second copy of the text."""
+    if not text.isascii():
+        return False
+    return not any(text[i:i + chunk].encode("ascii").translate(None, _PRINTABLE_ASCII)
+                   for i in range(0, len(text), chunk))
+
+
 def _checked(text: str, source: str) -> str:
     """`text` without a leading byte-order mark, refused if it has control characters."""
-    bad = _NON_PRINTABLE.search(text)
+    bad = None if _printable_ascii(text) else _NON_PRINTABLE.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         raise InputError(f"unacceptable character #x{ord(bad.group()):04x}: control characters are not allowed",

@@ -37,7 +37,8 @@ from typing import Any, NoReturn
 from migplan import yamldoc
 from migplan.errors import InputError
 
-_DOUBTFUL_CHARS = ("\t", "\r", "\x85", "\u2028", "\u2029", "\ufeff", "\\u", "\\/", '"":')
+_DOUBTFUL_ASCII = ("\t", "\r", "\\u", "\\/", '"":')
+_DOUBTFUL_CHARS = (*_DOUBTFUL_ASCII, "\x85", "\u2028", "\u2029", "\ufeff")
 _LONG_KEY = 250
 _KEY_SPACE = re.compile(r'"\s+:')  # whitespace between a key and its colon
 
@@ -96,7 +97,8 @@ def _shape_ok(root: Any, text: str) -> bool:
 def read(text: str, source: str) -> JsonNode | None:
     """The document as a `JsonNode` tree, or None when it should be read as YAML (see the module docstring).
     `text` has passed `yamldoc.compose`'s character checks and starts with `{` or `[` after whitespace."""
-    if any(c in text for c in _DOUBTFUL_CHARS) or _KEY_SPACE.search(text):
+    doubtful = _DOUBTFUL_ASCII if text.isascii() else _DOUBTFUL_CHARS  # the others cannot be in ASCII text
+    if any(c in text for c in doubtful) or _KEY_SPACE.search(text):
         return None
     try:
         value = _DECODER.decode(text)

@@ -201,3 +201,19 @@ def test_load_plan_reads_a_plan_file_through_the_json_path(bases: list[dict[str,
     monkeypatch.setattr(yamldoc, "USE_JSON", False)
     slow = load_plan(path, CAT)
     assert used == [JsonNode, yamldoc.Node] and fast == slow
+
+
+def test_entries_made_without_init_equal_those_made_with_it() -> None:
+    from migplan.fleet.diff import Action, Op
+    from migplan.planner.plan import WorkloadPlan, _made, _made_action
+
+    values = {"name": "w", "workload": "w", "status": "placed", "host": "h", "gpu": 0, "instance": "1g.5gb@6",
+              "memory_mib": 1, "peak_mib": 1, "instance_mib": 4864, "margin_mib": 4863, "slices": 1, "kept": False,
+              "moved": False, "reason": None}
+    made = _made(WorkloadPlan, values)
+    assert made == WorkloadPlan(**values) and repr(made) == repr(WorkloadPlan(**values))
+    assert hash(made) == hash(WorkloadPlan(**values))
+    template = Action(Op.CREATE_GI, ("", 0), Instance.parse("1g.5gb@6"))
+    assert _made_action(template.__dict__, ("h", 3)) == Action(Op.CREATE_GI, ("h", 3), Instance.parse("1g.5gb@6"))
+    with pytest.raises(ValueError):  # Action has a __post_init__: made by its __init__, which checks
+        _made(Action, {"op": Op.CREATE_GI, "gpu": ("h", 0), "instance": None, "reset": False})

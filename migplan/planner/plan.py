@@ -421,6 +421,23 @@ def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
 # anything else, which the Node readers above then read: an error is theirs, message and line, and what they
 # accept the fast readers return identically or leave to them.
 
+def _made(cls: type[Any], values: dict[str, Any]) -> Any:
+    """`cls(**values)`, every field given, for the frozen dataclasses read per GPU and workload: their generated
+    __init__ sets each field through object.__setattr__ (5 us a WorkloadPlan, a fifth of reading one), so the
+    object's __dict__ is filled at once instead; a class with a __post_init__ or slots is made the usual way."""
+    if cls not in _PLAIN_INIT:
+        _PLAIN_INIT[cls] = (not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+                            and {f.name for f in fields(cls)} == values.keys())
+    if not _PLAIN_INIT[cls]:
+        return cls(**values)
+    obj = object.__new__(cls)
+    obj.__dict__.update(values)
+    return obj
+
+
+_PLAIN_INIT: dict[type[Any], bool] = {}
+
+
 class _Memo:
     """Pure results per plan read: models by name, layouts and their checks, instances, actions."""
 
@@ -471,7 +488,9 @@ class _Memo:
         if key not in self.actions:
             self.actions[key] = tuple(diff(current, target, gpu=("", 0), architecture=model.architecture))
             self.action_texts[key] = [str(a) for a in self.actions[key]]
-        return tuple(Action(a.op, gpu, a.instance, a.reset) for a in self.actions[key]), self.action_texts[key]
+        # Action's __post_init__ checked these very op/instance/reset values when the template was made
+        made = tuple(_made_action(a.__dict__, gpu) for a in self.actions[key])
+        return made, self.action_texts[key]
 
     def instance_mib(self, model_name: str, instance: str | None) -> int | None:
         """`_check_margin`'s memory of `instance` on the model, None where it would fail."""
@@ -484,6 +503,12 @@ class _Memo:
             else:
                 self.memory[key] = instance_memory_mib(model, instance)
         return self.memory[key]
+
+
+def _made_action(template: dict[str, Any], gpu: GpuKey) -> Action:
+    obj = object.__new__(Action)
+    obj.__dict__.update(template, gpu=gpu)
+    return obj
 
 
 class _Entries:
@@ -534,15 +559,16 @@ def _gpu_fast(d: Any, memo: _Memo) -> GpuPlan | None:
     busy = tuple(memo.instance(b) for b in d["busy"])
     if busy and (current is None or any(b is None or b not in current.instances for b in busy)):
         return None
-    observed = GpuState(host=host, index=index, model=model.id, uuid=uuid, mig_enabled=current is not None,
-                        mig_pending=pending, layout=current, busy=busy, whole_gpu_busy=whole,  # type: ignore[arg-type]
-                        reserved=hold == "reserved", excluded=hold == "excluded")
+    observed = _made(GpuState, {"host": host, "index": index, "model": model.id, "uuid": uuid,
+                                "mig_enabled": current is not None, "mig_pending": pending, "layout": current,
+                                "busy": busy, "whole_gpu_busy": whole, "reserved": hold == "reserved",
+                                "excluded": hold == "excluded"})
     if d["fingerprint"] != observed.fingerprint():
         return None
     actions, texts = memo.diff(current, target, model, observed.key)
     if d["actions"] != texts:
         return None
-    return GpuPlan(observed, target, actions)
+    return _made(GpuPlan, {"observed": observed, "target": target, "actions": actions})  # type: ignore[no-any-return]
 
 
 _WORKLOAD_KEY_SET = frozenset(_WORKLOAD_FIELDS)
@@ -586,9 +612,7 @@ def _workload_fast(d: Any, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan | Non
                 return None
         elif g.target is not None:
             return None
-    return WorkloadPlan(name=name, workload=workload, status=status, host=host, gpu=gpu, instance=instance,
-                        memory_mib=memory, peak_mib=peak, instance_mib=inst_mib, margin_mib=margin, slices=slices,
-                        kept=d["kept"], moved=d["moved"], reason=d["reason"])
+    return _made(WorkloadPlan, d)  # type: ignore[no-any-return]  # d is exactly its fields, each checked above
 
 
 def _margin_ok(w: WorkloadPlan, gpus: Mapping[GpuKey, GpuPlan], memo: _Memo) -> bool:
