@@ -202,3 +202,43 @@ def test_compute_from_several_models_is_a_share_of_the_latest_model() -> None:
     assert c["max"] == pytest.approx(math.ceil(56 / 98 * 10_000) / 10_000)
     assert c["p50"] == pytest.approx(0.5) and p.document["observed"]["gpu_model"] == "A100-SXM4-40GB"
     assert any("ran on 2 GPU models: compute is a share of A100-SXM4-40GB" in n for n in p.notes)
+
+
+A30 = Place(host="h3", gpu=0, gpu_model="A30")  # MIG off: 56 SMs
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=100)), min_size=1, max_size=9_000))
+def test_compute_percentiles_over_two_models_are_the_nearest_ranks_of_each_samples_share(rows) -> None:
+    """The documented definition, per sample in whole integers: SMs on a 1/100 grid rounded up, then a share of
+    the reference model (the A100, 98 SMs, where the last sample ran) in 1/10000 rounded up, at most 1."""
+    samples = [Sample(1000.0 + i, "w", 100.0, float(u), A30 if on_a30 else WHOLE) for i, (on_a30, u) in enumerate(rows)]
+    samples.append(Sample(1e6, "w", 100.0, 1.0, WHOLE))
+    grid = [u * (56 if on_a30 else 98) for on_a30, u in rows] + [98]  # util% x SMs = SMs x 100
+    shares = [min(10_000, -(-g * 100 // 98)) for g in grid]  # ceil(g / 100 / 98 x 10000)
+    (p,) = rollup(samples, CAT).profiles
+    assert p.document["compute"] == {k: _nearest_rank(shares, q) / 10_000 for k, q in
+                                     (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}
+    assert p.document["observed"]["compute_samples"] == len(samples)
+
+
+def test_a_profiles_workload_says_what_its_document_says() -> None:
+    samples = [Sample(1000.0 + 60 * i, "w", 100.0 + i, 20.0, MIG3) for i in range(70)]
+    samples += [Sample(1000.0 + 60 * i, "v", 50.0, None, WHOLE) for i in range(5)]
+    v, w = rollup(samples, CAT).profiles
+    for p in (v, w):
+        d, o, wl = p.document, p.document["observed"], p.workload
+        assert (wl.name, wl.source, wl.observed.notes) == (p.name, "rollup", p.notes)
+        assert (wl.observed.host, wl.observed.gpu, wl.observed.gpu_model, wl.observed.mig_profile,
+                wl.observed.mig_start) == (o.get("host"), o.get("gpu"), o.get("gpu_model"), o.get("mig_profile"),
+                                           o.get("mig_start"))
+        assert (wl.observed.window_start, wl.observed.window_end, wl.observed.samples, wl.observed.first_seen,
+                wl.observed.last_seen, wl.observed.compute_samples) == \
+            (o["window"]["start"], o["window"]["end"], o["samples"], o["first_seen"], o["last_seen"],
+             o["compute_samples"])
+        assert vars(wl.memory) == d["memory_mib"]
+    assert v.workload.compute == UNKNOWN_COMPUTE and "compute" not in v.document
+    assert (w.workload.compute.p50, w.workload.compute.p99, w.workload.compute.max) == \
+        (w.document["compute"]["p50"], w.document["compute"]["p99"], w.document["compute"]["max"])
+    assert w.workload.compute.known and w.workload.observed.mig_profile == "3g.20gb"
+    assert w.workload is w.workload  # made once
