@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from planner_fixtures import CAT, fleet, gpu, profiles, run, wl
 
+from migplan import jsontext, yamldoc
 from migplan.documents import load_plan, write_plan
 from migplan.errors import InputError
 from migplan.planner import plan_from_dict, plan_to_dict
@@ -66,6 +67,25 @@ def test_hostile_plan_is_refused(doc: dict, case: str) -> None:
     with pytest.raises(InputError) as err:
         plan_from_dict(bad, CAT, source="plan.json")
     assert where in str(err.value) and "plan.json" in str(err.value)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_plan_file_is_refused_alike_by_the_json_path(doc: dict, case: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_plan reads a JSON plan with json.loads (yamldoc's fast_json): the same refusal, key and line as
+    the YAML reader's."""
+    mutate, where = HOSTILE[case]
+    bad = copy.deepcopy(doc)
+    mutate(bad)
+    path = tmp_path / "plan.json"
+    path.write_text(jsontext.dumps(bad) + "\n")
+    errors = []
+    for use_json in (True, False):
+        monkeypatch.setattr(yamldoc, "USE_JSON", use_json)
+        with pytest.raises(InputError) as err:
+            load_plan(path, CAT)
+        errors.append((err.value.message, err.value.line, err.value.key, err.value.hint))
+    assert errors[0] == errors[1] and where in str(err.value)
 
 
 def test_actions_are_derived_not_trusted(doc: dict) -> None:
