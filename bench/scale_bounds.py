@@ -158,7 +158,8 @@ def bench_csv(workloads: int, work: Path, pythonpath: str | None, timeout: float
 
     path = work / "series.csv"
     rows = generate(str(path), 0.16 * workloads / 1000, workloads)
-    argv = [sys.executable, "-m", "migplan.cli.app", "profiles", "import", str(path), "--window", "all", "--out",
+    # -P: no current directory first on sys.path, so that --pythonpath (not the checkout run from) is what runs
+    argv = [sys.executable, "-P", "-m", "migplan.cli.app", "profiles", "import", str(path), "--window", "all", "--out",
             str(work / "profiles"), "-o", "json"]
     res = _child(argv, _env(pythonpath), timeout)
     return {"what": "profiles import", "workloads": workloads, "rows": rows,
