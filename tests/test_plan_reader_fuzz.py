@@ -1,13 +1,15 @@
-"""Differential fuzz of apply's plan reader: valid plans, mutated (keys deleted, duplicated, reordered; wrong
-types; huge, negative and non-finite numbers; deep nesting; unicode and control characters; truncation;
-duplicated GPUs and workloads), read by the JSON path (`yamldoc.parse(fast_json=True)`, what `load_plan`
-does) and by the YAML reader alone: the same Plan, or an InputError with the same message, file, key and
-line; never another exception."""
+"""Differential fuzz of apply's plan reader: valid plans (a bench one, one with a busy GPU and a reserved one,
+a consolidated one with migrations), mutated (keys deleted, duplicated, reordered; wrong types; huge, negative
+and non-finite numbers; deep nesting; unicode and control characters; truncation; duplicated GPUs and
+workloads), read by the JSON path (`yamldoc.parse(fast_json=True)`, what `load_plan` does) and by the YAML
+reader alone: the same Plan, or an InputError with the same message, file, key and line; never another
+exception."""
 
 from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import json
 import random
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planner_fixtures import CAT, fleet, gpu, profiles, run, wl
+from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
 from migplan import jsontext, yamldoc
 from migplan.documents import load_plan
@@ -42,7 +44,11 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     st = fleet(gpu("h", 0, layout=["3g.20gb@0"], busy=(Instance.parse("3g.20gb@0"),)), gpu("h", 1),
                gpu("h", 2, reserved=True))
     ps = profiles(wl("a", 15000, host="h", gpu_idx=0, inst="3g.20gb@0"), wl("b", 4000), wl("c", 9000))
-    return [json.loads(path.read_text()), plan_to_dict(run(st, ps))]
+    moves = run(fleet(*(gpu("h", i) for i in range(4))),  # consolidated: migrations, freed GPUs, the curve
+                profiles(*(wl(f"w{i}", 3000, host="h", gpu_idx=i) for i in range(4))),
+                dataclasses.replace(EXACT, consolidate=True))
+    assert moves.migrations
+    return [json.loads(path.read_text()), plan_to_dict(run(st, ps)), plan_to_dict(moves)]
 
 
 def _outcome(text: str, fast: bool) -> tuple[str, Any]:

@@ -807,9 +807,9 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     consolidation = None
     if version >= 4:
         migrations = _read_migrations(f["migrations"], gpus, workloads, catalog)
-        freed = _read_freed(f["freed_gpus"], plan_freed(list(gpus.values()), workloads, migrations))
-        consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations,
-                                            in_use(list(gpus.values()), workloads, migrations)[0])
+        before, after = in_use(list(gpus.values()), workloads, migrations)  # once: a pass over every GPU
+        freed = _read_freed(f["freed_gpus"], freed_gpus(before, after))  # = plan_freed
+        consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations, before)
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
@@ -908,7 +908,9 @@ def _read_migrations(node: Node, gpus: Mapping[GpuKey, GpuPlan], workloads: list
     if missing:
         node.fail(f"moved workload(s) without a migration step: {', '.join(missing[:5])}", hint=_HINT)
     try:
-        derived = order(layouts(list(gpus.values()), catalog), moves)
+        # order looks only at the GPUs the moves leave or reach: their layouts, not a catalog look-up per GPU
+        touched = {m.source.key for m in moves} | {m.target.key for m in moves if m.target is not None}
+        derived = order(layouts([g for k, g in gpus.items() if k in touched], catalog), moves)
     except (ValueError, CatalogError, InputError) as err:
         node.fail(f"the moves cannot be ordered: {err}", hint=_HINT)
     if tuple(listed) != derived:
