@@ -81,13 +81,14 @@ def _render_float(v: float) -> str:
 
 
 class _Emitter:
-    __slots__ = ("floats", "out", "seen", "strs")
+    __slots__ = ("floats", "out", "seen", "shapes", "strs")
 
     def __init__(self) -> None:
         self.out: list[str] = []
         self.seen: set[int] = set()  # ids of the containers written (the document is alive meanwhile)
         self.strs: dict[str, str] = {}  # string -> its text
         self.floats: dict[float, str] = {}
+        self.shapes: dict[tuple[str, tuple[Any, ...]], list[tuple[str, str, int]]] = {}
 
     def scalar(self, v: Any, column: int) -> str:
         t = type(v)
@@ -119,38 +120,44 @@ class _Emitter:
             raise _Fallback  # an alias
         self.seen.add(key)
 
+    def shape(self, first: str, keys: tuple[Any, ...], indent: int) -> list[tuple[str, str, int]]:
+        """Per key of a mapping written at `indent` after `first`: the line's text before a scalar value, the
+        line before a block value, and the column of the value."""
+        pad = " " * indent
+        prefix, out = first, []
+        for k in keys:
+            if type(k) is not str or _render_str(k) != k or len(k) >= WIDTH:
+                raise _Fallback  # a quoted or long key
+            out.append((f"{prefix}{k}: ", f"{prefix}{k}:\n", indent + len(k) + 2))
+            prefix = pad
+        return out
+
     def mapping(self, d: dict[Any, Any], indent: int, first: str) -> None:
         self.container(d)
         out, strs = self.out, self.strs
-        pad = " " * indent
-        prefix = first
-        for k, v in d.items():
-            if type(k) is not str:
-                raise _Fallback
-            ks = strs.get(k)
-            if ks is None:
-                ks = strs[k] = _render_str(k)
-            if ks != k or len(k) >= WIDTH:
-                raise _Fallback  # a quoted or long key
+        keys = tuple(d)
+        shape = self.shapes.get((first, keys))  # documents repeat a few mapping shapes many times
+        if shape is None:
+            shape = self.shapes[first, keys] = self.shape(first, keys, indent)
+        for (head, block, column), v in zip(shape, d.values(), strict=True):  # one shape entry per key
             t = type(v)
             if t is str:  # the commonest values inline (a method call each was a fifth of the time)
                 text = strs.get(v)
                 if text is None:
                     text = strs[v] = _render_str(v)
-                if indent + len(k) + 2 + len(text) >= WIDTH and " " in v:
+                if column + len(text) >= WIDTH and " " in v:
                     raise _Fallback  # libyaml may fold it at a space past the width
-                out.append(f"{prefix}{k}: {text}\n")
+                out.append(head + text + "\n")
             elif t is int:
-                out.append(f"{prefix}{k}: {int.__repr__(v)}\n")
+                out.append(head + int.__repr__(v) + "\n")
             elif t is dict:
-                out.append(f"{prefix}{k}:\n")
-                self.mapping(v, indent + 2, pad + "  ")
+                out.append(block)
+                self.mapping(v, indent + 2, " " * (indent + 2))
             elif t is list:
-                out.append(f"{prefix}{k}:\n")
+                out.append(block)
                 self.sequence(v, indent)
             else:
-                out.append(f"{prefix}{k}: {self.scalar(v, indent + len(k) + 2)}\n")
-            prefix = pad
+                out.append(head + self.scalar(v, column) + "\n")
 
     def sequence(self, items: list[Any], indent: int) -> None:
         self.container(items)
