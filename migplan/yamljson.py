@@ -8,9 +8,10 @@ reads as YAML (so refusals keep their message and line). Doubtful, read as YAML:
 
 * text `json.loads` refuses (its message and line would differ), or with NaN/Infinity (YAML reads a string);
 * duplicate keys (YAML refuses them where the mapping is read) and empty keys (refused at compose);
-* nesting deeper than `yamldoc.MAX_DEPTH`; an integer of 19 or more characters that is longer than
-  `yamldoc.MAX_NUMBER_CHARS`, and the integer `-0` (its text differs from its value's);
-* floats whose text is not Python's `repr` of their value ("1.50", "1.5e+20" is fine), or not finite;
+* nesting deeper than `yamldoc.MAX_DEPTH`; an integer longer than `yamldoc.MAX_NUMBER_CHARS` characters
+  (refused at compose), and the integer `-0` (its text differs from its value's);
+* floats whose text is not Python's `repr` of their value ("1.50", "1.5e+05"; "1.5e+20" is one), or not
+  finite (`Node.number` quotes the text);
 * raw tabs, carriage returns, NEL, U+2028/9 or byte-order marks (YAML lines and whitespace differ),
   `\\u` and `\\/` escapes (libyaml and PyYAML decode some of them differently), whitespace between a key
   and its colon, and keys of 250 characters or more (YAML's simple keys end at 1024 characters);
@@ -49,7 +50,7 @@ class _Doubtful(Exception):
 
 def _int(text: str) -> int:
     # json's integer texts are their values' repr, except -0; YAML refuses the long ones at compose
-    if (len(text) > 18 or text == "-0") and (text == "-0" or len(text) > yamldoc.MAX_NUMBER_CHARS):
+    if len(text) > yamldoc.MAX_NUMBER_CHARS or text == "-0":
         raise _Doubtful
     return int(text)
 
