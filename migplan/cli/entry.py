@@ -253,6 +253,18 @@ def _flush_stdout() -> None:
 
 def main() -> None:
     """The console script (`migplan = "migplan.cli.entry:main"`); migplan.cli.app.main() is the same."""
+    real_stdout = sys.stdout
+    sys.stdout = _NamedStdout(real_stdout)  # both paths: a failed write to stdout names it (_NamedStdout)
+    try:
+        _main()
+    finally:
+        try:
+            _flush_stdout()
+        finally:
+            sys.stdout = real_stdout  # flushed: a caller in this process (a test) gets its own stream back
+
+
+def _main() -> None:
     code = fast_path(sys.argv[1:])
     if code is not None:
         sys.exit(code)
@@ -265,17 +277,11 @@ def main() -> None:
         profiles.prefetch(early)
     from migplan.cli.app import app
 
-    real_stdout = sys.stdout
-    sys.stdout = _NamedStdout(real_stdout)
     try:
         app()
     finally:
         if early is not None:
             profiles.drop_prefetched()  # a command line that failed before reading them
-        try:
-            _flush_stdout()
-        finally:
-            sys.stdout = real_stdout  # flushed: a caller in this process (a test) gets its own stream back
         # The process is about to exit: its final full garbage collection would only walk and free what
         # the OS takes back anyway (0.11 s after a 7,000-GPU plan, bench/results/startup-large.md).
         # Frozen objects are skipped by it; atexit handlers and weakref finalizers still run.
