@@ -145,3 +145,13 @@ def test_apply_on_a_host_with_a_planted_lock_link_changes_no_gpu(tmp_path: Path)
         apply_host(runner, host, [g for g in p.gpus if g.host == "h1"], CAT, ApplyOptions())
     assert read_state(state)["gpus"] == before["gpus"] and victim.read_text() == "root:secret\n"
     assert not (tmp_path / "etc").exists()
+
+
+def test_a_refused_lock_leaves_no_child_registered(tmp_path: Path) -> None:
+    from migplan.adapters import children
+
+    lock = _lock_dir(tmp_path) / "migplan-apply.lock"
+    lock.symlink_to(tmp_path / "x")
+    registered = len(children._LIVE)  # noqa: SLF001 - what the stop-signal handler would kill
+    _refused(lock, "is a symbolic link")
+    assert len(children._LIVE) == registered  # noqa: SLF001 - the holder that exited is not kept

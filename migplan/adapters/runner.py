@@ -769,12 +769,14 @@ class LocalRunner:
             line = proc.stdout.readline()  # the holder prints `ready` on a line of its own, then blocks
             if not line:
                 code = proc.wait()
+                children.untrack(proc)
                 raise HoldFailed(self._host, f"'{argv[0]}' exited ({code}) before it was ready", exit_code=code,
                                  stderr=seen.decode("utf-8", "replace"))
             seen += line
             if time.monotonic() > deadline:
                 proc.kill()
                 proc.wait()
+                children.untrack(proc)
                 raise CommandTimeout(self._host, f"'{argv[0]}' was not ready within {timeout:g} s")
         return _LocalHeld(proc)
 
