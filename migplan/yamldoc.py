@@ -39,6 +39,9 @@ How a document is read (every refusal is an `InputError` with file and line, nev
   or Ansible's `!unsafe` is a string.
   Any other tag (`!vault`, `!!python/...`, `!!binary`, `!!set`, `!!omap`, custom ones) is refused:
   migplan neither decrypts vault values nor builds objects.
+* Numbers are read as YAML 1.1 reads them, except a float with an exponent but no dot or no sign after
+  the `e` (`1e-05`, `2E3`): YAML 1.1 reads a string, YAML 1.2 (and JSON, and Python's own `repr` of
+  0.00001) a number, and so does migplan, so a plan holding such a value is never refused.
 * Values are converted once, at parse time: an impossible date (`2026-02-30`) or a number longer
   than `MAX_NUMBER_CHARS` characters is refused; `.nan` and `.inf` are values, refused by `number()`.
 * Merge keys (`<<: *common`, `<<: [*a, *b]`) work as YAML 1.1 defines them: the merged mapping's
@@ -174,6 +177,10 @@ _DECIMAL = re.compile(r"[-+]?[1-9][0-9]*|0")  # the common integers, converted w
 # The common floats (`0.135`, `-2.5`): YAML 1.1 reads them as !!float and the constructor's result is float(value).
 _SIMPLE_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
 _NUMBER_START = frozenset("0123456789-+")
+# Floats with an exponent that YAML 1.1 reads as strings (no dot, or no sign after the `e`): `1e-05` and
+# `1e+20` are how JSON writers (Python's repr, migplan's own plans) write 0.00001 and 10**20, and YAML 1.2's
+# core schema reads them as floats. Read as numbers, so that a plan with such a value is not refused.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+")
 
 
 def _resolve_plain(value: str) -> str:
@@ -188,6 +195,8 @@ def _resolve_plain(value: str) -> str:
                 if regexp.match(value):
                     tag = t
                     break
+            if tag == STR and _EXPONENT_FLOAT.fullmatch(value):
+                tag = FLOAT
         if len(value) <= 64 and len(_RESOLVED) < _RESOLVED_MAX:  # short texts only: a bounded cache
             _RESOLVED[value] = tag
     return tag

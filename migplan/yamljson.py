@@ -16,9 +16,9 @@ reads as YAML (so refusals keep their message and line). Doubtful, read as YAML:
   `\\u` and `\\/` escapes (libyaml and PyYAML decode some of them differently), whitespace between a key
   and its colon, and keys of 250 characters or more (YAML's simple keys end at 1024 characters);
 
-What YAML 1.1 makes of the rest is what the nodes give: `1e-05` and `1.5e5` (no dot, or an exponent without
-its sign) are the strings YAML reads; `"007"` is a string and `7` an integer; `true`, `false` and `null` are
-booleans and null, refused by `str()` with the hint to quote them.
+What YAML makes of the rest is what the nodes give: every JSON number is a number (`1e-05` too, which
+`yamldoc` reads as YAML 1.2 does, not as YAML 1.1's string); `"007"` is a string and `7` an integer; `true`,
+`false` and `null` are booleans and null, refused by `str()` with the hint to quote them.
 
 Positions are computed only when asked (an error): the key path is walked again in the text with json's
 own scanner (`_locate`), and the line counted up to the value (or its key). The fast path's checks above
@@ -55,12 +55,9 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _float(text: str) -> float | str:
-    """As YAML 1.1 reads the number: a float needs a dot and an exponent needs its sign, else it is a string."""
-    mantissa, e, exponent = text.lower().partition("e")
-    if "." not in mantissa or (e and exponent[:1] not in ("-", "+")):
-        return text
-    value = float(text)
+def _float(text: str) -> float:
+    """A JSON float as YAML reads it; doubtful when its text is not what Python would write for its value."""
+    value = float(text)  # YAML reads every JSON number text as a number (yamldoc._EXPONENT_FLOAT: `1e-05` too)
     if float.__repr__(value) != text:  # "1.50", "1.5e+05", 1e999: YAML's text differs from the value's
         raise _Doubtful
     return value

@@ -50,6 +50,29 @@ def test_strict_loader(case, mutate, field) -> None:
     assert field is None  # an unknown profile parses; the validator catches it (below)
 
 
+def test_a_gpu_entry_removed_or_copied_in_is_refused_by_the_plans_fingerprint(case) -> None:
+    """Each GPU's entry matches its own fingerprint; the plan's top-level one covers the set of GPUs, so a GPU
+    dropped from the plan, or one pasted in from another plan, is refused (not silently left or applied)."""
+    doc = plan_to_dict(case[2])
+    assert plan_from_dict(copy.deepcopy(doc), CAT) == case[2]
+    dropped = copy.deepcopy(doc)
+    dropped["gpus"] = [g for g in dropped["gpus"] if (g["host"], g["index"]) != ("h", 1)]
+    pasted = copy.deepcopy(doc)  # a GPU entry of another plan: right in itself, its own fingerprint matches
+    other = plan_to_dict(run(fleet(gpu("other", 0)), profiles(wl("z", 4000))))
+    pasted["gpus"].append(copy.deepcopy(other["gpus"][0]))
+    for bad in (dropped, pasted):
+        with pytest.raises(InputError, match="fingerprint: does not match the plan's GPUs"):
+            plan_from_dict(bad, CAT)
+
+
+@pytest.mark.parametrize("weight", ["NaN", ".nan", "inf", True, "1e3", -1, 1e13])
+def test_a_weight_that_is_not_a_finite_number_in_range_is_refused(case, weight) -> None:
+    doc = copy.deepcopy(plan_to_dict(case[2]))
+    doc["policy"]["weights"]["gpu"] = weight
+    with pytest.raises(InputError, match=r"planner\.weights\.gpu must be a number from 0"):
+        plan_from_dict(doc, CAT)
+
+
 def _corrupt_gpu(p, host, idx, **changes):
     gpus = tuple(dataclasses.replace(g, **changes) if (g.host, g.index) == (host, idx) else g for g in p.gpus)
     return dataclasses.replace(p, gpus=gpus)

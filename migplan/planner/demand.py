@@ -234,6 +234,7 @@ def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
     return "no profile of any model in the fleet meets its memory, compute and minimum profile together"
 
 
+MAX_WEIGHT = 1e12  # far above any weight that still lets the solver tell its tiers apart; beyond it, a typo
 _POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
                 "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves"}
 
@@ -252,6 +253,11 @@ def policy_from_mapping(doc: dict[str, object], base: Policy | None = None, *, s
     if not isinstance(wdoc, dict) or set(wdoc) - set(weights):
         raise InputError("planner.weights takes " + ", ".join(weights), source=source, key="planner.weights")
     weights.update(wdoc)
+    for k, v in wdoc.items():  # numbers only: float("NaN") or float(True) would make a weight of a string
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not \
+                0 <= v <= MAX_WEIGHT:
+            raise InputError(f"planner.weights.{k} must be a number from 0 to {MAX_WEIGHT:g}, got {v!r}",
+                             source=source, key=f"planner.weights.{k}")
     try:
         return Policy(**values, weights=Weights(**{k: float(v) for k, v in weights.items()}))
     except (TypeError, ValueError) as err:

@@ -54,7 +54,7 @@ from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
 from migplan.catalog.writer import models_to_list
 from migplan.errors import CatalogError, InputError, MigplanError
 from migplan.fleet.diff import Action, diff
-from migplan.fleet.state import GpuKey, GpuState, Hold
+from migplan.fleet.state import FleetState, GpuKey, GpuState, Hold
 from migplan.layout import Instance, Layout, check_layout
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import Endpoint, GpuLayouts, Migration, Move, freed_gpus, order
@@ -798,6 +798,11 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         catalog = Catalog((*host_models, *catalog.models))
     memo = _Memo(catalog)
     gpus = _read_gpus(f["gpus"], catalog, memo)
+    if FleetState(tuple(g.observed for g in gpus.values())).fingerprint() != fingerprint:
+        # the plan's GPUs are every GPU of the state it was made from (each checked against its own fingerprint):
+        # a GPU entry added, removed or moved to another plan is found here
+        f["fingerprint"].fail("does not match the plan's GPUs: a GPU entry was added, removed or copied from "
+                              "another plan", hint=_HINT)
     workloads = _read_workloads(f["workloads"], gpus, catalog, memo)
     solve = _read_solve(f["solve"])
     summary, sf = _read_summary(f["summary"])
