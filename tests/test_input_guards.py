@@ -230,3 +230,26 @@ def test_apply_of_a_plan_refuses_an_option_only_last_reads(tmp_path: Path, plan_
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and f"{option} is only for --last" in errors[0], r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # no journal, no lock, nothing written
+
+
+# --- a plan for hosts the inventory does not have ------------------------------------------------------------
+
+def test_apply_of_a_plan_for_hosts_not_in_the_inventory_is_refused_before_anything(tmp_path: Path, plan_doc) -> None:
+    """Nothing of such a plan would be applied, and exit 0 would tell cron it was: exit 2 naming the hosts, no
+    journal written; with --limit (the operator named what to apply) it is a warning and nothing is done."""
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan_doc))
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("version: 1\nhosts:\n  other:\n    address: 127.0.0.1\n    connection: local\n"
+                   "    gpus:\n      - {index: 0, model: A100-SXM4-40GB}\n")
+    journal = tmp_path / "j.jsonl"
+    r = CliRunner().invoke(app, ["apply", str(f), "-i", str(inv), "--yes", "--journal", str(journal)])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "not in the inventory: h;" in errors[0] and str(f) in errors[0], r.stderr
+    assert not journal.exists()
+    limited = CliRunner().invoke(app, ["apply", str(f), "-i", str(inv), "--yes", "--limit", "other",
+                                       "--journal", str(journal), "-o", "json"])
+    assert limited.exit_code == 0, limited.output
+    assert "left alone: h" in limited.stderr
+    assert json.loads(limited.stdout)["hosts"] == []

@@ -400,7 +400,12 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     hosts = [h for h in inventory.hosts if h.name in work]
     every = {h.name for h in whole.hosts}
     unknown = sorted({g.host for g in plan.gpus if g.actions} - every)
-    if unknown:
+    if unknown and not req.fleet.limit:  # nothing of those would be applied, and exit 0 would say all was
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        raise InputError(f"the plan changes host(s) that are not in the inventory: {', '.join(unknown[:10])}{more}; "
+                         "nothing was applied", source=os.fspath(req.plan),
+                         hint="pass the inventory the plan was made from, or --limit to apply only the hosts named")
+    if unknown:  # --limit named what to apply: the rest is left alone on purpose
         report(f"warning: the plan changes host(s) not in the inventory, left alone: {', '.join(unknown[:10])}")
     catalog = Catalog((*plan.models, *ctx.catalog.models))  # models built from hosts' own tables first
     options = ApplyOptions(allow_disrupt=req.allow_disrupt, dry_run=req.dry_run, timeout=req.fleet.timeout)
