@@ -583,3 +583,35 @@ def test_local_get_file_still_reads_through_a_linked_directory(tmp_path: Path) -
     (tmp_path / "real" / "a.json").write_bytes(b"{}")
     (tmp_path / "via").symlink_to(tmp_path / "real")
     assert LocalRunner().get_file(str(tmp_path / "via" / "a.json")) == b"{}"
+
+
+# --- ... nor through the become prefix (GET_SCRIPT: the route SSH hosts with `become` take too) -----------------
+
+@pytest.mark.parametrize("target", ["regular", "/dev/zero", "directory", "dangling"])
+def test_get_file_through_become_refuses_a_symbolic_link(tmp_path: Path, sudo: str, target: str) -> None:
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$secret\n")
+    (tmp_path / "dir").mkdir()
+    aim = {"regular": secret, "/dev/zero": Path("/dev/zero"), "directory": tmp_path / "dir",
+           "dangling": tmp_path / "nowhere"}[target]
+    link = _planted(tmp_path, aim)
+    with pytest.raises(TransferError, match="is a symbolic link, not a regular file; refusing to read it") as err:
+        LocalRunner(become=(sudo, "-n")).get_file(str(link))
+    assert str(link) in str(err.value) and "secret" not in str(err.value)
+
+
+def test_get_file_through_become_refuses_a_fifo_and_a_directory_without_blocking(tmp_path: Path, sudo: str) -> None:
+    fifo = tmp_path / "inflight.json"
+    os.mkfifo(fifo)
+    runner = LocalRunner(become=(sudo, "-n"))
+    start = time.monotonic()
+    for path in (fifo, tmp_path):
+        with pytest.raises(TransferError, match="not a regular file; refusing to read it"):
+            runner.get_file(str(path), timeout=30)
+    assert time.monotonic() - start < 20  # a `head` on the FIFO would wait for the whole timeout each time
+    with pytest.raises(RemoteFileMissing):
+        runner.get_file(str(tmp_path / "nothing"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.json").write_bytes(b"{}")
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    assert runner.get_file(str(tmp_path / "via" / "a.json")) == b"{}"  # a linked directory above is fine

@@ -370,13 +370,27 @@ def put_via_commands(host: str, raw: RawRun, path: str, data: bytes, mode: int, 
             raise _transfer_error(host, f"'{argv[0]}' for {path} failed", err)
 
 
+# get_file as the become user (one fixed script, the path and the byte bound its only arguments): a link at
+# the name is refused, never followed (to /etc/shadow or a device), and so is anything but a regular file, which
+# `test -f` tells without opening it (a FIFO would block `head`); GNU `head -c` then reads no more than asked.
+# Between the tests and the read only someone who may write the directory could swap the name: in a host's
+# state_dir that is root (docs/fleet.md).
+GET_SCRIPT = ('p=$1; if [ -L "$p" ]; then echo "migplan-get: is a symbolic link, not a regular file" >&2; exit 78; fi; '
+              'if [ ! -e "$p" ]; then echo "migplan-get: No such file" >&2; exit 79; fi; '
+              'if [ ! -f "$p" ]; then echo "migplan-get: not a regular file" >&2; exit 78; fi; '
+              'exec head -c "$2" -- "$p"')
+_GET_MISSING = 79
+
+
 def get_via_commands(host: str, raw: RawRun, path: str, max_bytes: int, timeout: float) -> bytes:
-    """get_file as the become user: `head -c MAX+1 -- PATH` (bounded on the host already)."""
-    code, out, err = raw(["head", "-c", str(max_bytes + 1), "--", path], None, timeout, True)
+    """get_file as the become user: `GET_SCRIPT` (bounded on the host already)."""
+    code, out, err = raw(["sh", "-c", GET_SCRIPT, "sh", path, str(max_bytes + 1)], None, timeout, True)
     if code != 0:
         text = err.decode("utf-8", "replace")
-        if "No such file" in text:
+        if code == _GET_MISSING or "No such file" in text:
             raise RemoteFileMissing(host, f"{path} does not exist")
+        if text.startswith("migplan-get: "):
+            raise TransferError(host, f"{path} {text.removeprefix('migplan-get: ').strip()}; refusing to read it")
         raise _transfer_error(host, f"cannot read {path}", err)
     if len(out) > max_bytes:
         raise OutputTooLarge(host, f"{path} is larger than {max_bytes} bytes")

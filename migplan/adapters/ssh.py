@@ -659,12 +659,20 @@ class SshRunner:
         with self._lock:
             sftp = self._sftp_client(timeout)
             try:
-                attrs = sftp.stat(path)
+                # lstat: a link at the name is refused, never followed; SFTP has no O_NOFOLLOW, so the opened
+                # file is checked again (only a writer of the directory could swap it in between)
+                attrs = sftp.lstat(path)
+                if attrs.st_mode is not None and stat.S_ISLNK(attrs.st_mode):
+                    raise TransferError(self.host, f"{path} is a symbolic link, not a regular file; refusing to "
+                                                   "follow it")
                 if attrs.st_mode is not None and not stat.S_ISREG(attrs.st_mode):
                     raise TransferError(self.host, f"{path} is not a regular file")
                 if attrs.st_size is not None and attrs.st_size > max_bytes:
                     raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
                 with sftp.open(path, "rb") as fh:
+                    opened = fh.stat()
+                    if opened.st_mode is not None and not stat.S_ISREG(opened.st_mode):
+                        raise TransferError(self.host, f"{path} is not a regular file")
                     data = fh.read(max_bytes + 1)
             except (OSError, paramiko.SSHException, EOFError) as err:
                 raise self._transfer_error(f"cannot read {path}", err) from None

@@ -181,3 +181,24 @@ def test_ctrl_c_during_a_fleet_run_over_ssh_stops_at_once(fleet: Fleet, sigint_r
     while len(errors) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(errors) == 2 and all(isinstance(e, ConnectionLost) for e in errors)  # ended, not at 30 s
+
+
+@pytest.mark.parametrize("become", [(), ("sudo", "-n")], ids=["sftp", "become"])
+def test_get_file_over_ssh_refuses_a_link_and_a_fifo(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd,
+                                                     tmp_path: Path, become: tuple[str, ...]) -> None:
+    """A link planted in a host's state directory is refused, never followed, over SFTP (lstat) and through
+    become (the fixed GET_SCRIPT); a FIFO is refused without blocking."""
+    r = runner(ssh, fleet, sftp_sshd, name="getlinks-" + ("become" if become else "sftp"), become=become)
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$secret\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "assignments.json").symlink_to(secret)
+    with pytest.raises(TransferError, match="symbolic link, not a regular file") as err:
+        r.get_file(str(state / "assignments.json"))
+    assert "secret" not in str(err.value)
+    os.mkfifo(state / "inflight.json")
+    with pytest.raises(TransferError, match="not a regular file"):
+        r.get_file(str(state / "inflight.json"), timeout=20)
+    (state / "last-applied.json").write_bytes(b"{}")
+    assert r.get_file(str(state / "last-applied.json")) == b"{}"
