@@ -94,7 +94,7 @@ class Setting:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
                 self.kind == "number" or float(value).is_integer())
             if ok:
-                number = float(value)  # type: ignore[arg-type]
+                number = float(value)  # type: ignore[arg-type]  # an int or float: checked on the line above
                 ok = (self.minimum is None or number >= self.minimum) and (
                     self.maximum is None or number <= self.maximum)
         elif self.kind == "choice":

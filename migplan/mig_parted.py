@@ -542,7 +542,7 @@ def declare(cfg: DeclaredConfig, gpus: Sequence[G]) -> list[G]:
                 cfg.setting.fail(f"GPU {g.index} has a 'layout:' and also one from {cfg.file} (config {cfg.config})",
                                  hint="declare each GPU's layout once")
             lay = given[g.index]
-            g = replace(g, mig_enabled=lay is not None, layout=lay)  # type: ignore[type-var]
+            g = replace(g, mig_enabled=lay is not None, layout=lay)  # type: ignore[type-var]  # G's bound is a Protocol; each G is a dataclass
         out.append(g)
     return out
 

@@ -165,7 +165,7 @@ def _text(v: Any) -> str | None:
         return "false"
     t = type(v)
     if t is str:
-        return v  # type: ignore[no-any-return]
+        return v  # type: ignore[no-any-return]  # type(v) is str
     if t is int:
         return int.__repr__(v)
     if t is float:
@@ -186,20 +186,20 @@ class JsonNode(yamldoc.Node):
 
     # -- location ------------------------------------------------------------------------
     @property
-    def source(self) -> builtins.str:  # type: ignore[override]
+    def source(self) -> builtins.str:  # type: ignore[override]  # computed from the document, never set
         return self._doc.source
 
     @property
-    def path(self) -> builtins.str:  # type: ignore[override]
+    def path(self) -> builtins.str:  # type: ignore[override]  # computed from the parent's path, never set
         if self._parent is None:
             return ""
-        return self._parent._child_path(self._key)  # type: ignore[arg-type]
+        return self._parent._child_path(self._key)  # type: ignore[arg-type]  # a child has a key
 
     def _steps(self) -> list[builtins.str | builtins.int]:
         steps: list[builtins.str | builtins.int] = []
         node: JsonNode | None = self
         while node is not None and node._parent is not None:
-            steps.append(node._key)  # type: ignore[arg-type]
+            steps.append(node._key)  # type: ignore[arg-type]  # a child has a key
             node = node._parent
         return steps[::-1]
 

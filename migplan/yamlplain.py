@@ -302,7 +302,7 @@ def _flow(text: str, i: int, mark: Any, depth: int) -> tuple[Any, int]:
     entries: list[Any] = []
     node = (_Mapping(_MAP, entries, mark, None, True) if is_map
             else _Sequence(_SEQ, entries, mark, None, True))
-    i = _SPACES.match(text, i + 1).end()  # type: ignore[union-attr]
+    i = _SPACES.match(text, i + 1).end()  # type: ignore[union-attr]  # ' *' matches everywhere
     if text[i:i + 1] == close:
         return node, i + 1
     n = len(text)
@@ -314,13 +314,13 @@ def _flow(text: str, i: int, mark: Any, depth: int) -> tuple[Any, int]:
             key = _plain(m.group(), mark)
             if key.tag == yamldoc.MERGE:
                 raise _Refused
-            i = _SPACES.match(text, m.end() + 2).end()  # type: ignore[union-attr]
+            i = _SPACES.match(text, m.end() + 2).end()  # type: ignore[union-attr]  # ' *' matches everywhere
             value, i = _flow_value(text, i, mark, depth)
             entries.append((key, value))
         else:
             value, i = _flow_value(text, i, mark, depth)
             entries.append(value)
-        i = _SPACES.match(text, i).end()  # type: ignore[union-attr]
+        i = _SPACES.match(text, i).end()  # type: ignore[union-attr]  # ' *' matches everywhere
         if i >= n:
             raise _Refused  # not closed on this line
         c = text[i]
@@ -328,7 +328,7 @@ def _flow(text: str, i: int, mark: Any, depth: int) -> tuple[Any, int]:
             return node, i + 1
         if c != ",":
             raise _Refused
-        i = _SPACES.match(text, i + 1).end()  # type: ignore[union-attr]
+        i = _SPACES.match(text, i + 1).end()  # type: ignore[union-attr]  # ' *' matches everywhere
         if text[i:i + 1] in (close, ",", ""):
             raise _Refused  # a trailing comma or an empty entry
 
@@ -338,7 +338,7 @@ def _flow_value(text: str, i: int, mark: Any, depth: int) -> tuple[Any, int]:
     if c == "{" or c == "[":
         return _flow(text, i, mark, depth + 1)
     if c == '"' or c == "'":
-        return _quoted(text, i, mark, None)  # type: ignore[no-any-return]
+        return _quoted(text, i, mark, None)  # type: ignore[no-any-return]  # with no `end`, _quoted gives (node, end)
     m = _FLOW_PLAIN.match(text, i)
     if m is None:
         raise _Refused

@@ -186,7 +186,25 @@ def test_replan_history_on_a_fifo_and_an_untrusted_dir_exits_2_without_blocking(
     os.chmod(sd.path, 0o777)
     r = CliRunner().invoke(app, ["replan", "--history", "--state-dir", str(sd.path)])
     assert r.exit_code == 2
-    assert _errors(r.output) == [f"error: the state directory {sd.path} is writable by group or others (mode 0777);"
+    assert _errors(r.output) == [f"error: --state-dir {sd.path} is writable by group or others (mode 0777);"
+                                 " refusing to trust it"]  # the option that named it
+
+
+def test_a_refused_state_dir_is_named_by_where_it_came_from(tmp_path: Path) -> None:
+    """The option, the config key, or the default: what the operator has to change."""
+    from migplan.adapters.state_dir import state_dir_option
+
+    assert state_dir_option("/x", None) == "--state-dir"
+    assert state_dir_option(None, "/y") == "replan.state_dir"
+    assert state_dir_option(None, None) == "the state directory (default)"
+    bad = tmp_path / "cfg-state"
+    bad.mkdir()
+    os.chmod(bad, 0o777)
+    cfg = tmp_path / "migplan.yaml"
+    cfg.write_text(f"replan:\n  state_dir: {bad}\n")
+    r = CliRunner().invoke(app, ["replan", "--history", "--config", str(cfg)])
+    assert r.exit_code == 2, r.output
+    assert _errors(r.output) == [f"error: replan.state_dir {bad} is writable by group or others (mode 0777);"
                                  " refusing to trust it"]
 
 

@@ -96,7 +96,7 @@ def _work(fn: Callable[[T], R], items: Sequence[T], part: range) -> tuple[list[R
     for i in part:
         try:
             done.append(fn(items[i]))
-        except Exception:  # noqa: BLE001 - the parent redoes this input and raises what it raises
+        except Exception:  # the parent redoes this input and raises what it raises
             return done, i
     return done, None
 
@@ -114,7 +114,7 @@ def _child(fn: Callable[[T], R], items: Sequence[T], part: range, fd: int,
         view = memoryview(blob)
         while view:
             view = view[os.write(fd, view):]
-    except BaseException:  # noqa: BLE001 - anything: the parent redoes the part
+    except BaseException:  # anything: the parent redoes the part
         code = 1
     finally:
         os._exit(code)
@@ -176,7 +176,7 @@ class Pending(Generic[T, R]):
             if status == 0:
                 try:
                     got = pickle.loads(blob)  # noqa: S301 - our own forked worker's answer, on a pipe only we hold
-                except Exception:  # noqa: BLE001 - an unreadable answer: redone here
+                except Exception:  # an unreadable answer: redone here
                     got = None
             done, failed = got if got is not None else ([], part.start)
             yield from done
@@ -203,7 +203,7 @@ class Pending(Generic[T, R]):
 class _Inline(Pending[T, R]):
     """The same interface, run in this process when `result()` is called."""
 
-    def __init__(self, fn: Callable[[T], R], items: Sequence[T]) -> None:  # noqa: D107 - no workers
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T]) -> None:
         self.fn, self.items, self.own, self.workers = fn, items, range(len(items)), []
 
     def __iter__(self) -> Iterator[R]:

@@ -253,7 +253,8 @@ def _process(obj: Any, gi: int | None = None, ci: int | None = None) -> NvmlProc
                        ci if ci is not None else (None if ci_raw == NO_ID else int(ci_raw)))
 
 
-def _processes(nvml: Any, h: Any, mig: bool, mig_handles: list[Any], migs: tuple[MigDevice, ...]) -> tuple[NvmlProcess, ...]:  # noqa: E501
+def _processes(nvml: Any, h: Any, mig: bool, mig_handles: list[Any],
+               migs: tuple[MigDevice, ...]) -> tuple[NvmlProcess, ...]:
     """The parent handle's list (in MIG mode: the aggregate with instance ids, privileged callers only);
     without that privilege, each MIG device handle's own list, attributed to that device."""
     try:

@@ -115,7 +115,7 @@ def resolve(resolver: Resolver, host: str, port: int, deadline: Deadline) -> lis
     def work() -> None:
         try:
             box["infos"] = list(resolver(host, port))
-        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread, which reports it
+        except BaseException as err:  # handed to the waiting thread, which reports it
             box["error"] = err
 
     worker = threading.Thread(target=work, name="migplan-resolve", daemon=True)
@@ -184,7 +184,7 @@ def connect(address: tuple[str, int], deadline: Deadline, resolver: Resolver) ->
 
 def watched(conn: http.client.HTTPConnection, deadline: Deadline, resolver: Resolver) -> http.client.HTTPConnection:
     """`conn` connecting through `connect` (resolution and connects within the deadline, watched)."""
-    conn._create_connection = (  # type: ignore[attr-defined]
+    conn._create_connection = (  # type: ignore[attr-defined]  # http.client's private hook, not in typeshed
         lambda address, timeout=None, source_address=None: connect(address, deadline, resolver))
     return conn
 

@@ -196,7 +196,7 @@ class PrometheusClient:
                                          "step": f"{step:g}", "timeout": f"{max(1, int(self.timeout))}s"})
         url = f"{self.base}/api/v1/query_range?{params}"
         # check_url admitted only http(s); S310's file:// concern does not apply.
-        req = urllib.request.Request(url, headers={"Accept": "application/json",  # noqa: S310
+        req = urllib.request.Request(url, headers={"Accept": "application/json",  # noqa: S310 - http(s) only
                                                    "Accept-Encoding": "identity",
                                                    "User-Agent": "migplan (collect --prometheus)"})
         if self.credentials is not None:
@@ -205,7 +205,7 @@ class PrometheusClient:
                   step, f" ({self.credentials.origin})" if self.credentials else "")
         where = printable(f"{self.base}/api/v1/query_range", 300)
         with Deadline(self.timeout) as deadline:
-            req.migplan_deadline = deadline  # type: ignore[attr-defined]
+            req.migplan_deadline = deadline  # type: ignore[attr-defined]  # read back (getattr) when the connection opens
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
                     body = read_body(resp, self.max_bytes, where)

@@ -75,7 +75,7 @@ from typing import Any
 # When highspy is already imported (or hidden by someone else) nothing is hidden.
 _HIDE_HIGHSPY = "highspy" not in sys.modules
 if _HIDE_HIGHSPY:
-    sys.modules["highspy"] = None  # type: ignore[assignment]
+    sys.modules["highspy"] = None  # type: ignore[assignment]  # None in sys.modules: import fails, as Python documents
 try:
     import pulp
 finally:
@@ -83,8 +83,8 @@ finally:
         del sys.modules["highspy"]
 
 from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
-from migplan.files import named_oserror  # noqa: E402
-from migplan.planner.milp import SOLVERS, Deferred, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402
+from migplan.files import named_oserror  # noqa: E402 - after PuLP's import, as above
+from migplan.planner.milp import SOLVERS, Deferred, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402 - as above
 
 EPS = 1e-6  # objective and bound closer than this: proven optimal
 
@@ -311,7 +311,7 @@ def mps_text(milp: Milp, relax: bool = False) -> tuple[str, list[int]] | None:
     return text, order
 
 
-class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
+class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]  # pulp has no type hints
     """PULP_CBC_CMD with files in `workdir` and a child process this adapter owns (see the module docstring)."""
 
     def __init__(self, workdir: str, **kwargs: Any) -> None:
@@ -390,7 +390,7 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]
     def _run(self, mps: str, sol: str, relaxation: bool = False) -> None:
         self._wait(self._spawn(mps, sol, relaxation), sol)
 
-    def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # noqa: N802 - PuLP's name
+    def actualSolve(self, lp: pulp.LpProblem, **kwargs: Any) -> int:  # PuLP's name
         if not self.executable(self.path):
             raise pulp.PulpSolverError(f"cannot execute {self.path}")
         mps, sol = os.path.join(self.workdir, "model.mps"), os.path.join(self.workdir, "model.sol")
@@ -466,7 +466,7 @@ class PulpSolver:
             try:
                 info = prob.solverModel.getInfo()  # its own objective may lack PuLP's constant: use the difference
                 return objective - max(0.0, float(info.objective_function_value) - float(info.mip_dual_bound)), 0.0
-            except Exception:  # noqa: BLE001 - an older highspy without the info field: no bound, not an error
+            except Exception:  # an older highspy without the info field: no bound, not an error
                 return None, 0.0
         if cbc_proved_optimal(log):
             return objective, 0.0

@@ -818,7 +818,7 @@ class SshRunner:
         try:
             client.connect(
                 # paramiko documents key_filename as 'str or list(str)'; the stub says str only
-                ep.hostname, port=ep.port, username=ep.user, key_filename=key_files or None,  # type: ignore[arg-type]
+                ep.hostname, port=ep.port, username=ep.user, key_filename=key_files or None,  # type: ignore[arg-type]  # as documented
                 timeout=opts.connect_timeout, banner_timeout=opts.connect_timeout,
                 auth_timeout=opts.connect_timeout, channel_timeout=opts.connect_timeout,
                 allow_agent=opts.allow_agent and not (ep.identities_only and key_files),

@@ -49,36 +49,43 @@ _SUBDIRS = ("runs", "plans", "journal", "fetched")
 _WHAT = "the state directory"
 
 
+def state_dir_option(option: object, configured: object) -> str:
+    """What names the state directory in an error: the option, the config key, or the default's own words."""
+    return "--state-dir" if option else "replan.state_dir" if configured else f"{_WHAT} (default)"
+
+
 class Locked(MigplanError):
     """Another replan holds the state directory's lock."""
 
 
 class StateDir:
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], what: str = _WHAT) -> None:
+        """`what` names where the path came from in every refusal (`--state-dir`, `replan.state_dir`)."""
         self.path = Path(path)
+        self.what = what
 
     def prepare(self) -> None:
         """Create the directory (only it, never a parent) and its subdirectories when missing, and check that
         each is trusted (module notes); InputError otherwise. Called by `lock`; safe to call again."""
-        ensure_trusted_dir(self.path, _WHAT)
+        ensure_trusted_dir(self.path, self.what)
         for sub in _SUBDIRS:
-            ensure_trusted_dir(self.path / sub, _WHAT + "'s")
+            ensure_trusted_dir(self.path / sub, self.what + "'s")
 
     def subdir(self, name: str) -> Path:
         """`journal`, `fetched`...: the subdirectory, created and checked (`prepare`)."""
-        ensure_trusted_dir(self.path / name, _WHAT + "'s")
+        ensure_trusted_dir(self.path / name, self.what + "'s")
         return self.path / name
 
     def check(self) -> bool:
         """For readers (`replan --history`): False when the directory does not exist; InputError when it (or a
         subdirectory that exists) is not trusted."""
         try:
-            check_trusted_dir(self.path, _WHAT)
+            check_trusted_dir(self.path, self.what)
         except FileNotFoundError:
             return False
         for sub in _SUBDIRS:
             with contextlib.suppress(FileNotFoundError):
-                check_trusted_dir(self.path / sub, _WHAT + "'s")
+                check_trusted_dir(self.path / sub, self.what + "'s")
         return True
 
     def _read(self, name: str) -> Any:

@@ -110,7 +110,7 @@ def store(data: bytes, models: Sequence[GpuModel]) -> None:
         for name in os.listdir(directory):  # older keys: never read again
             if name.startswith("catalog-") and name.endswith(".json") and name != f"catalog-{k}.json":
                 os.unlink(os.path.join(directory, name))
-    except Exception as err:  # noqa: BLE001 - a cache must never break a run (read-only home, full disk, ...)
+    except Exception as err:  # a cache must never break a run (read-only home, full disk, ...)
         _log.debug("catalog cache not written to %s: %s", directory, err)
 
 

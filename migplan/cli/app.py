@@ -47,10 +47,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("migplan.cli.profiles_cmd:app", "Workload profiles."),
     "backtest": ("migplan.cli.backtest_cmd:backtest",
                  "Backtest sizing rules: size from a training window, replay the next, count OOMs and waste."),
-    "replan": ("migplan.cli.replan_cmd:replan", "Re-plan from cron: read the live state, plan, apply only when worth it and safe, record why."),  # noqa: E501
-    "schedule": ("migplan.cli.replan_cmd:schedule_app", "Run replan on a schedule (cron or a systemd timer); restore layouts at boot."),  # noqa: E501
-    "report": ("migplan.cli.report_cmd:report", "Write a plan as one self-contained HTML page: every GPU's layout drawn slot by slot."),  # noqa: E501
-    "collect": ("migplan.cli.collect_cmd:app", "Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or Prometheus."),  # noqa: E501
+    "replan": ("migplan.cli.replan_cmd:replan",
+               "Re-plan from cron: read the live state, plan, apply only when worth it and safe, record why."),
+    "schedule": ("migplan.cli.replan_cmd:schedule_app",
+                 "Run replan on a schedule (cron or a systemd timer); restore layouts at boot."),
+    "report": ("migplan.cli.report_cmd:report",
+               "Write a plan as one self-contained HTML page: every GPU's layout drawn slot by slot."),
+    "collect": ("migplan.cli.collect_cmd:app",
+                "Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or Prometheus."),
     "export": ("migplan.cli.export_cmd:app",
                "Export a plan to NVIDIA's MIG tools: the GPU Operator's MIG manager, or mig-parted."),
 }

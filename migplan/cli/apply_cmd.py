@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -59,8 +59,8 @@ def _script(result: ApplyResult) -> str:
 @handle_errors
 @fleet_options()
 def apply(
-    plan: Annotated[Optional[str], typer.Argument(help="Plan document written by 'migplan propose --out'.",  # noqa: UP045
-                                                  show_default=False)] = None,
+    plan: Annotated[str | None, typer.Argument(help="Plan document written by 'migplan propose --out'.",
+                                               show_default=False)] = None,
     inventory: InventoryOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the commands, change nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking.")] = False,
@@ -70,22 +70,22 @@ def apply(
     force_stale: Annotated[bool, typer.Option("--force-stale", help="Apply a plan older than --max-age.")] = False,
     max_age: Annotated[float, typer.Option("--max-age", min=0.0, max=MAX_AGE_HOURS, callback=finite,
                                            help="Hours a plan stays fresh.")] = DEFAULT_MAX_AGE_H,
-    journal: Annotated[Optional[str], typer.Option("--journal", help="Append every command, its output and the "  # noqa: UP045
-                                                   "checkpoints here (JSON lines).", show_default=False)] = None,
-    output: Annotated[Optional[ApplyOutput], typer.Option("-o", "--output", help="table, json, yaml, or sh (the "  # noqa: UP045
-                                                          "dry run as a shell script).", show_default=False)] = None,
+    journal: Annotated[str | None, typer.Option("--journal", help="Append every command, its output and the "
+                                                "checkpoints here (JSON lines).", show_default=False)] = None,
+    output: Annotated[ApplyOutput | None, typer.Option("-o", "--output", help="table, json, yaml, or sh (the "
+                                                       "dry run as a shell script).", show_default=False)] = None,
     last: Annotated[bool, typer.Option("--last", help="Re-apply, on this machine, the layout applied here last "
                                        "(at boot: MIG instances do not survive a reboot).")] = False,
-    state_dir: Annotated[Optional[str], typer.Option("--state-dir", help="With --last: the host's state directory "  # noqa: UP045
-                                                     "[default: /etc/migplan]. With a PLAN: where the fleet's "
-                                                     "assignments map is written locally [default: next to PLAN].",
-                                                     show_default=False)] = None,
-    lock_file: Annotated[Optional[str], typer.Option("--lock-file", help="With --last: the apply lock "  # noqa: UP045
-                                                     "[default: /run/lock/migplan-apply.lock].",
-                                                     show_default=False)] = None,
-    host_name: Annotated[Optional[str], typer.Option("--host-name", help="With --last: the name this machine "  # noqa: UP045
-                                                     "has in the inventory, when it is not its host name "
-                                                     "[default: this machine's name].", show_default=False)] = None,
+    state_dir: Annotated[str | None, typer.Option("--state-dir", help="With --last: the host's state directory "
+                                                  "[default: /etc/migplan]. With a PLAN: where the fleet's "
+                                                  "assignments map is written locally [default: next to PLAN].",
+                                                  show_default=False)] = None,
+    lock_file: Annotated[str | None, typer.Option("--lock-file", help="With --last: the apply lock "
+                                                  "[default: /run/lock/migplan-apply.lock].",
+                                                  show_default=False)] = None,
+    host_name: Annotated[str | None, typer.Option("--host-name", help="With --last: the name this machine "
+                                                  "has in the inventory, when it is not its host name "
+                                                  "[default: this machine's name].", show_default=False)] = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
     *,

@@ -6,7 +6,7 @@ the options of `collect --prometheus` but its time range: `--train` + `--test` e
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -15,7 +15,7 @@ from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 
-_S = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.10
+_S = str | None
 
 
 def _table(bt: Any, all_workloads: bool) -> str:
@@ -55,7 +55,7 @@ def backtest(
     test: Annotated[str, typer.Option("--test", help="Test window length, ending at --until (replayed).")] = "7d",
     until: Annotated[_S, typer.Option("--until", help="End of the test window: unix seconds or ISO 8601.",
                                       show_default="the history's last sample")] = None,
-    policy: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+    policy: Annotated[list[str] | None, typer.Option(
         "--policy", help="Sizing rule STAT[+PCT%][+MIBMiB], STAT one of p50, p95, p99, max (repeatable).",
         show_default="max+10%, max+25%, p99+10%")] = None,
     gpu_model: Annotated[_S, typer.Option("--gpu-model", help="GPU model for workloads whose history names none.",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -87,7 +87,7 @@ def show(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100
 @handle_errors
 def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.")],
             maximal: Annotated[bool, typer.Option("--maximal", help="Only layouts where nothing more fits.")] = False,
-            profiles: Annotated[Optional[str], typer.Option(  # noqa: UP045
+            profiles: Annotated[str | None, typer.Option(
                 "--profiles", help="Comma-separated profiles to build from [default: all without +me].")] = None,
             output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
     """Enumerate the valid layouts of a model (explicit placements)."""

@@ -9,7 +9,7 @@ failed (`--inventory`; the others are collected and reported); 2 bad input. The 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -35,7 +35,7 @@ from migplan.text import printable
 app = typer.Typer(help="Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or "
                        "Prometheus.", no_args_is_help=False, invoke_without_command=True)
 
-_S = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.10
+_S = str | None
 DEFAULT_OUT = "history"
 
 

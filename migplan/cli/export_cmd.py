@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -38,8 +38,8 @@ class MigPartedOutput(str, Enum):
 
 
 PlanArg = Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.")]
-OutFileOpt = Annotated[Optional[str], typer.Option("--out", help="Write here instead of stdout.",  # noqa: UP045
-                                                   show_default=False)]
+OutFileOpt = Annotated[str | None, typer.Option("--out", help="Write here instead of stdout.",
+                                                show_default=False)]
 
 
 def _write(text: str, out: str | None, forbid: list[str]) -> None:
@@ -64,15 +64,15 @@ def _table(export: run.Export) -> str:
 @handle_errors
 def gpu_operator(
     plan: PlanArg,
-    existing: Annotated[Optional[str], typer.Option(  # noqa: UP045
+    existing: Annotated[str | None, typer.Option(
         "--existing", help="The ConfigMap the MIG manager uses now (YAML or JSON); its configs are kept.",
         show_default=False)] = None,
-    name: Annotated[Optional[str], typer.Option(  # noqa: UP045
+    name: Annotated[str | None, typer.Option(
         "--name", help=f"ConfigMap name [default: the --existing one's, else {run.DEFAULT_CONFIGMAP}].",
         show_default=False)] = None,
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace of the GPU Operator "  # noqa: UP045
-                                                     f"[default: the --existing one's, else {run.DEFAULT_NAMESPACE}].",
-                                                     show_default=False)] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the GPU Operator "
+                                                  f"[default: the --existing one's, else {run.DEFAULT_NAMESPACE}].",
+                                                  show_default=False)] = None,
     output: Annotated[GpuOperatorOutput, typer.Option("-o", "--output", help="yaml (the manifest), sh (a kubectl "
                                                       "script), json or table.")] = GpuOperatorOutput.yaml,
     out: OutFileOpt = None,
@@ -96,9 +96,9 @@ def gpu_operator(
 def mig_parted(
     plan: PlanArg,
     host: Annotated[str, typer.Option("--host", help="The plan's host to export.")],
-    config_name: Annotated[Optional[str], typer.Option("--config-name", "-c", help="Name of the config in the "  # noqa: UP045
-                                                       "file [default: migplan-<content hash>].",
-                                                       show_default=False)] = None,
+    config_name: Annotated[str | None, typer.Option("--config-name", "-c", help="Name of the config in the "
+                                                    "file [default: migplan-<content hash>].",
+                                                    show_default=False)] = None,
     output: Annotated[MigPartedOutput, typer.Option("-o", "--output", help="yaml or json.")] = MigPartedOutput.yaml,
     out: OutFileOpt = None,
     config: ConfigOpt = None,

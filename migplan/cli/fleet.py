@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -57,10 +57,10 @@ def _finish(snapshot: Snapshot) -> None:
 @fleet_options()
 def discover(
     inventory: InventoryOpt = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="Write the snapshot here (JSON; YAML for "  # noqa: UP045
-                                                ".yaml/.yml) for 'propose --snapshot'.", show_default=False)] = None,
-    plan: Annotated[Optional[str], typer.Option("--plan", help="Also say where GPUs differ from this plan's "  # noqa: UP045
-                                                "targets (on stderr).", show_default=False)] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the snapshot here (JSON; YAML for "
+                                             ".yaml/.yml) for 'propose --snapshot'.", show_default=False)] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Also say where GPUs differ from this plan's "
+                                             "targets (on stderr).", show_default=False)] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -151,11 +151,11 @@ def _indent(text: str) -> str:
 @fleet_options()
 def status(
     inventory: InventoryOpt = None,
-    snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Show a saved snapshot instead of "  # noqa: UP045
-                                                     "connecting to the hosts.", show_default=False)] = None,
-    plan: Annotated[Optional[str], typer.Option("--plan", help="Also show where GPUs differ from this plan's "  # noqa: UP045
-                                                "targets (e.g. other placements after the MIG manager ran).",
-                                                show_default=False)] = None,
+    snapshot: Annotated[str | None, typer.Option("--snapshot", help="Show a saved snapshot instead of "
+                                                  "connecting to the hosts.", show_default=False)] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Also show where GPUs differ from this plan's "
+                                             "targets (e.g. other placements after the MIG manager ran).",
+                                             show_default=False)] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -177,12 +177,12 @@ def status(
 def learn(
     host: Annotated[str, typer.Option("--host", help="Inventory host to read the model from.")],
     gpu: Annotated[int, typer.Option("--gpu", min=0, max=255, help="GPU index (must be in MIG mode).")] = 0,
-    model_id: Annotated[Optional[str], typer.Option("--id", help="Model id [default: from the GPU name].",  # noqa: UP045
-                                                    show_default=False)] = None,
-    architecture: Annotated[Optional[str], typer.Option("--architecture", help="ampere, hopper or blackwell "  # noqa: UP045
-                                                        "[default: from the GPU name].", show_default=False)] = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="Write the catalog file here (default: stdout).",  # noqa: UP045
-                                               show_default=False)] = None,
+    model_id: Annotated[str | None, typer.Option("--id", help="Model id [default: from the GPU name].",
+                                                 show_default=False)] = None,
+    architecture: Annotated[str | None, typer.Option("--architecture", help="ampere, hopper or blackwell "
+                                                     "[default: from the GPU name].", show_default=False)] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the catalog file here (default: stdout).",
+                                            show_default=False)] = None,
     inventory: InventoryOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,

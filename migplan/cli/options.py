@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -43,27 +43,27 @@ class OutputFormat(str, Enum):
 
 
 OutputOpt = Annotated[
-    Optional[OutputFormat],  # noqa: UP045 - typer needs Optional at runtime on 3.10
+    OutputFormat | None,
     typer.Option("-o", "--output", help="Output format: table, json or yaml.", envvar="MIGPLAN_OUTPUT",
                  show_default=False),
 ]
 ConfigOpt = Annotated[
-    Optional[str],  # noqa: UP045
+    str | None,
     typer.Option("--config", help="Config file [default: ~/.config/migplan/config.yaml].",
                  envvar="MIGPLAN_CONFIG", show_default=False),
 ]
 CatalogOpt = Annotated[
-    Optional[list[str]],  # noqa: UP045
+    list[str] | None,
     typer.Option("--catalog", help="Extra catalog file adding or overriding GPU models (repeatable).",
                  envvar="MIGPLAN_CATALOG", show_default=False),
 ]
 InventoryOpt = Annotated[
-    Optional[str],  # noqa: UP045
+    str | None,
     typer.Option("--inventory", "-i", help="Inventory file (migplan or Ansible YAML).",
                  envvar="MIGPLAN_INVENTORY", show_default=False),
 ]
 ProfilesOpt = Annotated[
-    Optional[str],  # noqa: UP045
+    str | None,
     typer.Option("--profiles", "-p", help="Workload profile file or directory.", envvar="MIGPLAN_PROFILES",
                  show_default=False),
 ]
@@ -89,8 +89,8 @@ def fleet_options(*, parallel: bool = True, limit: bool = True) -> Callable[[F],
             kwargs["fleet"] = FleetOptions(**values)
             return fn(*args, **kwargs)
 
-        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]  # read by typer
+        return wrapper  # type: ignore[return-value]  # an F to its callers, typer reads the new signature
 
     return decorate
 
@@ -135,7 +135,7 @@ _FLEET_PARAMS = (
     _param("ssh_config", Annotated[str, typer.Option(
         "--ssh-config", help="ssh_config file for Host/HostName/User/Port/IdentityFile/ProxyJump ('none' to read "
                              "none).", envvar="MIGPLAN_SSH_CONFIG")], DEFAULT_SSH_CONFIG),
-    _param("limit", Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional on 3.10
+    _param("limit", Annotated[list[str] | None, typer.Option(
         "--limit", "-l", help="Only these hosts or groups (names, wildcards, comma-separated; repeatable).",
         show_default=False)], None),
     _param("timeout", Annotated[float, typer.Option("--timeout", min=1.0, max=MAX_SECONDS, callback=finite,

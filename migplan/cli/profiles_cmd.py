@@ -12,7 +12,7 @@ file or Prometheus (`--prometheus URL` with the options of `collect --prometheus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -79,7 +79,7 @@ def show(profiles: ProfilesOpt = None, output: OutputOpt = None, config: ConfigO
 
 # --- build / import ---------------------------------------------------------------------------------
 
-_S = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.10
+_S = str | None
 WindowOpt = Annotated[str, typer.Option("--window", help="Window length ending at --until: 90s, 30m, 12h, 7d, 2w, "
                                         "or 'all'.")]
 UntilOpt = Annotated[_S, typer.Option("--until", help="End of the window: unix seconds or ISO 8601.",
@@ -125,7 +125,7 @@ def _build_table(r: BuildResult) -> str:
     rows = []
     for p in ro.profiles:
         w = p.workload
-        rows.append([p.name, p.host, len(p.document["observed"]["places"]), w.observed.samples,  # type: ignore[index]
+        rows.append([p.name, p.host, len(p.document["observed"]["places"]), w.observed.samples,  # type: ignore[index]  # built by Rollup: a dict
                      w.memory.p50, w.memory.p99, w.memory.max, f"{w.compute.p95:.4f}" if w.compute.known else "?",
                      "; ".join(p.notes)])
     win = ro.window

@@ -14,7 +14,7 @@ import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -50,7 +50,7 @@ def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 
-_S = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.10
+_S = str | None
 _PARAMS = (
     _param("prometheus", Annotated[_S, typer.Option(
         "--prometheus", metavar="URL", help="Prometheus base URL (scraping dcgm-exporter), e.g. "
@@ -105,8 +105,8 @@ def prometheus_options(*, without: tuple[str, ...] = ()) -> Callable[[F], F]:
             kwargs["prom"] = PromOptions(**{p.name: kwargs.pop(p.name) for p in params})
             return fn(*args, **kwargs)
 
-        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        wrapper.__signature__ = sig.replace(parameters=[*own, *params])  # type: ignore[attr-defined]  # read by typer
+        return wrapper  # type: ignore[return-value]  # an F to its callers, typer reads the new signature
 
     return decorate
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -91,21 +91,46 @@ def propose(
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="Write the plan document here (JSON).")] = None,  # noqa: UP045
-    report_html: Annotated[Optional[str], typer.Option("--report", help="Also write the plan as one self-contained HTML page here (as 'migplan report').")] = None,  # noqa: UP045, E501
-    snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Plan from a discovery snapshot instead of the inventory's layouts.")] = None,  # noqa: UP045, E501
-    solver: Annotated[Optional[str], typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,  # noqa: UP045, E501
-    time_limit: Annotated[Optional[float], typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite, help="Solver time limit, seconds [60].")] = None,  # noqa: UP045, E501
-    gap: Annotated[Optional[float], typer.Option("--gap", min=0.0, max=0.99, callback=finite, help="Relative MIP gap to stop at [0.0001].")] = None,  # noqa: UP045, E501
-    allow_disrupt: Annotated[Optional[bool], typer.Option("--allow-disrupt/--no-allow-disrupt", help="Allow moving running workloads (each move is counted).")] = None,  # noqa: UP045, E501
-    consolidate: Annotated[Optional[bool], typer.Option("--consolidate/--no-consolidate", help="Move running workloads to free GPUs (a freed GPU is worth more than a move); reports GPUs freed per move budget.")] = None,  # noqa: UP045, E501
-    max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="With --consolidate: at most N running workloads change instance (default: no limit).")] = None,  # noqa: UP045, E501
-    keep_free: Annotated[Optional[int], typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,  # noqa: UP045
-    memory_percentile: Annotated[Optional[str], typer.Option("--memory-percentile", help="Memory statistic to size for: max (the observed peak) or p50|p95|p99, which size below the peak and risk an out-of-memory kill (default max).")] = None,  # noqa: UP045, E501
-    compute_percentile: Annotated[Optional[str], typer.Option("--compute-percentile", help="Compute statistic to size for: p50|p95|p99|max; p99 needs compute.p99 in the profiles (default p95).")] = None,  # noqa: UP045, E501
-    headroom: Annotated[Optional[float], typer.Option("--headroom", min=0.0, max=10.0, callback=finite, help="Memory headroom fraction; need = the larger of statistic x (1 + headroom) and statistic + --headroom-min-mib (default 0.10).")] = None,  # noqa: UP045, E501
-    headroom_min_mib: Annotated[Optional[int], typer.Option("--headroom-min-mib", min=0, help="Least memory headroom, MiB; applies even with --headroom 0; 0 turns it off (default 512).")] = None,  # noqa: UP045, E501
-    anti_affinity_scope: Annotated[Optional[str], typer.Option("--anti-affinity-scope", help="gpu|host (default gpu).")] = None,  # noqa: UP045, E501
+    out: Annotated[str | None, typer.Option("--out", help="Write the plan document here (JSON).")] = None,
+    report_html: Annotated[str | None, typer.Option("--report",
+                                                    help="Also write the plan as one self-contained HTML page here (as "
+                                                         "'migplan report').")] = None,
+    snapshot: Annotated[str | None, typer.Option("--snapshot",
+                                                 help="Plan from a discovery snapshot instead of the inventory's "
+                                                      "layouts.")] = None,
+    solver: Annotated[str | None, typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite,
+                                                     help="Solver time limit, seconds [60].")] = None,
+    gap: Annotated[float | None, typer.Option("--gap", min=0.0, max=0.99, callback=finite,
+                                              help="Relative MIP gap to stop at [0.0001].")] = None,
+    allow_disrupt: Annotated[bool | None, typer.Option("--allow-disrupt/--no-allow-disrupt",
+                                                       help="Allow moving running workloads (each move is "
+                                                            "counted).")] = None,
+    consolidate: Annotated[bool | None, typer.Option("--consolidate/--no-consolidate",
+                                                     help="Move running workloads to free GPUs (a freed GPU is worth "
+                                                          "more than a move); reports GPUs freed per move "
+                                                          "budget.")] = None,
+    max_moves: Annotated[int | None, typer.Option("--max-moves", min=0,
+                                                  help="With --consolidate: at most N running workloads change "
+                                                       "instance (default: no limit).")] = None,
+    keep_free: Annotated[int | None, typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,
+    memory_percentile: Annotated[str | None, typer.Option("--memory-percentile",
+                                                          help="Memory statistic to size for: max (the observed peak) "
+                                                               "or p50|p95|p99, which size below the peak and risk an "
+                                                               "out-of-memory kill (default max).")] = None,
+    compute_percentile: Annotated[str | None, typer.Option("--compute-percentile",
+                                                           help="Compute statistic to size for: p50|p95|p99|max; p99 "
+                                                                "needs compute.p99 in the profiles (default "
+                                                                "p95).")] = None,
+    headroom: Annotated[float | None, typer.Option("--headroom", min=0.0, max=10.0, callback=finite,
+                                                   help="Memory headroom fraction; need = the larger of statistic x (1 "
+                                                        "+ headroom) and statistic + --headroom-min-mib (default "
+                                                        "0.10).")] = None,
+    headroom_min_mib: Annotated[int | None, typer.Option("--headroom-min-mib", min=0,
+                                                         help="Least memory headroom, MiB; applies even with "
+                                                              "--headroom 0; 0 turns it off (default 512).")] = None,
+    anti_affinity_scope: Annotated[str | None, typer.Option("--anti-affinity-scope",
+                                                            help="gpu|host (default gpu).")] = None,
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     ctx = build_context(config, catalog, output)

@@ -61,7 +61,7 @@ def handle_errors(fn: F) -> F:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # wraps(fn) keeps fn's signature: an F
 
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "emit", "grid", "handle_errors", "info"]

@@ -8,7 +8,7 @@ and syslog keep as they are; `--quiet` prints only warnings and errors.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -25,16 +25,16 @@ from migplan.text import printable
 def replan(
     inventory: InventoryOpt = None,
     profiles: ProfilesOpt = None,
-    state_dir: Annotated[Optional[str], typer.Option("--state-dir", help="Lock, runs, plans and GPU change "  # noqa: UP045
-                                                     "times [default: replan.state_dir, else /var/lib/migplan].",
-                                                     show_default=False)] = None,
-    metrics_file: Annotated[Optional[str], typer.Option("--metrics-file", help="Write node_exporter textfile "  # noqa: UP045
-                                                        "metrics here (e.g. /var/lib/node_exporter/textfile/"
-                                                        "migplan.prom).", show_default=False)] = None,
-    store: Annotated[Optional[str], typer.Option("--history-store", help="Profiles from this history instead of "  # noqa: UP045
-                                                 "--profiles: a host's store or a directory of <host>.sqlite "
-                                                 "('migplan collect --inventory --out DIR').",
-                                                 show_default=False)] = None,
+    state_dir: Annotated[str | None, typer.Option("--state-dir", help="Lock, runs, plans and GPU change "
+                                                  "times [default: replan.state_dir, else /var/lib/migplan].",
+                                                  show_default=False)] = None,
+    metrics_file: Annotated[str | None, typer.Option("--metrics-file", help="Write node_exporter textfile "
+                                                     "metrics here (e.g. /var/lib/node_exporter/textfile/"
+                                                     "migplan.prom).", show_default=False)] = None,
+    store: Annotated[str | None, typer.Option("--history-store", help="Profiles from this history instead of "
+                                              "--profiles: a host's store or a directory of <host>.sqlite "
+                                              "('migplan collect --inventory --out DIR').",
+                                              show_default=False)] = None,
     collect: Annotated[bool, typer.Option("--collect", help="First fetch every host's history (as 'migplan collect "
                                           "--inventory') into STATE_DIR/fetched and plan from it.")] = False,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
@@ -52,14 +52,14 @@ def replan(
     fleet: FleetOptions,
 ) -> None:
     """Re-plan from cron: read the live state, plan, apply only when worth it and safe, record why."""
-    from migplan.adapters.state_dir import DEFAULT_STATE_DIR, StateDir
+    from migplan.adapters.state_dir import DEFAULT_STATE_DIR, StateDir, state_dir_option
     from migplan.commands.replan import ReplanRequest
     from migplan.commands.replan import replan as run_replan
 
     ctx = build_context(config, catalog, output.value if output else None)
     where = state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR)
     if history:
-        runs = StateDir(where).runs(last)
+        runs = StateDir(where, state_dir_option(state_dir, ctx.config.replan.get("state_dir"))).runs(last)
         emit(runs, ctx.output, lambda: grid([[r.get("at", r.get("id")), r.get("result", "?"),
                                               printable(str(r.get("line") or r.get("error") or ""), 160)]
                                              for r in runs], ["WHEN", "RESULT", "WHY"]))
@@ -182,7 +182,7 @@ def _kind(kind: str) -> str:
 @schedule_app.command("install")
 @handle_errors
 def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot: BootOpt = False,
-                     root: RootOpt = "/", args: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+                     root: RootOpt = "/", args: Annotated[list[str] | None, typer.Argument(
                          help="Extra replan options, e.g. -- -i /etc/migplan/inventory.yaml.",
                          show_default=False)] = None) -> None:
     """Write the cron entry or the systemd units (idempotent: unchanged files are left alone)."""
@@ -196,7 +196,7 @@ def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot:
 @schedule_app.command("show")
 @handle_errors
 def schedule_show(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot: BootOpt = False,
-                  args: Annotated[Optional[list[str]], typer.Argument(show_default=False)] = None) -> None:  # noqa: UP045
+                  args: Annotated[list[str] | None, typer.Argument(show_default=False)] = None) -> None:
     """Print what 'schedule install' would write, file by file."""
     files = _files(_kind(kind), every, at_boot, _migplan_path(), list(args or []))
     for path, text in files.items():

@@ -5,7 +5,7 @@ Exit codes: 0 written, 2 the plan file does not validate (or --out names the pla
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,10 +18,10 @@ from migplan.commands.report import report as run_report
 @handle_errors
 def report(
     plan: Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.")],
-    out: Annotated[Optional[str], typer.Option("--out", help="Write the page here (default: stdout).",  # noqa: UP045
-                                               show_default=False)] = None,
-    title: Annotated[Optional[str], typer.Option("--title", help="Page title [default: the plan's path].",  # noqa: UP045
-                                                 show_default=False)] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the page here (default: stdout).",
+                                            show_default=False)] = None,
+    title: Annotated[str | None, typer.Option("--title", help="Page title [default: the plan's path].",
+                                              show_default=False)] = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:

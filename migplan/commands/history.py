@@ -330,7 +330,7 @@ def write_profiles(rolled: Rollup, directory: str, *,
         with yamldoc.paused_gc():  # the text's many small strings: no cycles to find
             text = yamlemit.dump(doc)  # the bytes PyYAML (libyaml) writes, 8x faster (migplan.yamlemit)
         files.write_atomic(path, text, forbid=list(forbid))
-        written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]
+        written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]  # Rollup.documents made it a list
     mine = {f"{h}.yaml" for h in docs}
     stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)
     return written, stale

@@ -60,8 +60,8 @@ def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSol
 
     cfg = ctx.config.planner
     name = req.solver or str(cfg.get("solver", DEFAULT_SOLVER))
-    time_limit = req.time_limit if req.time_limit is not None else float(cfg.get("time_limit", DEFAULT_TIME_LIMIT_S))  # type: ignore[arg-type]
-    gap = req.gap if req.gap is not None else float(cfg.get("gap", DEFAULT_GAP))  # type: ignore[arg-type]
+    time_limit = req.time_limit if req.time_limit is not None else float(cfg.get("time_limit", DEFAULT_TIME_LIMIT_S))  # type: ignore[arg-type]  # checked as a number when read
+    gap = req.gap if req.gap is not None else float(cfg.get("gap", DEFAULT_GAP))  # type: ignore[arg-type]  # checked as a number when read
     # gap 0 means proven optimal: no absolute early stop either (the plan's status then says "optimal"
     # only when the solver closed the gap; a gap stop reports "feasible" with its distance to the bound)
     share = CONSOLIDATE_GAP_ABS_GPUS if policy.consolidate else DEFAULT_GAP_ABS_GPUS

@@ -19,7 +19,7 @@ from typing import Any
 from migplan import documents
 from migplan.adapters import children
 from migplan.adapters.runner import CommandRunner
-from migplan.adapters.state_dir import DEFAULT_STATE_DIR, Locked, StateDir
+from migplan.adapters.state_dir import DEFAULT_STATE_DIR, Locked, StateDir, state_dir_option
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.apply import ApplyRequest, ApplyResult, apply, repair_hosts
@@ -92,7 +92,7 @@ def replan_policy(ctx: Context) -> ReplanPolicy:
     listed = cfg.pop("maintenance_windows", ()) or ()
     windows = tuple(parse_window(str(w), where) for w in (listed if isinstance(listed, (list, tuple)) else ()))
     known = {f.name for f in dataclasses.fields(ReplanPolicy)}
-    return ReplanPolicy(windows=windows, **{k: v for k, v in cfg.items() if k in known})  # type: ignore[arg-type]
+    return ReplanPolicy(windows=windows, **{k: v for k, v in cfg.items() if k in known})  # type: ignore[arg-type]  # checked per key when read
 
 
 def _hold(state: FleetState, keys: set[GpuKey]) -> FleetState:
@@ -108,7 +108,8 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
            connect: Callable[[Host], CommandRunner] | None = None) -> ReplanResult:
     """One run (see the module notes). `connect` overrides SSH (tests, local hosts)."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR))
+    state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR),
+                         state_dir_option(req.state_dir, ctx.config.replan.get("state_dir")))
     metrics_file = req.metrics_file or ctx.config.replan.get("metrics_file")
     if isinstance(metrics_file, str) and metrics_file:  # refused now, not after the GPUs changed
         check_output_option(metrics_file, "--metrics-file" if req.metrics_file else "replan.metrics_file")

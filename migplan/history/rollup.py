@@ -89,7 +89,7 @@ class Counts:
             self._merge(new)
         elif self._vals is None or self._cnts is None:
             self._vals, self._cnts = array("Q"), array("Q")
-        return self._vals, self._cnts  # type: ignore[return-value]
+        return self._vals, self._cnts  # type: ignore[return-value]  # both set just above (by _merge or here)
 
     @classmethod
     def of(cls, counts: dict[int, int]) -> Counts:

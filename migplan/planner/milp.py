@@ -25,7 +25,7 @@ class SizeLimit:
     nonzeros: int | None = None
 
 
-class ModelTooLarge(Exception):  # noqa: N818 - a signal to the formulation, which reports a PlanError
+class ModelTooLarge(Exception):  # a signal to the formulation, which reports a PlanError
     """Raised by `Milp.var`/`Milp.add` the moment the model would pass its `SizeLimit`."""
 
     def __init__(self, what: str, limit: int, variables: int, rows: int, nonzeros: int) -> None:
@@ -169,5 +169,5 @@ def start_solve(solver: Solver, milp: Milp, *, relax: bool = False) -> SolveHand
     else a handle that solves when its result is asked for. `milp` must not change until then."""
     start = getattr(solver, "start", None)
     if start is not None:
-        return start(milp, relax=relax)  # type: ignore[no-any-return]
+        return start(milp, relax=relax)  # type: ignore[no-any-return]  # a solver's optional start() returns a SolveHandle
     return Deferred(solver, milp, relax)

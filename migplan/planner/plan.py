@@ -568,7 +568,7 @@ def _gpu_fast(d: Any, memo: _Memo) -> GpuPlan | None:
     actions, texts = memo.diff(current, target, model, observed.key)
     if d["actions"] != texts:
         return None
-    return _made(GpuPlan, {"observed": observed, "target": target, "actions": actions})  # type: ignore[no-any-return]
+    return _made(GpuPlan, {"observed": observed, "target": target, "actions": actions})  # type: ignore[no-any-return]  # _made(cls) is a cls
 
 
 _WORKLOAD_KEY_SET = frozenset(_WORKLOAD_FIELDS)
@@ -756,7 +756,7 @@ def _read_host_models(node: Node, catalog: Catalog) -> tuple[GpuModel, ...]:
     for m in models:
         found = _HOST_MODEL.fullmatch(m.id)
         base = catalog.find(found.group("base")) if found else None
-        if base is None or base.id != found.group("base") or base.architecture != m.architecture:  # type: ignore[union-attr]
+        if base is None or base.id != found.group("base") or base.architecture != m.architecture:  # type: ignore[union-attr]  # found: else base is None
             node.fail(f"host model {m.id!r} is not '<catalog model>@host-<digest>' of a catalog model with its "
                       "architecture", hint=_HINT)
     return models

@@ -95,9 +95,9 @@ def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
         # the memory it gets there: the instance's profile, or the whole MIG-disabled GPU's memory
         mib = instance_memory_mib(problem.models[gpu.model], instance) if gpu else None
         margin = mib - it.demand.peak_mib if mib is not None else None
-        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=instance,  # type: ignore[arg-type]
+        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=instance,  # type: ignore[arg-type]  # base: str and int fields
                             instance_mib=mib, margin_mib=margin, slices=slices, kept=it.name in m.kept, moved=moved)
-    return WorkloadPlan(**base, status="unplaced", slices=it.slices(first),  # type: ignore[arg-type]
+    return WorkloadPlan(**base, status="unplaced", slices=it.slices(first),  # type: ignore[arg-type]  # base: as above
                         reason=m.unplaced.get(it.name, "left out"))
 
 
