@@ -77,9 +77,9 @@ def _plain_grid(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str | 
         for i, c in enumerate(cells):
             if len(c) > widths[i]:
                 widths[i] = len(c)
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in table]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() for cells in table]
     return "\n".join(lines)
 
 
