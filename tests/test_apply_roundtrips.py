@@ -217,7 +217,7 @@ def test_the_files_are_one_round_trip_whatever_changes(tmp_path: Path, changed: 
 
 def test_the_devices_table_matches_uuids_exactly_where_the_listing_order_would_not() -> None:
     from migplan import smi
-    from migplan.fleet.apply import _uuids_of
+    from migplan.fleet.devices import _uuids_of
 
     gis = [smi.GpuInstanceRow(gpu=0, profile_name="3g.20gb", profile_id=9, gi_id=1, start=0, size=4),
            smi.GpuInstanceRow(gpu=0, profile_name="2g.10gb", profile_id=14, gi_id=3, start=4, size=2)]

@@ -7,13 +7,19 @@
                document's dict form and strict parser                                      pure
   host_table.py a GPU's own -lgip/-lgipp table: differences from the catalog, the model built
                from it for planning                                                        pure
-  steps.py     a GPU's change as the exact nvidia-smi commands, batched, in order           pure
+  steps.py     `to_commands`: a GPU's actions as the exact nvidia-smi commands, batched, in
+               order; the one place MIG-changing commands are built                         pure
   discover.py  discovery over an injected `CommandRunner` (one `SmiSession` per host)
   apply.py     apply one host's part of a plan: re-read, refuse stale GPUs, checkpoint, change,
-               verify, roll back (over an injected runner)
+               verify, roll back (over an injected runner); what it uses:
+  outcomes.py    the results, options and move events of an apply
+  gpu_change.py  one GPU's change: its actions run through `to_commands`, verify, roll back
+  moves.py       the order of a host's changes: the plan's moves, then the rest of each GPU
+  repair.py      the in-flight record of an apply and the repair of one left half-done
+  devices.py     the MIG devices (UUIDs) read after an apply
 
 May import: catalog, layout, inventory, smi, names, errors, yamldoc, planner.plan (apply.py: the plan's
-per-GPU entries); discover.py and apply.py also
+per-GPU entries); discover.py and apply.py (and the modules it uses) also
 `migplan.adapters` (the runner protocol, the nvidia-smi session, the host pool). Never paramiko,
 pulp, typer or pynvml: transports are passed in.
 """

@@ -7,6 +7,10 @@ at their explicit placement then their default compute instance (lowest start fi
 A MIG mode change on Ampere stays pending until that GPU is reset; on Hopper and later it takes
 effect at once when the GPU is idle (NVIDIA MIG User Guide, "Enable MIG Mode"; docs/nvidia-smi.md).
 The mode-change action says which, so `apply` resets exactly that one GPU and no other.
+
+These actions are the one change vocabulary: a plan lists them, apply runs them (`fleet.steps.to_commands` turns a
+GPU's actions into its nvidia-smi commands), a rollback is `diff(live, checkpoint)` and the repair of an
+interrupted apply `diff(live, wanted)` run the same way. `Op` is also the kind of each command.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ GpuKey = tuple[str, int]
 
 
 class Op(str, enum.Enum):
+    """What an action does; the values are the plan document's words."""
+
     DESTROY_CI = "destroy-ci"
     DESTROY_GI = "destroy-gi"
     DISABLE_MIG = "disable-mig"
@@ -78,3 +84,10 @@ def diff(current: Layout | None, target: Layout | None, *, gpu: GpuKey = ("", 0)
     for inst in sorted(want - have):
         out += [Action(Op.CREATE_GI, gpu, inst), Action(Op.CREATE_CI, gpu, inst)]
     return out
+
+
+def keep_mode(mig: bool, gpu: GpuKey = ("", 0)) -> Action:
+    """The mode change that sets the MIG mode in force again (no reset): it clears a pending change the driver could
+    not make effective (an Ampere reset refused), so the GPU is as it was (docs/nvidia-smi.md §1: pending differs
+    from current until a reset)."""
+    return Action(Op.ENABLE_MIG if mig else Op.DISABLE_MIG, gpu)

@@ -1,96 +1,113 @@
-"""From a GPU's planned change to the exact nvidia-smi commands that make it, in order (pure).
+"""A GPU's actions (`fleet.diff.Action`) as the exact nvidia-smi commands that carry them out, in order (pure).
 
-Only what the plan changes is touched: the instances it removes are destroyed by their live GPU
-instance ids (their compute instances first), the instances it adds are created at their explicit
-placements with their default compute instance in one command (`-cgi ID:START,... -C`, docs/nvidia-smi.md
-§5), and the MIG mode changes only on a GPU whose plan changes it, with a reset of that one GPU where
-the architecture needs one (Ampere, docs/nvidia-smi.md §1). No creation-order retries: placements are
-explicit, so an order that fails is an error, not something to permute.
+`to_commands` is the one place in migplan that builds a MIG-changing nvidia-smi command (tests/test_architecture.py
+checks it): apply runs the plan's actions through it, a rollback runs `diff(live, checkpoint)` through it, and the
+repair of an interrupted apply `diff(live, wanted)`. The step kind is the action's `Op`.
 
-The same builder undoes a change: `steps(target -> checkpoint)` is the rollback.
+The commands, in the phases of `diff` (destroy, mode, create), batched per GPU as they always were: the instances
+destroyed by their live GPU instance ids in one `-dci` then one `-dgi` (an instance with no compute instance left
+has a DESTROY_GI action alone: it is in the `-dgi` only); the mode change as `-mig 1|0`, followed by `-r -i N` of
+that one GPU when the action says the architecture needs a reset (Ampere, docs/nvidia-smi.md §1); the instances
+created at their explicit placements with their default compute instance in one command (`-cgi ID:START,... -C`,
+docs/nvidia-smi.md §5: a CREATE_GI with its CREATE_CI). No creation-order retries: placements are explicit, so an
+order that fails is an error, not something to permute.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from migplan import smi
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.diff import RESET_ON_MODE_CHANGE
-from migplan.layout import Instance, Layout
+from migplan.fleet.diff import Action, Op
+from migplan.layout import Instance
 
-
-class StepKind(str, enum.Enum):
-    DESTROY_CI = "destroy-ci"
-    DESTROY_GI = "destroy-gi"
-    MODE = "set-mig-mode"
-    RESET = "reset-gpu"
-    CREATE = "create-gi"
+# The journal's "kind" of each command: the strings journals have always carried (tools read them), so a mode
+# change is "set-mig-mode" whichever way it goes and the one `-cgi ... -C` of CREATE_GI + CREATE_CI is "create-gi".
+_JOURNAL_KIND = {Op.DESTROY_CI: "destroy-ci", Op.DESTROY_GI: "destroy-gi", Op.ENABLE_MIG: "set-mig-mode",
+                 Op.DISABLE_MIG: "set-mig-mode", Op.CREATE_GI: "create-gi"}
+RESET_KIND = "reset-gpu"
+# The phases of `diff`, in the order their commands run.
+_PHASES = ((Op.DESTROY_CI,), (Op.DESTROY_GI,), (Op.ENABLE_MIG, Op.DISABLE_MIG), (Op.CREATE_GI,))
 
 
 @dataclass(frozen=True)
 class Step:
-    """One nvidia-smi command of an apply, with what it is for."""
+    """One nvidia-smi command of an apply: the `Op` of the actions it carries out, its argv, its GPU, the
+    instances it destroys or creates, and `reset` for the GPU reset that follows a mode change (Ampere)."""
 
-    kind: StepKind
+    op: Op
     argv: tuple[str, ...]
     gpu: int
-    instances: tuple[Instance, ...] = ()  # the instances it destroys or creates
+    instances: tuple[Instance, ...] = ()
+    reset: bool = False
+
+    @property
+    def kind(self) -> str:
+        """What the journal calls this command (`_JOURNAL_KIND`)."""
+        return RESET_KIND if self.reset else _JOURNAL_KIND[self.op]
 
     def __str__(self) -> str:
         return " ".join(self.argv)
 
 
 class StepError(Exception):
-    """The change cannot be expressed as commands (an instance to destroy without a live GPU instance id)."""
+    """The actions cannot be expressed as commands (an instance to destroy without a live GPU instance id, a GPU
+    instance to create without its default compute instance, two mode changes)."""
 
 
-def steps(gpu: int, model: GpuModel, current: Layout | None, target: Layout | None,
-          gi_ids: Mapping[Instance, int]) -> list[Step]:
-    """Commands that turn `current` into `target` on GPU `gpu`; `gi_ids` are the live ids of current's
-    instances (from `-lgi`). Equal layouts give no commands."""
-    if current == target:
-        return []
-    have = set(current.instances) if current is not None else set()
-    want = set(target.instances) if target is not None else set()
-    out = destroy_steps(gpu, have - want, gi_ids)
-    if (current is None) != (target is None):
-        enable = target is not None
-        out.append(Step(StepKind.MODE, tuple(smi.set_mig_mode(gpu, enable)), gpu))
-        if model.architecture in RESET_ON_MODE_CHANGE:
-            out.append(Step(StepKind.RESET, tuple(smi.reset_gpu(gpu)), gpu))
-    return out + create_steps(gpu, model, want - have)
+def to_commands(gpu: int, model: GpuModel, actions: Sequence[Action], gi_ids: Mapping[Instance, int]) -> list[Step]:
+    """The commands that carry out `actions` on GPU `gpu` of model `model`; `gi_ids` are the live GPU instance ids
+    (from `-lgi`) of the instances destroyed. Within a phase, the actions' order is the commands' order (`diff`'s:
+    destroyed highest start first, created lowest first). No actions: no commands."""
+    by_op: dict[Op, list[Action]] = {op: [] for op in Op}
+    for a in actions:
+        by_op[a.op].append(a)
+    out: list[Step] = []
+    for phase in _PHASES:
+        items = [a for op in phase for a in by_op[op]]
+        if not items:
+            continue
+        if phase[0] is Op.DESTROY_CI or phase[0] is Op.DESTROY_GI:
+            out.append(_destroy(gpu, phase[0], [a.instance for a in items if a.instance is not None], gi_ids))
+        elif phase[0] is Op.CREATE_GI:
+            out.append(_create(gpu, model, items, by_op[Op.CREATE_CI]))
+        else:
+            out += _mode(gpu, items)
+    if by_op[Op.CREATE_CI] and not by_op[Op.CREATE_GI]:
+        raise StepError(f"GPU {gpu}: a compute instance is only created with its GPU instance (-cgi ... -C)")
+    return out
 
 
-def destroy_steps(gpu: int, gone: Iterable[Instance], gi_ids: Mapping[Instance, int]) -> list[Step]:
-    """`-dci` then `-dgi` of these GPU instances, by their live ids (none: no commands)."""
-    items = sorted(gone, key=lambda i: (-i.start, i.profile))
-    if not items:
-        return []
+def _destroy(gpu: int, op: Op, items: list[Instance], gi_ids: Mapping[Instance, int]) -> Step:
+    """One `-dci` or `-dgi` of these GPU instances, by their live ids."""
     missing = [str(i) for i in items if i not in gi_ids]
     if missing:
         raise StepError(f"GPU {gpu}: no live GPU instance id for {', '.join(missing)}")
     ids = [gi_ids[i] for i in items]
-    return [Step(StepKind.DESTROY_CI, tuple(smi.destroy_compute_instances(gpu, ids)), gpu, tuple(items)),
-            Step(StepKind.DESTROY_GI, tuple(smi.destroy_gpu_instances(gpu, ids)), gpu, tuple(items))]
+    argv = smi.destroy_compute_instances(gpu, ids) if op is Op.DESTROY_CI else smi.destroy_gpu_instances(gpu, ids)
+    return Step(op, tuple(argv), gpu, tuple(items))
 
 
-def create_steps(gpu: int, model: GpuModel, new: Iterable[Instance]) -> list[Step]:
-    """One `-cgi ID:START,... -C` for these instances (none: no commands)."""
-    items = sorted(new)
-    if not items:
-        return []
-    return [Step(StepKind.CREATE, tuple(smi.create_instances_for(model, gpu, items, default_ci=True)), gpu,
-                 tuple(items))]
+def _create(gpu: int, model: GpuModel, gis: list[Action], cis: list[Action]) -> Step:
+    """One `-cgi ID:START,... -C`: every GPU instance created with its default compute instance."""
+    items = [a.instance for a in gis if a.instance is not None]
+    if sorted(items) != sorted(a.instance for a in cis if a.instance is not None):
+        raise StepError(f"GPU {gpu}: migplan creates each GPU instance with its default compute instance "
+                        "(a CREATE_GI needs its CREATE_CI, and a CREATE_CI its CREATE_GI)")
+    return Step(Op.CREATE_GI, tuple(smi.create_instances_for(model, gpu, items, default_ci=True)), gpu, tuple(items))
 
 
-def cancel_pending(gpu: int, mig: bool) -> Step:
-    """`-mig` back to the current mode: clears a pending mode change the driver could not make effective (an
-    Ampere reset refused), so the GPU is as it was (docs/nvidia-smi.md §1: pending differs from current until a
-    reset)."""
-    return Step(StepKind.MODE, tuple(smi.set_mig_mode(gpu, mig)), gpu)
+def _mode(gpu: int, items: list[Action]) -> list[Step]:
+    """`-mig 1|0`, then `-r -i N` of this one GPU when the action needs a reset."""
+    if len(items) > 1:
+        raise StepError(f"GPU {gpu}: more than one MIG mode change")
+    [a] = items
+    out = [Step(a.op, tuple(smi.set_mig_mode(gpu, a.op is Op.ENABLE_MIG)), gpu)]
+    if a.reset:
+        out.append(Step(a.op, tuple(smi.reset_gpu(gpu)), gpu, reset=True))
+    return out
 
 
 READ_ONLY_FLAGS = ("-L", "-lgi", "-lci", "-lgip", "-lgipp", "-h", "--help")
