@@ -79,7 +79,8 @@ def write_plan(n_gpus: int, path: str, first: list[str] | None = None) -> int:
     summary = dataclasses.replace(tmpl.summary, below_peak=below, min_margin_mib=least,
                                   memory_warning=memory_warning(policy, below))
     big = dataclasses.replace(tmpl, gpus=tuple(gpus), workloads=tuple(workloads), summary=summary,
-                              created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                              created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              fingerprint=FleetState(tuple(g.observed for g in gpus)).fingerprint())  # of them all
     text = jsontext.dumps(plan_to_dict(big)) + "\n"
     Path(path).write_text(text)
     return len(text.encode())
