@@ -25,22 +25,22 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
+from planner_fixtures import EXACT, profiles, wl  # noqa: E402 - after the sys.path insert
+from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
 
-from migplan import documents  # noqa: E402
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.commands.apply import ApplyRequest, apply  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.snapshot import Snapshot  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
-from migplan.planner import Plan, plan  # noqa: E402
+from migplan import documents  # noqa: E402 - after the sys.path insert
+from migplan.adapters.runner import LocalRunner  # noqa: E402 - after the sys.path insert
+from migplan.adapters.solver import PulpSolver  # noqa: E402 - after the sys.path insert
+from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
+from migplan.commands.apply import ApplyRequest, apply  # noqa: E402 - after the sys.path insert
+from migplan.commands.context import build_context  # noqa: E402 - after the sys.path insert
+from migplan.commands.fleet import FleetRequest  # noqa: E402 - after the sys.path insert
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.snapshot import Snapshot  # noqa: E402 - after the sys.path insert
+from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
+from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
+from migplan.planner import Plan, plan  # noqa: E402 - after the sys.path insert
 
 CAT = builtin_catalog()
 BEFORE = ["3g.20gb@0", "3g.20gb@4"]

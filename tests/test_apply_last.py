@@ -13,22 +13,22 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402
+from planner_fixtures import EXACT, profiles, wl  # noqa: E402 - after the sys.path insert
+from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402 - after the sys.path insert
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import Catalog, builtin_catalog  # noqa: E402
-from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.documents import write_plan  # noqa: E402
-from migplan.errors import InputError  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.snapshot import Snapshot  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
-from migplan.planner import plan  # noqa: E402
+from migplan.adapters.runner import LocalRunner  # noqa: E402 - after the sys.path insert
+from migplan.adapters.solver import PulpSolver  # noqa: E402 - after the sys.path insert
+from migplan.catalog import Catalog, builtin_catalog  # noqa: E402 - after the sys.path insert
+from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last  # noqa: E402 - sys.path first
+from migplan.commands.context import build_context  # noqa: E402 - after the sys.path insert
+from migplan.commands.fleet import FleetRequest  # noqa: E402 - after the sys.path insert
+from migplan.documents import write_plan  # noqa: E402 - after the sys.path insert
+from migplan.errors import InputError  # noqa: E402 - after the sys.path insert
+from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.snapshot import Snapshot  # noqa: E402 - after the sys.path insert
+from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
+from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
+from migplan.planner import plan  # noqa: E402 - after the sys.path insert
 
 CAT = builtin_catalog()
 

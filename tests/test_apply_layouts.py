@@ -10,17 +10,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, write_state  # noqa: E402
-from sim_runner import InProcess  # noqa: E402
+from sim.fleet import host_state, write_state  # noqa: E402 - after the sys.path insert
+from sim_runner import InProcess  # noqa: E402 - after the sys.path insert
 
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402
-from migplan.fleet.diff import diff  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.state import GpuState  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout, enumerate_layouts  # noqa: E402
-from migplan.planner.plan import GpuPlan  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
+from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
+from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
+from migplan.layout import Layout, enumerate_layouts  # noqa: E402 - after the sys.path insert
+from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
 
 CAT = builtin_catalog()
 

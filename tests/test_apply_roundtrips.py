@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
 
-from migplan.adapters.runner import (  # noqa: E402
+from migplan.adapters.runner import (  # noqa: E402 - after the sys.path insert
     DEFAULT_TIMEOUT,
     FILES_SCRIPT,
     Completed,
@@ -26,16 +26,16 @@ from migplan.adapters.runner import (  # noqa: E402
     LocalRunner,
     Prune,
 )
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402
-from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
-from migplan.fleet.assignments import LastApplied, Placement  # noqa: E402
-from migplan.fleet.diff import diff  # noqa: E402
-from migplan.fleet.state import GpuState  # noqa: E402
-from migplan.fleet.steps import is_read_only  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
-from migplan.planner.plan import GpuPlan  # noqa: E402
+from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
+from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402 - after the sys.path insert
+from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402 - after the sys.path insert
+from migplan.fleet.assignments import LastApplied, Placement  # noqa: E402 - after the sys.path insert
+from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
+from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
+from migplan.fleet.steps import is_read_only  # noqa: E402 - after the sys.path insert
+from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
+from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
+from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")
