@@ -25,6 +25,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import free_port
+
 STEP = 60
 INTERVAL = 30
 POINTS = 240  # raw samples per series: 2 hours
@@ -52,12 +54,6 @@ def ensure_prometheus() -> tuple[str | None, str | None, str]:
             return None, None, f"{' '.join(cmd)} failed: {r.stderr.strip()[-300:]}"
     prom, tool = find_tool("prometheus"), find_tool("promtool")
     return (prom, tool, "") if prom and tool else (None, None, "prometheus installed but not found")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the data ------------------------------------------------------------------------------------

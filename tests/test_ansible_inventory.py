@@ -122,6 +122,7 @@ def test_the_issue_example_host_without_gpus_is_not_an_error_in_an_ansible_yaml_
                            "gpu02": ("gpu02", None, None, (), "ssh", True, 0, ("gpu_nodes",))}
 
 
+@pytest.mark.slow
 @needs_ansible
 @pytest.mark.parametrize("export", [False, True])
 def test_ini_through_ansible_core_equals_ansible_inventory_list_json(tmp_path: Path, export: bool) -> None:
@@ -144,6 +145,7 @@ def test_ini_through_ansible_core_equals_ansible_inventory_list_json(tmp_path: P
     }  # [all:vars] migplan_limit=gpu_nodes:local_gpu:!drained; the bastion, control plane and etcd are ignored
 
 
+@pytest.mark.slow
 @needs_ansible
 def test_directory_with_group_vars_is_read_by_ansible_core(tmp_path: Path) -> None:
     (tmp_path / "inv" / "group_vars").mkdir(parents=True)
@@ -156,6 +158,7 @@ def test_directory_with_group_vars_is_read_by_ansible_core(tmp_path: Path) -> No
                            "g2": ("g2", 2022, "ops", (), "ssh", False, 4, ("gpu",))}
 
 
+@pytest.mark.slow
 @needs_ansible
 def test_yaml_inventory_with_group_vars_beside_it_gets_those_vars(tmp_path: Path) -> None:
     (tmp_path / "group_vars").mkdir()
@@ -211,6 +214,7 @@ workloads:
 """
 
 
+@pytest.mark.slow
 def test_become_password_is_warned_once_per_host_and_appears_nowhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """discover -> propose -> apply on a simulated local host (ansible_connection: local) whose inventory

@@ -174,6 +174,7 @@ def test_catalog_check(run) -> None:  # type: ignore[no-untyped-def]
     assert r.exit_code == 2 and "PROFILE@START" in r.stderr
 
 
+@pytest.mark.slow
 def test_verbose_keeps_stdout_data_only() -> None:
     import subprocess
     import sys
@@ -239,6 +240,7 @@ def test_help_imports_no_command_module() -> None:
     assert not heavy & mods, sorted(heavy & mods)
 
 
+@pytest.mark.slow
 def test_a_command_imports_only_what_it_needs() -> None:
     mods = _modules_after("catalog", "list", "-o", "json")
     assert "migplan.cli.catalog_cmd" in mods

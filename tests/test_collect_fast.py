@@ -236,6 +236,7 @@ def test_console_script_runs_collect_local_without_typer(tmp_path: Path) -> None
     assert not heavy & modules, sorted(heavy & modules)
 
 
+@pytest.mark.slow
 def test_console_script_sends_help_and_other_commands_to_typer(tmp_path: Path) -> None:
     done, modules = _script(tmp_path, "collect", "--local", "--help")
     assert done.returncode == 0 and "--inventory" in done.stdout and "typer" in modules

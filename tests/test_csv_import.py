@@ -208,6 +208,7 @@ def test_build_refuses_bad_options(tmp_path, args, words) -> None:
     assert res.exit_code == 2 and words in res.stderr, res.output
 
 
+@pytest.mark.slow
 def test_the_import_benchmark_file_parses_except_its_planted_bad_rows(tmp_path) -> None:
     from bench.csv_import import generate
 
@@ -230,6 +231,7 @@ def test_a_large_file_reports_its_progress(tmp_path, monkeypatch) -> None:
     assert len(said) == 5 and said[0] == f"{path}: read 0 of 0 MiB"
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=200), max_size=20))
 def test_arbitrary_bytes_are_rejected_or_kept_never_a_crash(rows) -> None:
@@ -278,6 +280,7 @@ def test_a_header_over_64_kib_is_an_input_error_naming_the_limit() -> None:
         _parse(HEADER[:-1] + b",x" * MAX_LINE_BYTES + b"\n" + GOOD)
 
 
+@pytest.mark.slow
 def test_a_written_file_above_the_read_cap_gets_a_note_naming_the_cap(tmp_path, monkeypatch) -> None:
     path = tmp_path / "m.csv"
     path.write_bytes(HEADER + b"".join(b"2026-11-01T00:00:00Z,w%d,gpu1,100,10,A30\n" % i for i in range(3000)))

@@ -203,6 +203,7 @@ def _plan(snap: Snapshot) -> Plan:
                 PulpSolver(time_limit=30))
 
 
+@pytest.mark.slow
 def test_a_simulated_r470_host_is_never_planned_4g_next_to_3g(tmp_path: Path) -> None:
     snap = _discovered(tmp_path, OLD)
     assert snap.hosts[0].gpus[0].driver_version == OLD
@@ -230,6 +231,7 @@ def test_a_simulated_r470_host_is_never_planned_4g_next_to_3g(tmp_path: Path) ->
     assert [r for r, _ in simgeo.conflicts(simgeo.builtin_models()["A100-SXM4-40GB"], placed, OLD)] == ["combination"]
 
 
+@pytest.mark.slow
 def test_a_simulated_r510_host_still_may(tmp_path: Path) -> None:
     snap = _discovered(tmp_path, NEW)
     st = snap.fleet_state(catalog=CAT)
@@ -260,6 +262,7 @@ def test_migplan_and_the_simulator_refuse_the_same_layouts(driver: str) -> None:
         assert ([c.rule for c in check_layout(ours, lay)] == ["combination"]) is (theirs == ["combination"]), lay
 
 
+@pytest.mark.slow
 def test_apply_refuses_a_layout_the_hosts_driver_refuses_before_running_anything(tmp_path: Path) -> None:
     """A plan made for a current driver (4g + 3g on one GPU) applied to a host whose driver is R470 (downgraded
     since, or planned from the catalog alone): refused from the host's own rules, no mutating command run."""

@@ -189,6 +189,7 @@ def test_a_malformed_device_filter_is_refused_where_mig_parted_would_match_nothi
 
 # --- export gpu-operator --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_exported_configmap_meets_the_schema(plan_file: Path) -> None:
     export = _export(plan_file)
     docs = list(yaml.safe_load_all(ex.manifest(export)))
@@ -410,6 +411,7 @@ def _oracle(model_id: str, multiset: tuple[str, ...]) -> str:
     return "placement" if any(True in r for r in results) else "impossible"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_id", ["A100-SXM4-40GB", "A30", "H100-SXM5-80GB"])
 def test_creation_risk_agrees_with_a_brute_force_oracle(model_id: str) -> None:
     model = CAT.get(model_id)
@@ -452,6 +454,7 @@ def _mig_manager(model_id: str, counts: dict[str, int]) -> list[tuple[str, int]]
     return placed
 
 
+@pytest.mark.slow
 def test_status_with_a_plan_shows_other_placements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sim.fleet import host_state, sim_env, write_state
 

@@ -301,6 +301,7 @@ def _console(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     return int(done.value.code or 0)
 
 
+@pytest.mark.slow
 def test_the_console_script_prefetches_propose_and_plans_the_same(parallel: None, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:

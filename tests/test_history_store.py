@@ -134,6 +134,7 @@ def _check_whole_runs(path: Path, per_run: int, committed: int) -> int:
         return len(counts)
 
 
+@pytest.mark.slow
 def test_kill_9_in_the_middle_of_a_write_loses_no_earlier_run(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     proc = _child(path, 4000, 30.0)

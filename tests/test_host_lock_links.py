@@ -127,6 +127,7 @@ def test_the_script_is_posix_sh(tmp_path: Path) -> None:
         assert subprocess.run(argv, capture_output=True, timeout=10).returncode == 0, shell
 
 
+@pytest.mark.slow
 def test_apply_on_a_host_with_a_planted_lock_link_changes_no_gpu(tmp_path: Path) -> None:
     st = host_state("A100-SXM4-40GB", 2, hostname="h1", layouts=[Layout.parse(["3g.20gb@0"]), None])
     st["gpus"][1].update(mig_current=False, mig_pending=False, gpu_instances=[])

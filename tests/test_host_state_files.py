@@ -74,6 +74,7 @@ def test_a_hostile_inflight_file_is_refused_by_its_reader(data: bytes) -> None:
         parse_inflight(data, "h1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["garbage", "fifo", "symlink-to-dev-zero", "directory"])
 def test_discovery_notes_an_unusable_state_file_and_plans_without_it(tmp_path: Path, what: str) -> None:
     state = write_state(tmp_path / "h.json", host_state("A100-SXM4-40GB", 1, hostname="h1",

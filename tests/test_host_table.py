@@ -74,6 +74,7 @@ def lowmem_host(tmp_path: Path) -> tuple[LocalRunner, Host]:
     return LocalRunner(host="h1", env=sim_env(state)), Host(name="h1", address="h1")
 
 
+@pytest.mark.slow
 def test_discovery_records_the_table_and_names_each_difference(lowmem_host: tuple[LocalRunner, Host]) -> None:
     runner, host = lowmem_host
     rec = discover_host(runner, host, CAT)
@@ -84,6 +85,7 @@ def test_discovery_records_the_table_and_names_each_difference(lowmem_host: tupl
     assert "1g.10gb: in the catalog (A100-SXM4-40GB), not offered by this host's driver" in note
 
 
+@pytest.mark.slow
 def test_snapshot_round_trip_keeps_the_table(lowmem_host: tuple[LocalRunner, Host], tmp_path: Path) -> None:
     runner, host = lowmem_host
     snap = Snapshot((discover_host(runner, host, CAT),))
@@ -94,6 +96,7 @@ def test_snapshot_round_trip_keeps_the_table(lowmem_host: tuple[LocalRunner, Hos
     assert again.hosts[0].gpus[0].driver_version == snap.hosts[0].gpus[0].driver_version
 
 
+@pytest.mark.slow
 def test_planning_uses_the_hosts_smaller_table(lowmem_host: tuple[LocalRunner, Host]) -> None:
     """4800 MiB fits the catalog's 1g.5gb (4864 MiB) but not this host's (4736): the plan must say 2g.10gb."""
     runner, host = lowmem_host
@@ -110,6 +113,7 @@ def test_planning_uses_the_hosts_smaller_table(lowmem_host: tuple[LocalRunner, H
     assert next(w for w in catalog_only.workloads if w.name == "w").instance.startswith("1g.5gb@")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_plan_carries_its_host_models_and_applies_with_them(lowmem_host: tuple[LocalRunner, Host],
                                                               tmp_path: Path) -> None:
     import copy

@@ -194,6 +194,7 @@ def _catalog(f: Path) -> object:
     return load_catalog([f])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated(NATIVE))
 def test_fuzz_native_inventory(text: str) -> None:
@@ -276,6 +277,7 @@ def _cli(path: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_cli_reports_hostile_inventories_cleanly(case: str, tmp_path: Path) -> None:
     f = tmp_path / f"{case}.yaml"

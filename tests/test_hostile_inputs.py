@@ -442,6 +442,7 @@ def _model(slices: int, max_count: int) -> GpuModel:
     return GpuModel("BIG", "hopper", slices, slices, (one, full))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("slices", "maximal"), [(40, False), (40, True), (3000, False), (3000, True)])
 def test_enumeration_is_iterative_and_bounded(slices: int, maximal: bool) -> None:
     """Models built in code (not through the loader's bounds) neither recurse nor hang."""

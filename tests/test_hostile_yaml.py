@@ -200,6 +200,7 @@ def test_recursive_alias_is_refused(parser: bool, text: str) -> None:
         refused(text, line=1, match="recursive alias")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [
     "x: " + "[" * 5000 + "]" * 5000 + "\n",
     "x: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
@@ -384,6 +385,7 @@ def test_bytes_that_are_not_text(tmp_path: Path) -> None:
         yamldoc.load(f)
 
 
+@pytest.mark.slow
 def test_a_large_file_reads_in_reasonable_time(tmp_path: Path) -> None:
     """About 1 MB of profiles-like YAML; with libyaml this takes well under a second."""
     f = tmp_path / "large.yaml"
@@ -412,6 +414,7 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.integers(-(10**20), 10**20).map(str),
                  st.floats(-1e12, 1e12).map(lambda f: f"{f:.6f}"),  # longer: refused (MAX_NUMBER_CHARS)

@@ -160,6 +160,7 @@ def _last(etc: Path, tmp_path: Path, **kw: str) -> object:
         tmp_path / "apply.lock"), **kw), connect=_connect)
 
 
+@pytest.mark.slow
 def test_apply_last_refuses_a_record_of_another_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     etc = _applied(tmp_path, monkeypatch)
     path = etc / "last-applied.json"
@@ -174,6 +175,7 @@ def test_apply_last_refuses_a_record_of_another_host(tmp_path: Path, monkeypatch
     assert "gpu99" not in own_names()
 
 
+@pytest.mark.slow
 def test_apply_last_answers_to_the_machines_own_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     etc = _applied(tmp_path, monkeypatch)
     path = etc / "last-applied.json"
@@ -183,6 +185,7 @@ def test_apply_last_answers_to_the_machines_own_name(tmp_path: Path, monkeypatch
     assert _last(etc, tmp_path).exit_code == 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_apply_last_refuses_a_gpu_without_a_uuid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     etc = _applied(tmp_path, monkeypatch)
     path = etc / "last-applied.json"
@@ -193,6 +196,7 @@ def test_apply_last_refuses_a_gpu_without_a_uuid(tmp_path: Path, monkeypatch: py
         _last(etc, tmp_path, host_name="h1")
 
 
+@pytest.mark.slow
 def test_apply_last_refuses_a_record_of_other_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """None of the record's GPUs is here: another machine's record, refused whole. (One GPU replaced in its slot
     is refused alone, the others re-applied: tests/test_apply_files.py.)"""
@@ -206,6 +210,7 @@ def test_apply_last_refuses_a_record_of_other_gpus(tmp_path: Path, monkeypatch: 
         _last(etc, tmp_path, host_name="h1")
 
 
+@pytest.mark.slow
 def test_cli_apply_last_of_another_host_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     etc = _applied(tmp_path, monkeypatch)
     path = etc / "last-applied.json"

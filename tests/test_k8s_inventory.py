@@ -151,6 +151,7 @@ def test_single_node_document_and_stdin(monkeypatch: pytest.MonkeyPatch) -> None
     assert [h.name for h in inv.hosts] == ["h100-single"]
 
 
+@pytest.mark.slow
 def test_plan_from_the_cluster_then_export_labels_those_nodes(tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     r = CliRunner().invoke(app, ["propose", "-i", str(NODES), "-p", PROF, "--out", str(plan), "-o", "json"])

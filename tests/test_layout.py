@@ -45,6 +45,7 @@ def test_the_19_layouts_are_the_documented_ones() -> None:
                 enumerate_layouts(A100, profiles=NO_1G10, maximal=True)}) == 14  # distinct multisets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(CAT), ids=lambda m: m.id)
 def test_every_enumerated_layout_is_valid_and_maximal_means_nothing_fits(model) -> None:  # type: ignore[no-untyped-def]
     maximal = enumerate_layouts(model, maximal=True)

@@ -67,6 +67,7 @@ def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_propose_out_over_the_file_size_limit_names_the_file(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     proc = _limited(["propose", "-i", INV, "-p", PROF, "--solver", "highs", "--out", str(out)], 5000, tmp_path)
@@ -83,6 +84,7 @@ def test_propose_with_cbc_names_the_solver_model_it_could_not_write(tmp_path: Pa
                                                                                           "large"), proc.stderr
 
 
+@pytest.mark.slow
 def test_report_out_over_the_file_size_limit_names_the_file(tmp_path: Path, plan_file: Path) -> None:
     out = tmp_path / "plan.html"
     _named(_limited(["report", str(plan_file), "--out", str(out)], 3000, tmp_path),
@@ -106,6 +108,7 @@ def test_stdout_redirected_to_a_file_over_the_limit_says_standard_output(tmp_pat
     _named(proc, "error: cannot write standard output: File too large")
 
 
+@pytest.mark.slow
 def test_apply_journal_over_the_file_size_limit_names_the_journal(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from test_apply_last import _setup

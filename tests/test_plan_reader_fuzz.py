@@ -167,6 +167,7 @@ def _mutate_text(text: str, rnd: random.Random) -> str:
     return "\ufeff" + text
 
 
+@pytest.mark.slow
 def test_json_path_and_yaml_reader_agree_on_mutated_plans(bases: list[dict[str, Any]]) -> None:
     rnd = random.Random(SEED)
     counts: collections.Counter[str] = collections.Counter()

@@ -441,7 +441,7 @@ def test_401_says_which_credentials_were_refused(local_http: Any, tmp_path: Path
 
 
 def test_connection_refused_is_a_clear_error() -> None:
-    from prom_support import free_port
+    from helpers import free_port
 
     with pytest.raises(ps.PrometheusError, match="cannot connect"):
         adapter.PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout=5).query_range("up", 1, 2, 1)

@@ -427,6 +427,7 @@ def _run(case: _Case) -> _Outcome:
     return _Outcome(case.index, kind, [f"case {case.index} ({', '.join(case.notes)}): {f}" for f in failures], took)
 
 
+@pytest.mark.slow
 def test_the_client_against_fuzzed_servers() -> None:
     cases = [_case(i) for i in range(CASES)]
     tracemalloc.start()

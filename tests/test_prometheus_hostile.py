@@ -232,6 +232,7 @@ def _read(url: str) -> list[ps.Series]:
     return ps.parse_matrix(body, source=f"{url}/api/v1/query_range DCGM_FI_DEV_FB_USED")
 
 
+@pytest.mark.slow
 def test_the_client_against_hostile_servers(serve: Callable[[Handler], _Server]) -> None:
     print(f"{len(CASES)} hostile-server cases")
     assert len(CASES) >= 35
@@ -292,6 +293,7 @@ def test_a_url_with_control_characters_or_spaces_is_refused(url: str) -> None:
     assert "\r" not in str(info.value) and "\n" not in str(info.value).split("\n  hint:")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("handler,needle", [
     (_drip_headers, "no complete answer within 2 s (--http-timeout)"),
     (_http("200 OK", "", b"<html>not prometheus</html>"), "invalid JSON"),

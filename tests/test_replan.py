@@ -71,6 +71,7 @@ def _mutations(state: Path) -> list[list[str]]:
     return [a for a in read_state(state)["log"] if not is_read_only(["nvidia-smi", *a])]
 
 
+@pytest.mark.slow
 def test_first_run_places_new_demand_and_a_second_run_has_nothing_to_do(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     state = _setup(tmp_path, monkeypatch)
@@ -121,6 +122,7 @@ def test_a_second_run_is_refused_by_the_lock_at_once(tmp_path: Path, monkeypatch
     assert not _mutations(state) and not read_state(state)["log"]  # not even a read
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _setup(tmp_path, monkeypatch)
     _profiles(tmp_path, {"a": 15000})
@@ -132,6 +134,7 @@ def test_a_lock_left_by_a_killed_run_is_released(tmp_path: Path, monkeypatch: py
     assert _run(tmp_path, T0).exit_code == EXIT_APPLIED
 
 
+@pytest.mark.slow
 def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _setup(tmp_path, monkeypatch)
     _profiles(tmp_path, {"a": 15000, "b": 9000})
@@ -148,6 +151,7 @@ def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path, monkeypatch: 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     state = _setup(tmp_path, monkeypatch, gpus=1)
@@ -164,6 +168,7 @@ def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: P
     assert StateDir(tmp_path / "state").runs()[0]["result"] == "failed"
 
 
+@pytest.mark.slow
 def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """After a change, a non-urgent change on that GPU waits 24 h; new demand does not wait."""
@@ -189,6 +194,7 @@ def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: P
     assert "c" in {w.name for w in r.plan.workloads if w.status == "placed"}  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Hourly runs; demand jitters around a fixed level (never crossing an instance size). A real shift at
@@ -223,6 +229,7 @@ def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_pa
     assert len(_mutations(state)) > 0
 
 
+@pytest.mark.slow
 def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Sized as peak + 10% (at least 512 MiB), a workload whose peak nears its instance's memory has outgrown it
@@ -255,6 +262,7 @@ def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tm
     assert peak <= a.instance_mib < peak * 1.1 + 0.5 or a.instance_mib - peak < 512, seen  # moved at the headroom
 
 
+@pytest.mark.slow
 def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Profiles without an observed place (nothing has started yet): the assignments the apply wrote on the host
@@ -272,6 +280,7 @@ def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Pa
     assert not [a for a in read_state(state)["log"][n:] if not is_read_only(["nvidia-smi", *a])]
 
 
+@pytest.mark.slow
 def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Assigned instances are never orphans; once a workload leaves the profiles, its instance is reported."""

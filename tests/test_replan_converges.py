@@ -93,6 +93,7 @@ def _mutations(states: dict[str, Path]) -> int:
     return sum(1 for p in states.values() for a in read_state(p)["log"] if not is_read_only(["nvidia-smi", *a]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_stationary_demand_converges_after_the_first_run(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)

@@ -236,6 +236,7 @@ def test_install_is_idempotent_and_remove_removes_everything(tmp_path: Path) -> 
     assert remove(root=str(tmp_path)) == ["nothing to remove"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     exe = tmp_path / "migplan"

@@ -152,6 +152,7 @@ def _nvml(state: Path, now: float, memory: dict[str, float]) -> FakeNvml:
     return FakeNvml(gpus, now=now)
 
 
+@pytest.mark.slow
 def test_48_hours_of_replan_fed_by_the_collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     state = _world(tmp_path, monkeypatch)
     history = tmp_path / "history"

@@ -322,6 +322,7 @@ def _verify(tmp_path: Path, units: dict[str, str]) -> list[str]:
     return [ln for ln in (done.stdout + done.stderr).splitlines() if any(n in ln for n in units)]
 
 
+@pytest.mark.slow
 @NEEDS_ANALYZE
 def test_systemd_analyze_verifies_units_with_every_hard_argument(tmp_path: Path) -> None:
     """systemd's own reading of the files: the executable (in a directory named with `%`, a space and `;`) must
@@ -351,6 +352,7 @@ def test_the_service_counts_exactly_replans_successes_as_success() -> None:
     assert set(schedule.REPLAN_SUCCESS) == {EXIT_NOTHING, EXIT_APPLIED}
 
 
+@pytest.mark.slow
 @NEEDS_ANALYZE
 def test_systemd_analyze_reads_the_success_exit_status(tmp_path: Path) -> None:
     exe = _argv_script(tmp_path / "bin" / "migplan")

@@ -169,6 +169,7 @@ def world(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     return tmp_path, states
 
 
+@pytest.mark.slow
 def test_a_week_of_hourly_replans(world: tuple[Path, dict[str, Path]]) -> None:
     tmp, states = world
     demand = dict(BASE)

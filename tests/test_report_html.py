@@ -361,6 +361,7 @@ def test_untrusted_names_are_escaped() -> None:
     assert outside_references(text) == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_example_plan_in_chromium_dom_and_screenshot(example: tuple[Plan, Path, Path], tmp_path: Path) -> None:
     plan, page, _ = example
@@ -373,6 +374,7 @@ def test_example_plan_in_chromium_dom_and_screenshot(example: tuple[Plan, Path, 
     assert shot.exists()
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_thousand_gpus_in_chromium_sorted_searched_and_drawn(tmp_path: Path) -> None:
     plan = big_plan()
@@ -393,6 +395,7 @@ def test_thousand_gpus_in_chromium_sorted_searched_and_drawn(tmp_path: Path) -> 
     screenshot(tmp_path, page, "thousand-gpus.png")
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_chromium_requests_nothing_from_outside(example: tuple[Plan, Path, Path], tmp_path: Path) -> None:
     """The page's only request is its own file; a page with one outside image and one outside stylesheet
@@ -407,6 +410,7 @@ def test_chromium_requests_nothing_from_outside(example: tuple[Plan, Path, Path]
     assert "http://cdn.example.com/x.png" in seen and "https://fonts.example.net/a.css" in seen, seen
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_chromium_without_network_loads_the_page_without_errors(example: tuple[Plan, Path, Path],
                                                                  tmp_path: Path) -> None:

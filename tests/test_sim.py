@@ -348,6 +348,7 @@ def test_parallel_commands_do_not_corrupt_state(tmp_path: Path) -> None:
 
 # --- round trip: every maximal layout of every model ------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", CAT.models, ids=lambda m: m.id)
 def test_every_maximal_layout_round_trips(tmp_path: Path, model: Any) -> None:
     p = tmp_path / "host.json"

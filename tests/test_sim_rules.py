@@ -111,6 +111,7 @@ def test_lgip_and_lgipp_read_back_as_the_model(tmp_path: Path, model: str) -> No
 
 # --- the placement rules, with NVIDIA's text ------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(MODELS), ids=str)
 def test_every_listed_start_is_accepted_and_every_other_refused(tmp_path: Path, model: str) -> None:
     m = MODELS[model]

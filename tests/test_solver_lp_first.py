@@ -54,6 +54,7 @@ def test_an_integral_relaxation_is_the_proven_optimum_after_one_lp(runs: list[tu
     assert all(v in (0.0, 1.0) for v in res.values) and not milp.violations(list(res.values))
 
 
+@pytest.mark.slow
 def test_the_lp_answer_is_the_milp_search_answer() -> None:
     for seed in range(5):
         milp = assignment_milp(n=4, seed=seed)
@@ -95,6 +96,7 @@ def test_a_stale_answer_file_is_never_read(monkeypatch: pytest.MonkeyPatch) -> N
     assert res.status is SolveStatus.ERROR and "no solution file" in res.message
 
 
+@pytest.mark.slow
 def test_an_lp_stopped_early_proves_nothing(runs: list[tuple[bool, float | None]],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """An LP answer CBC read as "stopped with an objective" (PuLP: Optimal + IntegerFeasible, what a time

@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -32,14 +31,8 @@ from migplan.planner.milp import Milp, SolveStatus
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def own_tmpdir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Every solve's temporary directory goes under a fresh folder, so leftovers can be seen."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    return tmp
+# every solve's temporary directory goes under a fresh folder, so leftovers can be seen
+pytestmark = pytest.mark.usefixtures("own_tmpdir")
 
 
 def small_milp() -> Milp:
@@ -54,6 +47,7 @@ def small_milp() -> Milp:
     return m
 
 
+@pytest.mark.slow
 def test_no_solve_waits_for_a_thread(own_tmpdir: Path) -> None:
     milp, s = small_milp(), PulpSolver(time_limit=30)
     times, answers = [], set()
@@ -184,6 +178,7 @@ def _processes_mentioning(text: str) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigint_kills_cbc_and_removes_files(own_tmpdir: Path, tmp_path: Path) -> None:
     script = tmp_path / "child.py"

@@ -6,7 +6,6 @@ solver without `start` (solving one model after the other) gives."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,13 +17,8 @@ from migplan.adapters.solver import PulpSolver
 from migplan.planner import Policy, plan
 from migplan.planner.milp import Milp, SolveResult, SolveStatus, start_solve
 
-
-@pytest.fixture(autouse=True)
-def own_tmpdir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
+# every solve's temporary directory goes under a fresh folder, so leftovers can be seen
+pytestmark = pytest.mark.usefixtures("own_tmpdir")
 
 
 @pytest.fixture()
@@ -65,6 +59,7 @@ def alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_start_returns_while_cbc_runs_and_gives_the_synchronous_answer(slow_cbc: list[int],
                                                                        own_tmpdir: Path) -> None:
     s = PulpSolver(gap=0.0, gap_abs=None)

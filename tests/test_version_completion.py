@@ -58,6 +58,7 @@ def test_other_commands_do_not_import_pulp_at_startup(args: list[str]) -> None:
     assert done.stdout.splitlines()[-1] == "pulp-not-imported", done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @needs_entry_point
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 def test_bash_completion_script_completes_commands_and_subcommands(tmp_path: Path) -> None:
@@ -79,6 +80,7 @@ def test_bash_completion_script_completes_commands_and_subcommands(tmp_path: Pat
     assert sorted(complete("catalog", "l")) == ["layouts", "learn", "list"]
 
 
+@pytest.mark.slow
 @needs_entry_point
 @pytest.mark.skipif(ZSH is None, reason="zsh is not installed (apt-get install zsh)")
 def test_zsh_completion_script_completes_commands(tmp_path: Path) -> None:

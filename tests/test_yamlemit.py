@@ -114,6 +114,7 @@ _DOC = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, min_size=1,
                     max_leaves=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(_TEXT, _DOC, min_size=1, max_size=5))
 def test_random_documents_match_pyyaml(doc: dict[str, object]) -> None:

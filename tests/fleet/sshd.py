@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_BIN = REPO / "tests" / "sim" / "bin"
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
@@ -128,12 +130,6 @@ def keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class SimHost:
     """One simulated host: an address on the shared sshd and its own directory."""
@@ -207,7 +203,7 @@ class SshServer:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         last = ""
         for _ in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             last = self._launch_all(common)
             if not last:
                 self.known_hosts.write_text("".join(self.known_hosts_line(h.address) for h in self.hosts))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import _user
+from helpers import free_port
 from sshd import SshServer
 
 from migplan.adapters import known_hosts as kh
@@ -80,12 +81,6 @@ class LocalSshd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
 
 
 def start_local_sshd(server: SshServer, root: Path, port: int | None = None) -> LocalSshd | None:

@@ -1,0 +1,33 @@
+"""Helpers shared by the tests: import them as `from helpers import ...` (tests/ is on sys.path because pytest
+prepends the directory of tests/conftest.py, the same way `planner_fixtures` and `prom_support` are found).
+
+`own_tmpdir` is a fixture: a module that wants it for every test says
+`pytestmark = pytest.mark.usefixtures("own_tmpdir")`; tests/conftest.py registers it.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` just now (the kernel picks it; another process may take it before use,
+    so a caller that starts a server on it retries)."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def own_tmpdir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Every temporary file of the test (tempfile's and, through TMPDIR, a child process's) goes under a fresh
+    folder, so a test can see what a solve left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
