@@ -454,7 +454,7 @@ def _mig_manager(model_id: str, counts: dict[str, int]) -> list[tuple[str, int]]
     return placed
 
 
-@pytest.mark.slow
+# Not slow though it takes about 5 s: the inner loop's one in-process run of `discover` and `status` (cli/fleet.py).
 def test_status_with_a_plan_shows_other_placements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sim.fleet import host_state, sim_env, write_state
 

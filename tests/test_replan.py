@@ -71,7 +71,7 @@ def _mutations(state: Path) -> list[list[str]]:
     return [a for a in read_state(state)["log"] if not is_read_only(["nvidia-smi", *a])]
 
 
-@pytest.mark.slow
+# Not slow though it takes about 4 s: the inner loop's one run of `replan` end to end (commands/replan.py).
 def test_first_run_places_new_demand_and_a_second_run_has_nothing_to_do(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     state = _setup(tmp_path, monkeypatch)
