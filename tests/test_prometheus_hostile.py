@@ -266,6 +266,7 @@ def test_the_client_against_hostile_servers(serve: Callable[[Handler], _Server])
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 def test_the_deadline_is_the_whole_request_not_each_read(serve: Callable[[Handler], _Server]) -> None:
     srv = serve(_drip_body)  # a byte every 0.05 s: never idle for a per-read timeout
     start = time.monotonic()
@@ -347,6 +348,7 @@ def _timed(client: adapter.PrometheusClient) -> tuple[bytes | ps.PrometheusError
     return got, time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_several_blackholed_addresses_share_one_deadline() -> None:
     with blackhole() as port:
         if port is None:
@@ -362,6 +364,7 @@ def test_several_blackholed_addresses_share_one_deadline() -> None:
     assert took <= TIMEOUT + BOUND, f"{took:.2f} s for 4 blackholed addresses"
 
 
+@pytest.mark.slow
 def test_a_blackholed_first_address_leaves_time_for_the_next(serve: Callable[[Handler], _Server]) -> None:
     srv = serve(_http("200 OK", "", GOOD))
     with blackhole() as port:
@@ -374,6 +377,7 @@ def test_a_blackholed_first_address_leaves_time_for_the_next(serve: Callable[[Ha
     assert took <= TIMEOUT + BOUND
 
 
+@pytest.mark.slow
 def test_a_resolver_that_hangs_is_cut_off_at_the_deadline() -> None:
     release = threading.Event()
     try:
@@ -426,6 +430,7 @@ def _tls_context(tmp_path: Path) -> tuple[ssl.SSLContext, str]:
     return ctx, str(cert)
 
 
+@pytest.mark.slow
 def test_the_deadline_holds_over_tls_too(tmp_path: Path) -> None:
     # ssl takes the socket object over (the original is detached): the watchdog must still reach the connection
     ctx, cert = _tls_context(tmp_path)
@@ -439,6 +444,7 @@ def test_the_deadline_holds_over_tls_too(tmp_path: Path) -> None:
     assert took <= TIMEOUT + MARGIN
 
 
+@pytest.mark.slow
 def test_a_tls_handshake_that_never_comes_is_cut_off(serve: Callable[[Handler], _Server], tmp_path: Path) -> None:
     _, cert = _tls_context(tmp_path)
     srv = serve(_silent)  # accepts the TCP connection, never answers the ClientHello

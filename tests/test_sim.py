@@ -334,6 +334,7 @@ def test_wrapper_script_runs_the_simulator(tmp_path: Path) -> None:
     assert r.returncode == 0 and smi.layouts_of(smi.parse_gpu_instances(r.stdout)) == {0: Layout.parse(["7g.40gb@0"])}
 
 
+@pytest.mark.slow
 def test_parallel_commands_do_not_corrupt_state(tmp_path: Path) -> None:
     p = host(tmp_path, "A100-SXM4-40GB")
     argvs = [smi.create_gpu_instances(0, [(19, s)], default_ci=True) for s in range(7)]
