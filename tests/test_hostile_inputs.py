@@ -474,7 +474,7 @@ def test_shipped_models_enumerate_as_before() -> None:
     ("weights: {gpu: -1}", 3, "planner.weights.gpu", "must be at least 0"),
     ("weights: {gpu: .nan}", 3, "planner.weights.gpu", "must be a finite number"),
     ("weights: {gpu: 1.0e+300}", 3, "planner.weights.gpu", "must be at most 1e+09"),
-    ("weights: {gpu: 1e300}", 3, "planner.weights.gpu", "expected a number, got a string ('1e300')"),
+    ("weights: {gpu: 1e300}", 3, "planner.weights.gpu", "must be at most 1e+09"),
     ("weights: {gpus: 1}", 3, "planner.weights.gpus", "unknown key 'gpus'"),
     ("weights: [1, 2]", 3, "planner.weights", "expected a mapping"),
     ("keep_free: 1.5", 3, "planner.keep_free", "expected an integer"),

@@ -234,7 +234,7 @@ def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
     return "no profile of any model in the fleet meets its memory, compute and minimum profile together"
 
 
-MAX_WEIGHT = 1e12  # far above any weight that still lets the solver tell its tiers apart; beyond it, a typo
+MAX_WEIGHT = 1e9  # as config.MAX_WEIGHT: far above the defaults (10,000 at most); beyond it, a typo
 _POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
                 "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves"}
 
