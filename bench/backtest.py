@@ -24,11 +24,11 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.history.backtest import backtest, parse_rule  # noqa: E402
-from migplan.history.rollup import Window  # noqa: E402
-from migplan.history.samples import Place, Sample  # noqa: E402
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import builtin_catalog
+from migplan.history.backtest import backtest, parse_rule
+from migplan.history.rollup import Window
+from migplan.history.samples import Place, Sample
 
 MODEL = "A100-SXM4-80GB"
 T0 = 1_790_000_000.0

@@ -23,13 +23,13 @@ from typing import cast
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from migplan import mig_parted, yamldoc  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.commands import export as ex  # noqa: E402
-from migplan.fleet.state import GpuState  # noqa: E402
-from migplan.inventory import parse_inventory  # noqa: E402
-from migplan.layout import Layout, enumerate_layouts  # noqa: E402
-from migplan.planner.plan import GpuPlan, Plan  # noqa: E402
+from migplan import mig_parted, yamldoc
+from migplan.catalog import builtin_catalog
+from migplan.commands import export as ex
+from migplan.fleet.state import GpuState
+from migplan.inventory import parse_inventory
+from migplan.layout import Layout, enumerate_layouts
+from migplan.planner.plan import GpuPlan, Plan
 
 
 def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]

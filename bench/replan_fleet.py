@@ -27,14 +27,14 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-import yaml  # noqa: E402
-from sim.fleet import host_state, write_state  # noqa: E402
-from sim_runner import InProcess  # noqa: E402
+import yaml
+from sim.fleet import host_state, write_state
+from sim_runner import InProcess
 
-from migplan.adapters.runner import Completed  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.commands.replan import ReplanRequest, replan  # noqa: E402
+from migplan.adapters.runner import Completed
+from migplan.commands.context import build_context
+from migplan.commands.fleet import FleetRequest
+from migplan.commands.replan import ReplanRequest, replan
 
 MODEL = "A100-SXM4-80GB"
 

@@ -26,17 +26,17 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.baselines import BASELINES  # noqa: E402
-from bench.generate import MIXES, Spec, change_demand, generate  # noqa: E402
-from bench.topics import with_topics  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.state import FleetState  # noqa: E402
-from migplan.planner import Plan, Policy, Weights, build_problem, plan_problem  # noqa: E402
-from migplan.planner.formulation import formulate  # noqa: E402
-from migplan.planner.groups import split  # noqa: E402
-from migplan.planner.planner import gpu_lower_bound  # noqa: E402
-from migplan.planner.replay import applied  # noqa: E402
+from bench.baselines import BASELINES
+from bench.generate import MIXES, Spec, change_demand, generate
+from bench.topics import with_topics
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import builtin_catalog
+from migplan.fleet.state import FleetState
+from migplan.planner import Plan, Policy, Weights, build_problem, plan_problem
+from migplan.planner.formulation import formulate
+from migplan.planner.groups import split
+from migplan.planner.planner import gpu_lower_bound
+from migplan.planner.replay import applied
 
 CHURN_FIRST = Weights(unplaced=100000, disrupt=100, gpu=1, change=1000, fragment=0, waste=0)
 

@@ -28,13 +28,13 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.generate import Spec, generate  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.planner import Policy, build_problem, plan_problem  # noqa: E402
-from migplan.planner.formulation import formulate  # noqa: E402
-from migplan.planner.groups import split  # noqa: E402
-from migplan.planner.problem import Problem  # noqa: E402
+from bench.generate import Spec, generate
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import builtin_catalog
+from migplan.planner import Policy, build_problem, plan_problem
+from migplan.planner.formulation import formulate
+from migplan.planner.groups import split
+from migplan.planner.problem import Problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BENCH = "64g-133w-single-bimodal-empty-s1"

@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, sim_env, write_state
 
-from migplan import ansible_inventory  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.cli.app import app  # noqa: E402
-from migplan.commands.fleet import select_hosts  # noqa: E402
-from migplan.errors import InputError  # noqa: E402
-from migplan.inventory import Inventory, load_inventory  # noqa: E402
+from migplan import ansible_inventory
+from migplan.catalog import builtin_catalog
+from migplan.cli.app import app
+from migplan.commands.fleet import select_hosts
+from migplan.errors import InputError
+from migplan.inventory import Inventory, load_inventory
 
 CAT = builtin_catalog()
 DATA = Path(__file__).resolve().parent / "data" / "ansible"

@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
-from test_apply_roundtrips import Counted, pass_through_sudo  # noqa: E402 - after the sys.path insert
+from sim.fleet import host_state, read_state, sim_env, write_state
+from test_apply_roundtrips import Counted, pass_through_sudo
 
-from migplan import names  # noqa: E402 - after the sys.path insert
-from migplan.adapters.recording import RecordingRunner  # noqa: E402 - after the sys.path insert
-from migplan.adapters.runner import (  # noqa: E402 - after the sys.path insert
+from migplan import names
+from migplan.adapters.recording import RecordingRunner
+from migplan.adapters.runner import (
     _MAX_TOKEN,
     FILES_SCRIPT,
     BadCommand,
@@ -42,11 +42,11 @@ from migplan.adapters.runner import (  # noqa: E402 - after the sys.path insert
     command_line,
     files_payload,
 )
-from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402 - after the sys.path insert
-from migplan.errors import InputError  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402 - after the sys.path insert
-from migplan.fleet.assignments import (  # noqa: E402 - after the sys.path insert
+from migplan.catalog import builtin_catalog
+from migplan.commands.apply import _Journal, apply_one_host
+from migplan.errors import InputError
+from migplan.fleet.apply import ApplyOptions, GpuOutcome
+from migplan.fleet.assignments import (
     ENV_FILE_NAME,
     ENV_MARKER,
     ENV_PRUNE_RULE,
@@ -57,11 +57,11 @@ from migplan.fleet.assignments import (  # noqa: E402 - after the sys.path inser
     env_file_name,
     parse_last_applied,
 )
-from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
-from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
-from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
+from migplan.fleet.diff import diff
+from migplan.fleet.state import GpuState
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner.plan import GpuPlan
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")

@@ -13,22 +13,22 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402 - after the sys.path insert
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402 - after the sys.path insert
+from planner_fixtures import EXACT, profiles, wl
+from sim.fleet import host_state, read_state, reboot, sim_env, write_state
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402 - after the sys.path insert
-from migplan.adapters.solver import PulpSolver  # noqa: E402 - after the sys.path insert
-from migplan.catalog import Catalog, builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last  # noqa: E402 - sys.path first
-from migplan.commands.context import build_context  # noqa: E402 - after the sys.path insert
-from migplan.commands.fleet import FleetRequest  # noqa: E402 - after the sys.path insert
-from migplan.documents import write_plan  # noqa: E402 - after the sys.path insert
-from migplan.errors import InputError  # noqa: E402 - after the sys.path insert
-from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.snapshot import Snapshot  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
-from migplan.planner import plan  # noqa: E402 - after the sys.path insert
+from migplan.adapters.runner import LocalRunner
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last
+from migplan.commands.context import build_context
+from migplan.commands.fleet import FleetRequest
+from migplan.documents import write_plan
+from migplan.errors import InputError
+from migplan.fleet.discover import discover_host
+from migplan.fleet.snapshot import Snapshot
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner import plan
 
 CAT = builtin_catalog()
 

@@ -10,17 +10,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, write_state  # noqa: E402 - after the sys.path insert
-from sim_runner import InProcess  # noqa: E402 - after the sys.path insert
+from sim.fleet import host_state, write_state
+from sim_runner import InProcess
 
-from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
-from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout, enumerate_layouts  # noqa: E402 - after the sys.path insert
-from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
+from migplan.catalog import builtin_catalog
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
+from migplan.fleet.diff import diff
+from migplan.fleet.discover import discover_host
+from migplan.fleet.state import GpuState
+from migplan.inventory import Host
+from migplan.layout import Layout, enumerate_layouts
+from migplan.planner.plan import GpuPlan
 
 CAT = builtin_catalog()
 

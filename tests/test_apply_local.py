@@ -12,20 +12,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402 - after the sys.path insert
-from sim.fleet import Proc, host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
+from planner_fixtures import EXACT, profiles, wl
+from sim.fleet import Proc, host_state, read_state, sim_env, write_state
 
-from migplan.adapters.recording import RecordingRunner  # noqa: E402 - after the sys.path insert
-from migplan.adapters.runner import LocalRunner  # noqa: E402 - after the sys.path insert
-from migplan.adapters.solver import PulpSolver  # noqa: E402 - after the sys.path insert
-from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.snapshot import Snapshot  # noqa: E402 - after the sys.path insert
-from migplan.fleet.steps import is_read_only  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
-from migplan.planner import Plan, plan  # noqa: E402 - after the sys.path insert
+from migplan.adapters.recording import RecordingRunner
+from migplan.adapters.runner import LocalRunner
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import builtin_catalog
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
+from migplan.fleet.discover import discover_host
+from migplan.fleet.snapshot import Snapshot
+from migplan.fleet.steps import is_read_only
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner import Plan, plan
 
 CAT = builtin_catalog()
 HOST = Host(name="h1", address="h1", lock_file=f"/tmp/migplan-test-apply-{os.getpid()}.lock")

@@ -15,21 +15,21 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import Proc, host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
-from sim_runner import InProcess  # noqa: E402 - after the sys.path insert
+from sim.fleet import Proc, host_state, read_state, sim_env, write_state
+from sim_runner import InProcess
 
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, LocalRunner, Prune  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.commands.apply import _Journal, _MoveHooks  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, MoveEvent, apply_host  # noqa: E402 - sys.path first
-from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
-from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
-from migplan.fleet.steps import is_read_only  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Hooks, Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Instance, Layout  # noqa: E402 - after the sys.path insert
-from migplan.planner.migration import Endpoint, Migration  # noqa: E402 - after the sys.path insert
-from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
+from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, LocalRunner, Prune
+from migplan.catalog import builtin_catalog
+from migplan.commands.apply import _Journal, _MoveHooks
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, MoveEvent, apply_host
+from migplan.fleet.diff import diff
+from migplan.fleet.discover import discover_host
+from migplan.fleet.state import GpuState
+from migplan.fleet.steps import is_read_only
+from migplan.inventory import Hooks, Host
+from migplan.layout import Instance, Layout
+from migplan.planner.migration import Endpoint, Migration
+from migplan.planner.plan import GpuPlan
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")

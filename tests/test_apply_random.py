@@ -14,18 +14,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402 - after the sys.path insert
-from sim.fleet import host_state, read_state, write_state  # noqa: E402 - after the sys.path insert
-from sim_runner import InProcess  # noqa: E402 - after the sys.path insert
+from planner_fixtures import EXACT, profiles, wl
+from sim.fleet import host_state, read_state, write_state
+from sim_runner import InProcess
 
-from migplan.adapters.solver import PulpSolver  # noqa: E402 - after the sys.path insert
-from migplan.catalog import Catalog, builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.discover import discover_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.snapshot import Snapshot  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout, enumerate_layouts  # noqa: E402 - after the sys.path insert
-from migplan.planner import plan  # noqa: E402 - after the sys.path insert
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
+from migplan.fleet.discover import discover_host
+from migplan.fleet.snapshot import Snapshot
+from migplan.inventory import Host
+from migplan.layout import Layout, enumerate_layouts
+from migplan.planner import plan
 
 CAT = builtin_catalog()
 MODELS = ("A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB")

@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402 - after the sys.path insert
+from sim.fleet import host_state, read_state, sim_env, write_state
 
-from migplan.adapters.runner import (  # noqa: E402 - after the sys.path insert
+from migplan.adapters.runner import (
     DEFAULT_TIMEOUT,
     FILES_SCRIPT,
     Completed,
@@ -26,16 +26,16 @@ from migplan.adapters.runner import (  # noqa: E402 - after the sys.path insert
     LocalRunner,
     Prune,
 )
-from migplan.catalog import builtin_catalog  # noqa: E402 - after the sys.path insert
-from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402 - after the sys.path insert
-from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402 - after the sys.path insert
-from migplan.fleet.assignments import LastApplied, Placement  # noqa: E402 - after the sys.path insert
-from migplan.fleet.diff import diff  # noqa: E402 - after the sys.path insert
-from migplan.fleet.state import GpuState  # noqa: E402 - after the sys.path insert
-from migplan.fleet.steps import is_read_only  # noqa: E402 - after the sys.path insert
-from migplan.inventory import Host  # noqa: E402 - after the sys.path insert
-from migplan.layout import Layout  # noqa: E402 - after the sys.path insert
-from migplan.planner.plan import GpuPlan  # noqa: E402 - after the sys.path insert
+from migplan.catalog import builtin_catalog
+from migplan.commands.apply import _Journal, apply_one_host
+from migplan.fleet.apply import ApplyOptions, GpuOutcome
+from migplan.fleet.assignments import LastApplied, Placement
+from migplan.fleet.diff import diff
+from migplan.fleet.state import GpuState
+from migplan.fleet.steps import is_read_only
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner.plan import GpuPlan
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")

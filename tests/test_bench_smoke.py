@@ -89,7 +89,7 @@ def test_startup_importtime_parser() -> None:
     assert any(m == "json" for m, _ in cumulative) and any(p == "json" for p, _ in per_package)
 
 
-def test_topic_sections_are_rebuilt_in_order_one_level_down_with_the_old_introduction(tmp_path) -> None:  # noqa: ANN001
+def test_topic_sections_are_rebuilt_in_order_one_level_down_with_the_old_introduction(tmp_path) -> None:
     from bench import topics
 
     (tmp_path / "zeta.md").write_text("## Zeta\n\nz\n### Sub\n")

@@ -24,16 +24,16 @@ def a100_mig(**kw: object) -> FakeGpu:
                                                FakeMig(5, 14, "2g.10gb", 4, 2, memory_mib=9856)], **kw)  # type: ignore[arg-type]
 
 
-def named(mapping: dict[int, str]):  # noqa: ANN201
+def named(mapping: dict[int, str]):
     return lambda pid: ProcessFacts(pid, env={"MIGPLAN_WORKLOAD": mapping[pid]} if pid in mapping else {})
 
 
-def run_local(fake: FakeNvml, tmp_path, names: dict[int, str], **kw: object):  # noqa: ANN001, ANN201
+def run_local(fake: FakeNvml, tmp_path, names: dict[int, str], **kw: object):
     return collect_local(LocalSettings(history=str(tmp_path), host="h1", **kw), CATALOG, nvml=fake,  # type: ignore[arg-type]
                          facts=named(names), now=lambda: fake.now, sleep=fake.advance)
 
 
-def samples(tmp_path):  # noqa: ANN001, ANN201
+def samples(tmp_path):
     with HistoryStore(store_path(tmp_path), readonly=True) as s:
         return list(s.iter_samples())
 
@@ -74,7 +74,7 @@ def test_fake_has_every_pynvml_function_the_adapter_calls() -> None:
 
 # --- failures are messages -----------------------------------------------------------------------------
 
-def test_no_driver_is_a_clear_error(tmp_path) -> None:  # noqa: ANN001
+def test_no_driver_is_a_clear_error(tmp_path) -> None:
     fake = FakeNvml([FakeGpu()], library_missing=True)
     with pytest.raises(nv.NvmlError) as err:
         run_local(fake, tmp_path, {})
@@ -106,7 +106,7 @@ def test_calls_before_init_are_uninitialized_in_the_fake() -> None:
 
 # --- MIG mode -----------------------------------------------------------------------------------------
 
-def test_mig_ampere_processes_go_to_their_instance_and_compute_is_unknown(tmp_path) -> None:  # noqa: ANN001
+def test_mig_ampere_processes_go_to_their_instance_and_compute_is_unknown(tmp_path) -> None:
     gpu = a100_mig(processes=[FakeProcess(200, 15000, 50.0, mig=0), FakeProcess(201, 7000, 20.0, mig=1)])
     fake = FakeNvml([gpu])
     result = run_local(fake, tmp_path, {200: "embed", 201: "ocr"})
@@ -119,7 +119,7 @@ def test_mig_ampere_processes_go_to_their_instance_and_compute_is_unknown(tmp_pa
     assert fake.calls["nvmlDeviceGetProcessUtilization"] == 0  # not asked where NVML says it is not supported
 
 
-def test_mig_without_privilege_reads_each_mig_device(tmp_path) -> None:  # noqa: ANN001
+def test_mig_without_privilege_reads_each_mig_device(tmp_path) -> None:
     gpu = a100_mig(processes=[FakeProcess(200, 15000, 0, mig=0), FakeProcess(201, 7000, 0, mig=1)])
     fake = FakeNvml([gpu], privileged=False)
     reading = nv.read_host(fake)
@@ -128,7 +128,7 @@ def test_mig_without_privilege_reads_each_mig_device(tmp_path) -> None:  # noqa:
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 3  # the parent (refused), then each MIG device
 
 
-def test_mig_hopper_gpm_gives_instance_sm_activity(tmp_path) -> None:  # noqa: ANN001
+def test_mig_hopper_gpm_gives_instance_sm_activity(tmp_path) -> None:
     gpu = FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=UUID1, pci_device_id=0x233010DE, memory_mib=81559,
                   arch=fake_module.NVML_DEVICE_ARCH_HOPPER, gpm=True, mig=True,
                   migs=[FakeMig(1, 9, "3g.40gb", 0, 4, memory_mib=40448), FakeMig(5, 14, "2g.20gb", 4, 2)],
@@ -148,7 +148,7 @@ def test_mig_ampere_gpm_unsupported_stays_unknown() -> None:
 
 # --- utilisation windows: nothing counted twice, nothing lost -----------------------------------------
 
-def test_process_utilisation_is_read_once_per_sample(tmp_path) -> None:  # noqa: ANN001
+def test_process_utilisation_is_read_once_per_sample(tmp_path) -> None:
     gpu = FakeGpu(uuid=UUID0, processes=[FakeProcess(100, 5000, lambda t: 80.0 if int(t) % 2 else 0.0),
                                          FakeProcess(101, 1000, 10.0)])
     fake = FakeNvml([gpu])
@@ -171,7 +171,7 @@ def test_process_utilisation_is_read_once_per_sample(tmp_path) -> None:  # noqa:
     assert total_samples == 180
 
 
-def test_a_run_that_fails_before_commit_loses_no_sample(tmp_path) -> None:  # noqa: ANN001
+def test_a_run_that_fails_before_commit_loses_no_sample(tmp_path) -> None:
     gpu = FakeGpu(uuid=UUID0, processes=[FakeProcess(100, 5000, 30.0)])
     fake = FakeNvml([gpu])
     fake.buffer_s = 600
@@ -193,7 +193,7 @@ def test_a_run_that_fails_before_commit_loses_no_sample(tmp_path) -> None:  # no
     assert stored[-1].util_n == 120  # ... and the next run read the failed run's 60 samples and its own 60
 
 
-def test_processes_that_start_and_exit_between_runs(tmp_path) -> None:  # noqa: ANN001
+def test_processes_that_start_and_exit_between_runs(tmp_path) -> None:
     t0 = 1_764_547_200.0
     gpu = FakeGpu(uuid=UUID0, accounting=True, processes=[
         FakeProcess(100, 5000, 30.0, start=t0 - 10),  # runs all along
@@ -216,7 +216,7 @@ def test_processes_that_start_and_exit_between_runs(tmp_path) -> None:  # noqa: 
     assert sum(1 for s in got if s.source == "nvml-accounting") == 1  # not read twice in run 3
 
 
-def test_accounting_off_reads_no_records(tmp_path) -> None:  # noqa: ANN001
+def test_accounting_off_reads_no_records(tmp_path) -> None:
     gpu = FakeGpu(uuid=UUID0, accounting=False, processes=[FakeProcess(100, 5000, 30.0, start=0, end=10)])
     fake = FakeNvml([gpu])
     reading = nv.read_host(fake)
@@ -224,7 +224,7 @@ def test_accounting_off_reads_no_records(tmp_path) -> None:  # noqa: ANN001
     assert fake.calls["nvmlDeviceGetAccountingStats"] == 0
 
 
-def test_two_processes_of_one_workload_are_one_sample(tmp_path) -> None:  # noqa: ANN001
+def test_two_processes_of_one_workload_are_one_sample(tmp_path) -> None:
     gpu = FakeGpu(uuid=UUID0, processes=[FakeProcess(100, 5000, 40.0), FakeProcess(101, 1000, 10.0)])
     run_local(FakeNvml([gpu]), tmp_path, {100: "chat", 101: "chat"})
     (s,) = samples(tmp_path)
@@ -234,7 +234,7 @@ def test_two_processes_of_one_workload_are_one_sample(tmp_path) -> None:  # noqa
 
 # --- the command line ------------------------------------------------------------------------------------
 
-def test_cli_collect_local_without_driver_is_one_message(tmp_path, monkeypatch, no_nvidia_driver) -> None:  # noqa: ANN001
+def test_cli_collect_local_without_driver_is_one_message(tmp_path, monkeypatch, no_nvidia_driver) -> None:
     from typer.testing import CliRunner
 
     from migplan.cli.app import app
@@ -249,7 +249,7 @@ def test_cli_collect_local_without_driver_is_one_message(tmp_path, monkeypatch, 
     assert r.exit_code == 2 and "not --local and --inventory" in r.stderr
 
 
-def test_local_run_summary_as_json(tmp_path) -> None:  # noqa: ANN001
+def test_local_run_summary_as_json(tmp_path) -> None:
     gpu = FakeGpu(uuid=UUID0, processes=[FakeProcess(100, 5000, 40.0)])
     result = run_local(FakeNvml([gpu]), tmp_path, {100: "chat"})
     doc = result.as_dict()
@@ -259,7 +259,7 @@ def test_local_run_summary_as_json(tmp_path) -> None:  # noqa: ANN001
 
 def test_no_permission_is_a_clear_error() -> None:
     class Refusing(FakeNvml):
-        def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: ANN001, ANN201, N802
+        def nvmlDeviceGetComputeRunningProcesses(self, h):
             raise fake_module.NVMLError(fake_module.NVML_ERROR_NO_PERMISSION)
 
     with pytest.raises(nv.NvmlError) as err:
@@ -267,7 +267,7 @@ def test_no_permission_is_a_clear_error() -> None:
     assert "Insufficient Permissions" in str(err.value) and "as root" in str(err.value)
 
 
-def test_a_gpu_without_mig_or_catalog_model_is_sampled_without_a_model(tmp_path) -> None:  # noqa: ANN001
+def test_a_gpu_without_mig_or_catalog_model_is_sampled_without_a_model(tmp_path) -> None:
     t4 = FakeGpu(name="Tesla T4", uuid=UUID0, pci_device_id=0x1EB810DE, memory_mib=15360, mig_capable=False,
                  arch=fake_module.NVML_DEVICE_ARCH_TURING, processes=[FakeProcess(100, 900.0, 12.0)])
     fake = FakeNvml([t4])

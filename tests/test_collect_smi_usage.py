@@ -112,7 +112,7 @@ def test_pmon_builder_is_bounded() -> None:
 
 # --- the simulator prints these texts as NVIDIA does (the public samples above, character for character) ------
 
-def test_simulator_prints_nvidias_processes_row_and_accounting_lines(tmp_path) -> None:  # noqa: ANN001
+def test_simulator_prints_nvidias_processes_row_and_accounting_lines(tmp_path) -> None:
     from tests.sim.fleet import Proc, call_sim, read_state, write_host, write_state
 
     path = write_host(tmp_path / "s.json", "A100-SXM4-40GB", 1, mig=False, busy={0: [Proc(1117974, "llama-server",

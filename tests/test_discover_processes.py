@@ -18,22 +18,22 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import Proc, host_state, read_state, write_state  # noqa: E402
-from sim_runner import InProcess  # noqa: E402
+from sim.fleet import Proc, host_state, read_state, write_state
+from sim_runner import InProcess
 
-from migplan import smi  # noqa: E402
-from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandTimeout, Completed  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.apply import FIRST_READS, ApplyOptions, GpuOutcome, apply_host  # noqa: E402
-from migplan.fleet.diff import diff  # noqa: E402
-from migplan.fleet.discover import READS, discover_host, placed_processes  # noqa: E402
-from migplan.fleet.snapshot import ComputeInstance, DiscoveredInstance  # noqa: E402
-from migplan.fleet.state import GpuState, changes  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Instance, Layout  # noqa: E402
-from migplan.planner.plan import GpuPlan  # noqa: E402
-from migplan.smi.mig_table import parse_mig_devices  # noqa: E402
-from migplan.smi.usage import parse_processes  # noqa: E402
+from migplan import smi
+from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandTimeout, Completed
+from migplan.catalog import builtin_catalog
+from migplan.fleet.apply import FIRST_READS, ApplyOptions, GpuOutcome, apply_host
+from migplan.fleet.diff import diff
+from migplan.fleet.discover import READS, discover_host, placed_processes
+from migplan.fleet.snapshot import ComputeInstance, DiscoveredInstance
+from migplan.fleet.state import GpuState, changes
+from migplan.inventory import Host
+from migplan.layout import Instance, Layout
+from migplan.planner.plan import GpuPlan
+from migplan.smi.mig_table import parse_mig_devices
+from migplan.smi.usage import parse_processes
 
 DATA = Path(__file__).parent / "data" / "smi"
 CAT = builtin_catalog()

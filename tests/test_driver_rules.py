@@ -18,23 +18,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402
-from sim import geometry as simgeo  # noqa: E402
-from sim.fleet import sim_env, write_host  # noqa: E402
+from planner_fixtures import EXACT, profiles, wl
+from sim import geometry as simgeo
+from sim.fleet import sim_env, write_host
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import Catalog, builtin_catalog  # noqa: E402
-from migplan.catalog.cache import _model as cached_model  # noqa: E402
-from migplan.catalog.geometry import Exclusion  # noqa: E402
-from migplan.catalog.loader import load_catalog_file  # noqa: E402
-from migplan.catalog.writer import render_catalog_yaml  # noqa: E402
-from migplan.errors import CatalogError, InputError  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredInstance, Snapshot  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Instance, Layout, check_layout, enumerate_layouts, free_placements  # noqa: E402
-from migplan.planner import Plan, plan  # noqa: E402
+from migplan.adapters.runner import LocalRunner
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.catalog.cache import _model as cached_model
+from migplan.catalog.geometry import Exclusion
+from migplan.catalog.loader import load_catalog_file
+from migplan.catalog.writer import render_catalog_yaml
+from migplan.errors import CatalogError, InputError
+from migplan.fleet.discover import discover_host
+from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredInstance, Snapshot
+from migplan.inventory import Host
+from migplan.layout import Instance, Layout, check_layout, enumerate_layouts, free_placements
+from migplan.planner import Plan, plan
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")

@@ -15,19 +15,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
+from planner_fixtures import EXACT, profiles, wl
+from sim.fleet import host_state, read_state, sim_env, write_state
 
-from migplan.adapters.host_lock import LOCK_SCRIPT, HostLocked, acquire, lock_argv  # noqa: E402
-from migplan.adapters.runner import BadPath, HostError, LocalRunner  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.apply import ApplyOptions, apply_host  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.snapshot import Snapshot  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
-from migplan.planner import plan  # noqa: E402
+from migplan.adapters.host_lock import LOCK_SCRIPT, HostLocked, acquire, lock_argv
+from migplan.adapters.runner import BadPath, HostError, LocalRunner
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import builtin_catalog
+from migplan.fleet.apply import ApplyOptions, apply_host
+from migplan.fleet.discover import discover_host
+from migplan.fleet.snapshot import Snapshot
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner import plan
 
 NOBODY = 65534
 CAT = builtin_catalog()
@@ -153,6 +153,6 @@ def test_a_refused_lock_leaves_no_child_registered(tmp_path: Path) -> None:
 
     lock = _lock_dir(tmp_path) / "migplan-apply.lock"
     lock.symlink_to(tmp_path / "x")
-    registered = len(children._LIVE)  # noqa: SLF001 - what the stop-signal handler would kill
+    registered = len(children._LIVE)  # what the stop-signal handler would kill
     _refused(lock, "is a symbolic link")
-    assert len(children._LIVE) == registered  # noqa: SLF001 - the holder that exited is not kept
+    assert len(children._LIVE) == registered  # the holder that exited is not kept

@@ -13,15 +13,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, sim_env, write_state
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.assigned import BadAssignments, parse_assignments  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.inflight import BadInFlight, parse_inflight  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
+from migplan.adapters.runner import LocalRunner
+from migplan.catalog import builtin_catalog
+from migplan.fleet.assigned import BadAssignments, parse_assignments
+from migplan.fleet.discover import discover_host
+from migplan.fleet.inflight import BadInFlight, parse_inflight
+from migplan.inventory import Host
+from migplan.layout import Layout
 
 CAT = builtin_catalog()
 

@@ -10,20 +10,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from planner_fixtures import EXACT, profiles, wl  # noqa: E402
-from sim.fleet import sim_env, write_host  # noqa: E402
+from planner_fixtures import EXACT, profiles, wl
+from sim.fleet import sim_env, write_host
 
-from migplan import smi  # noqa: E402
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.adapters.solver import PulpSolver  # noqa: E402
-from migplan.catalog import Catalog, builtin_catalog  # noqa: E402
-from migplan.documents import dump, load_snapshot  # noqa: E402
-from migplan.fleet.discover import discover_host  # noqa: E402
-from migplan.fleet.host_table import differences, host_model, lowest_mib, table_from_smi  # noqa: E402
-from migplan.fleet.snapshot import Snapshot, snapshot_to_dict  # noqa: E402
-from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
-from migplan.planner import plan  # noqa: E402
+from migplan import smi
+from migplan.adapters.runner import LocalRunner
+from migplan.adapters.solver import PulpSolver
+from migplan.catalog import Catalog, builtin_catalog
+from migplan.documents import dump, load_snapshot
+from migplan.fleet.discover import discover_host
+from migplan.fleet.host_table import differences, host_model, lowest_mib, table_from_smi
+from migplan.fleet.snapshot import Snapshot, snapshot_to_dict
+from migplan.inventory import Host
+from migplan.layout import Layout
+from migplan.planner import plan
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")

@@ -16,17 +16,17 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_apply_last import _connect, _setup  # noqa: E402
+from test_apply_last import _connect, _setup
 
-from migplan import names  # noqa: E402
-from migplan.cli.app import app  # noqa: E402
-from migplan.commands.apply import ApplyRequest, LastRequest, _check_age, apply, apply_last, own_names  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.config import load_config  # noqa: E402
-from migplan.errors import InputError  # noqa: E402
-from migplan.planner import plan_from_dict, plan_to_dict  # noqa: E402
-from migplan.replan.policy import parse_window  # noqa: E402
+from migplan import names
+from migplan.cli.app import app
+from migplan.commands.apply import ApplyRequest, LastRequest, _check_age, apply, apply_last, own_names
+from migplan.commands.context import build_context
+from migplan.commands.fleet import FleetRequest
+from migplan.config import load_config
+from migplan.errors import InputError
+from migplan.planner import plan_from_dict, plan_to_dict
+from migplan.replan.policy import parse_window
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -50,7 +50,7 @@ def test_a_plan_with_a_date_that_is_no_time_is_refused_naming_created_at(plan_do
     assert "UTC time" in str(err.value)
 
 
-def _dated(plan_doc: dict[str, object], when: str):  # noqa: ANN202
+def _dated(plan_doc: dict[str, object], when: str):
     doc = copy.deepcopy(plan_doc)
     doc["created_at"] = when
     return plan_from_dict(doc, CAT)

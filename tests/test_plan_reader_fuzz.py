@@ -29,7 +29,7 @@ from migplan.planner.plan import parse_plan
 from migplan.yamljson import JsonNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.scale_bounds import write_plan  # noqa: E402
+from bench.scale_bounds import write_plan
 
 SEED = 2112
 CASES = 400

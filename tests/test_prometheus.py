@@ -357,7 +357,7 @@ def test_credential_files(tmp_path: Path) -> None:
 class _Recorder(http.server.BaseHTTPRequestHandler):
     """Answers every GET with `server.answer` (status, headers, body) and records the request headers."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         srv: Any = self.server
         srv.seen.append((self.path, dict(self.headers)))
         status, headers, body = srv.answer

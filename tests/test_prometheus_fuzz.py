@@ -52,7 +52,7 @@ MAX_BYTES = 256 << 10
 STREAM = 64 << 20  # what an endless server sends at most
 MEMORY_BOUND = 96 << 20  # traced peak over the run: WORKERS answers and their parses, far below one STREAM
 START, END, STEP = 1000.0, 1600.0, 60.0
-PASSWORD = "fuzz-s3cret-pw"  # noqa: S105 - the client's credential, checked never to show in a message
+PASSWORD = "fuzz-s3cret-pw"  # the client's credential, checked never to show in a message
 AUTH = base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
 
 
@@ -417,7 +417,7 @@ def _run(case: _Case) -> _Outcome:
             failures.append(f"shows the client's credentials: {str(err)!r}")
         if re.search(r"://[^/\s@]*@", str(err)):  # e.g. a Location or reason phrase echoed: shown without
             failures.append(f"shows a URL's credentials: {str(err)!r}")
-    except BaseException as err:  # noqa: BLE001 - what the fuzzer is for: anything else is a defect
+    except BaseException as err:  # what the fuzzer is for: anything else is a defect
         kind = f"UNEXPECTED {type(err).__name__}"
         failures.append(f"{type(err).__name__} reached the caller: {str(err)[:200]!r}")
     took = time.monotonic() - start

@@ -16,13 +16,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, read_state, sim_env, write_state
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.adapters.state_dir import StateDir  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.commands.replan import (  # noqa: E402
+from migplan.adapters.runner import LocalRunner
+from migplan.adapters.state_dir import StateDir
+from migplan.commands.context import build_context
+from migplan.commands.fleet import FleetRequest
+from migplan.commands.replan import (
     EXIT_APPLIED,
     EXIT_FAILED,
     EXIT_LOCKED,
@@ -30,7 +30,7 @@ from migplan.commands.replan import (  # noqa: E402
     ReplanRequest,
     replan,
 )
-from migplan.fleet.steps import is_read_only  # noqa: E402
+from migplan.fleet.steps import is_read_only
 
 T0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
 

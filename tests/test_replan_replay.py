@@ -26,17 +26,17 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, read_state, reboot, sim_env, write_state
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.commands.apply import LastRequest, apply_last  # noqa: E402
-from migplan.commands.collect import LocalSettings, collect_local  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.fleet import FleetRequest  # noqa: E402
-from migplan.commands.replan import EXIT_APPLIED, EXIT_NOTHING, ReplanRequest, replan  # noqa: E402
-from migplan.history.identity import ProcessFacts  # noqa: E402
-from tests.fake_nvml import FakeGpu, FakeMig, FakeNvml, FakeProcess  # noqa: E402
+from migplan.adapters.runner import LocalRunner
+from migplan.catalog import builtin_catalog
+from migplan.commands.apply import LastRequest, apply_last
+from migplan.commands.collect import LocalSettings, collect_local
+from migplan.commands.context import build_context
+from migplan.commands.fleet import FleetRequest
+from migplan.commands.replan import EXIT_APPLIED, EXIT_NOTHING, ReplanRequest, replan
+from migplan.history.identity import ProcessFacts
+from tests.fake_nvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")

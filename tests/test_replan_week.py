@@ -34,12 +34,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state  # noqa: E402
+from sim.fleet import host_state, read_state, reboot, sim_env, write_state
 
-from migplan.adapters.runner import LocalRunner  # noqa: E402
-from migplan.commands.apply import LastRequest, apply_last  # noqa: E402
-from migplan.commands.context import build_context  # noqa: E402
-from migplan.commands.replan import ReplanRequest, replan  # noqa: E402
+from migplan.adapters.runner import LocalRunner
+from migplan.commands.apply import LastRequest, apply_last
+from migplan.commands.context import build_context
+from migplan.commands.replan import ReplanRequest, replan
 
 T0 = dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.timezone.utc)
 ROOT = Path(__file__).resolve().parent.parent

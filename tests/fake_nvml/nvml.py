@@ -168,7 +168,7 @@ def _make_error_classes() -> None:
 _make_error_classes()
 
 
-def nvmlExceptionClass(code: int) -> type[NVMLError]:  # noqa: N802 - pynvml's name
+def nvmlExceptionClass(code: int) -> type[NVMLError]:  # pynvml's name
     if code not in NVMLError._valClassMapping:
         raise ValueError(f"nvmlErrorCode {code} is not valid")
     return NVMLError._valClassMapping[code]
@@ -176,72 +176,72 @@ def nvmlExceptionClass(code: int) -> type[NVMLError]:  # noqa: N802 - pynvml's n
 
 # --- structs (same fields as pynvml's) -------------------------------------------------------------
 
-class c_nvmlProcessUtilizationSample_t(Structure):  # noqa: N801
+class c_nvmlProcessUtilizationSample_t(Structure):
     _fields_ = [("pid", c_uint), ("timeStamp", c_ulonglong), ("smUtil", c_uint), ("memUtil", c_uint),
                 ("encUtil", c_uint), ("decUtil", c_uint)]
 
 
-class c_nvmlValue_t(Union):  # noqa: N801
+class c_nvmlValue_t(Union):
     _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong),
                 ("sllVal", c_longlong), ("siVal", c_int), ("usVal", c_ushort)]
 
 
-class c_nvmlSample_t(Structure):  # noqa: N801
+class c_nvmlSample_t(Structure):
     _fields_ = [("timeStamp", c_ulonglong), ("sampleValue", c_nvmlValue_t)]
 
 
-class c_nvmlAccountingStats_t(Structure):  # noqa: N801
+class c_nvmlAccountingStats_t(Structure):
     _fields_ = [("gpuUtilization", c_uint), ("memoryUtilization", c_uint), ("maxMemoryUsage", c_ulonglong),
                 ("time", c_ulonglong), ("startTime", c_ulonglong), ("isRunning", c_uint), ("reserved", c_uint * 5)]
 
 
-class c_nvmlMemory_t(Structure):  # noqa: N801
+class c_nvmlMemory_t(Structure):
     _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
 
 
-class c_nvmlUtilization_t(Structure):  # noqa: N801
+class c_nvmlUtilization_t(Structure):
     _fields_ = [("gpu", c_uint), ("memory", c_uint)]
 
 
-class nvmlPciInfo_t(Structure):  # noqa: N801 - the fields migplan may read, same names and types
+class nvmlPciInfo_t(Structure):  # the fields migplan may read, same names and types
     _fields_ = [("busId", c_char * 32), ("domain", c_uint), ("bus", c_uint), ("device", c_uint),
                 ("pciDeviceId", c_uint), ("pciSubSystemId", c_uint)]
 
 
-class c_nvmlGpuInstancePlacement_t(Structure):  # noqa: N801
+class c_nvmlGpuInstancePlacement_t(Structure):
     _fields_ = [("start", c_uint), ("size", c_uint)]
 
 
-class c_nvmlGpuInstanceInfo_t(Structure):  # noqa: N801
+class c_nvmlGpuInstanceInfo_t(Structure):
     _fields_ = [("device", c_void_p), ("id", c_uint), ("profileId", c_uint),
                 ("placement", c_nvmlGpuInstancePlacement_t)]
 
 
-class struct_c_nvmlGpmSample_t(Structure):  # noqa: N801 - opaque in pynvml; an id here
+class struct_c_nvmlGpmSample_t(Structure):  # opaque in pynvml; an id here
     _fields_ = [("fake_id", c_uint)]
 
 
 c_nvmlGpmSample_t = POINTER(struct_c_nvmlGpmSample_t)
 
 
-class c_metricInfo_t(Structure):  # noqa: N801
+class c_metricInfo_t(Structure):
     _fields_ = [("shortName", c_void_p), ("longName", c_void_p), ("unit", c_void_p)]
 
 
-class c_nvmlGpmMetric_t(Structure):  # noqa: N801
+class c_nvmlGpmMetric_t(Structure):
     _fields_ = [("metricId", c_uint), ("nvmlReturn", c_uint), ("value", c_double), ("metricInfo", c_metricInfo_t)]
 
 
-class c_nvmlGpmMetricsGet_t(Structure):  # noqa: N801
+class c_nvmlGpmMetricsGet_t(Structure):
     _fields_ = [("version", c_uint), ("numMetrics", c_uint), ("sample1", c_nvmlGpmSample_t),
                 ("sample2", c_nvmlGpmSample_t), ("metrics", c_nvmlGpmMetric_t * NVML_GPM_METRIC_MAX)]
 
 
-class c_nvmlGpmSupport_t(Structure):  # noqa: N801
+class c_nvmlGpmSupport_t(Structure):
     _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
 
 
-class nvmlFriendlyObject:  # noqa: N801 - what pynvml returns for process lists
+class nvmlFriendlyObject:  # what pynvml returns for process lists
     def __init__(self, dictionary: dict[str, Any]) -> None:
         for k, v in dictionary.items():
             setattr(self, k, v)
@@ -371,52 +371,52 @@ class FakeNvml:
         return [t for t in out if t > last_seen_us]
 
     # -- init ------------------------------------------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:
         self._enter("nvmlInit", init=False)
         if self.library_missing:
             raise _err(NVML_ERROR_LIBRARY_NOT_FOUND)
         self.initialised += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self._enter("nvmlShutdown")
         self.initialised -= 1
 
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
         return self.driver
 
     # -- devices ---------------------------------------------------------------------------------------
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Dev:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Dev:
         self._enter("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self.gpus):
             raise _err(NVML_ERROR_INVALID_ARGUMENT)
         return _Dev(index)
 
-    def nvmlDeviceGetName(self, h: _Dev) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h: _Dev) -> str:
         self._enter("nvmlDeviceGetName")
         g = self._gpu(h)
         # a MIG device's name: the GPU's name and "MIG <profile>" (as nvidia-smi -L shows it) - unverified
         return g.name if h.mig is None else f"{g.name} MIG {g.migs[h.mig].profile_name}"
 
-    def nvmlDeviceGetUUID(self, h: _Dev) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, h: _Dev) -> str:
         self._enter("nvmlDeviceGetUUID")
         g = self._gpu(h)
         return g.uuid if h.mig is None else f"MIG-{g.uuid[4:12]}-0000-0000-0000-{h.mig:012d}"
 
-    def nvmlDeviceGetArchitecture(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetArchitecture(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetArchitecture")
         return self._gpu(h).arch
 
-    def nvmlDeviceGetPciInfo(self, h: _Dev) -> nvmlPciInfo_t:  # noqa: N802
+    def nvmlDeviceGetPciInfo(self, h: _Dev) -> nvmlPciInfo_t:
         self._enter("nvmlDeviceGetPciInfo")
         g = self._gpu(h)
         return nvmlPciInfo_t(busId=f"00000000:{0x17 + 0x10 * h.gpu:02X}:00.0".encode(), pciDeviceId=g.pci_device_id)
 
-    def nvmlDeviceGetMemoryInfo(self, h: _Dev) -> c_nvmlMemory_t:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: _Dev) -> c_nvmlMemory_t:
         self._enter("nvmlDeviceGetMemoryInfo")
         g = self._gpu(h)
         procs = [p for p in self._running(g) if h.mig is None or p.mig == h.mig]
@@ -424,19 +424,19 @@ class FakeNvml:
         used = int(sum(p.used_mib for p in procs) * 2**20)
         return c_nvmlMemory_t(total=total * 2**20, free=max(0, total * 2**20 - used), used=used)
 
-    def nvmlDeviceGetMigMode(self, h: _Dev) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetMigMode(self, h: _Dev) -> list[int]:
         self._enter("nvmlDeviceGetMigMode")
         g = self._gpu(h)
         if not g.mig_capable:
             raise _err(NVML_ERROR_NOT_SUPPORTED)
         return [int(g.mig), int(g.mig)]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetMaxMigDeviceCount")
         g = self._gpu(h)
         return 7 if g.mig else 0  # "Returns zero if MIG is not supported or enabled"
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Dev, index: int) -> _Dev:  # noqa: N802
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Dev, index: int) -> _Dev:
         self._enter("nvmlDeviceGetMigDeviceHandleByIndex")
         g = self._gpu(h)
         if not g.mig:
@@ -445,25 +445,25 @@ class FakeNvml:
             raise _err(NVML_ERROR_NOT_FOUND)
         return _Dev(h.gpu, index)
 
-    def nvmlDeviceIsMigDeviceHandle(self, h: _Dev) -> c_uint:  # noqa: N802 - pynvml returns the c_uint
+    def nvmlDeviceIsMigDeviceHandle(self, h: _Dev) -> c_uint:  # pynvml returns the c_uint
         self._enter("nvmlDeviceIsMigDeviceHandle")
         return c_uint(int(h.mig is not None))
 
-    def nvmlDeviceGetGpuInstanceId(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetGpuInstanceId(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetGpuInstanceId")
         g = self._gpu(h)
         if h.mig is None:
             raise _err(NVML_ERROR_NOT_SUPPORTED)
         return g.migs[h.mig].gi_id
 
-    def nvmlDeviceGetComputeInstanceId(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetComputeInstanceId(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetComputeInstanceId")
         g = self._gpu(h)
         if h.mig is None:
             raise _err(NVML_ERROR_NOT_SUPPORTED)
         return g.migs[h.mig].ci_id
 
-    def nvmlDeviceGetGpuInstanceById(self, h: _Dev, gi_id: int) -> _Gi:  # noqa: N802
+    def nvmlDeviceGetGpuInstanceById(self, h: _Dev, gi_id: int) -> _Gi:
         self._enter("nvmlDeviceGetGpuInstanceById")
         g = self._gpu(h)
         if not g.mig:
@@ -472,14 +472,14 @@ class FakeNvml:
             raise _err(NVML_ERROR_NOT_FOUND)
         return _Gi(h.gpu, gi_id)
 
-    def nvmlGpuInstanceGetInfo(self, gi: _Gi) -> c_nvmlGpuInstanceInfo_t:  # noqa: N802
+    def nvmlGpuInstanceGetInfo(self, gi: _Gi) -> c_nvmlGpuInstanceInfo_t:
         self._enter("nvmlGpuInstanceGetInfo")
         m = next(m for m in self.gpus[gi.gpu].migs if m.gi_id == gi.gi_id)
         return c_nvmlGpuInstanceInfo_t(id=m.gi_id, profileId=m.profile_id,
                                        placement=c_nvmlGpuInstancePlacement_t(m.start, m.size))
 
     # -- processes and utilisation ------------------------------------------------------------------------
-    def nvmlDeviceGetComputeRunningProcesses(self, h: _Dev) -> list[nvmlFriendlyObject]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, h: _Dev) -> list[nvmlFriendlyObject]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")
         g = self._gpu(h)
         if g.mig and h.mig is None and not self.privileged:
@@ -494,7 +494,7 @@ class FakeNvml:
                 "gpuInstanceId": m.gi_id if m else _NO_ID, "computeInstanceId": m.ci_id if m else _NO_ID}))
         return out
 
-    def nvmlDeviceGetProcessUtilization(self, h: _Dev, last_seen_us: int) -> list[c_nvmlProcessUtilizationSample_t]:  # noqa: N802, E501
+    def nvmlDeviceGetProcessUtilization(self, h: _Dev, last_seen_us: int) -> list[c_nvmlProcessUtilizationSample_t]:
         self._enter("nvmlDeviceGetProcessUtilization")
         g = self._gpu(h)
         if g.mig or h.mig is not None:
@@ -510,7 +510,7 @@ class FakeNvml:
             raise _err(NVML_ERROR_NOT_FOUND)  # "no valid sample entries are found since the lastSeenTimeStamp"
         return out
 
-    def nvmlDeviceGetSamples(self, h: _Dev, sampling_type: int, last_seen_us: int) -> tuple[int, list[c_nvmlSample_t]]:  # noqa: N802, E501
+    def nvmlDeviceGetSamples(self, h: _Dev, sampling_type: int, last_seen_us: int) -> tuple[int, list[c_nvmlSample_t]]:
         self._enter("nvmlDeviceGetSamples")
         g = self._gpu(h)
         if sampling_type not in (NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES):
@@ -528,7 +528,7 @@ class FakeNvml:
             raise _err(NVML_ERROR_NOT_FOUND)
         return NVML_VALUE_TYPE_UNSIGNED_INT, out
 
-    def nvmlDeviceGetUtilizationRates(self, h: _Dev) -> c_nvmlUtilization_t:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, h: _Dev) -> c_nvmlUtilization_t:
         self._enter("nvmlDeviceGetUtilizationRates")
         g = self._gpu(h)
         if g.mig or h.mig is not None:
@@ -536,25 +536,25 @@ class FakeNvml:
         return c_nvmlUtilization_t(gpu=min(100, int(sum(p.util_at(self.now) for p in self._running(g)))), memory=0)
 
     # -- accounting ----------------------------------------------------------------------------------------
-    def nvmlDeviceGetAccountingMode(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetAccountingMode(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetAccountingMode")
         g = self._gpu(h)
         return NVML_FEATURE_ENABLED if (g.accounting and not g.mig) else NVML_FEATURE_DISABLED
 
-    def nvmlDeviceGetAccountingBufferSize(self, h: _Dev) -> int:  # noqa: N802
+    def nvmlDeviceGetAccountingBufferSize(self, h: _Dev) -> int:
         self._enter("nvmlDeviceGetAccountingBufferSize")
         g = self._gpu(h)
         if not g.accounting or g.mig:
             raise _err(NVML_ERROR_NOT_SUPPORTED)
         return 4000
 
-    def nvmlDeviceGetAccountingPids(self, h: _Dev) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetAccountingPids(self, h: _Dev) -> list[int]:
         self.nvmlDeviceGetAccountingBufferSize(h)  # as pynvml does: sized by the buffer (NotSupported when off)
         self._enter("nvmlDeviceGetAccountingPids")
         g = self._gpu(h)
         return [p.pid for p in g.processes if p.start <= self.now][-4000:]
 
-    def nvmlDeviceGetAccountingStats(self, h: _Dev, pid: int) -> c_nvmlAccountingStats_t:  # noqa: N802
+    def nvmlDeviceGetAccountingStats(self, h: _Dev, pid: int) -> c_nvmlAccountingStats_t:
         self._enter("nvmlDeviceGetAccountingStats")
         g = self._gpu(h)
         if not g.accounting or g.mig:
@@ -573,23 +573,23 @@ class FakeNvml:
             time=0 if running else int((stop - p.start) * 1000), startTime=int(p.start * 1e6), isRunning=int(running))
 
     # -- GPM (Hopper+) ---------------------------------------------------------------------------------------
-    def nvmlGpmQueryDeviceSupport(self, h: _Dev) -> c_nvmlGpmSupport_t:  # noqa: N802
+    def nvmlGpmQueryDeviceSupport(self, h: _Dev) -> c_nvmlGpmSupport_t:
         self._enter("nvmlGpmQueryDeviceSupport")
         g = self._gpu(h)
         return c_nvmlGpmSupport_t(version=NVML_GPM_SUPPORT_VERSION,
                                   isSupportedDevice=int(g.gpm and g.arch >= NVML_DEVICE_ARCH_HOPPER))
 
-    def nvmlGpmSampleAlloc(self) -> Any:  # noqa: N802
+    def nvmlGpmSampleAlloc(self) -> Any:
         self._enter("nvmlGpmSampleAlloc")
         sid = len(self._gpm) + 1
         self._gpm[sid] = (-1, None, 0.0)
         return pointer(struct_c_nvmlGpmSample_t(sid))
 
-    def nvmlGpmSampleFree(self, sample: Any) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
         self._enter("nvmlGpmSampleFree")
         self._gpm.pop(sample.contents.fake_id, None)
 
-    def nvmlGpmMigSampleGet(self, h: _Dev, gi_id: int, sample: Any) -> Any:  # noqa: N802
+    def nvmlGpmMigSampleGet(self, h: _Dev, gi_id: int, sample: Any) -> Any:
         self._enter("nvmlGpmMigSampleGet")
         g = self._gpu(h)
         if not (g.gpm and g.arch >= NVML_DEVICE_ARCH_HOPPER):
@@ -599,7 +599,7 @@ class FakeNvml:
         self._gpm[sample.contents.fake_id] = (h.gpu, gi_id, self.now)
         return sample
 
-    def nvmlGpmMetricsGet(self, mg: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:  # noqa: N802
+    def nvmlGpmMetricsGet(self, mg: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
         self._enter("nvmlGpmMetricsGet")
         g1, gi1, t1 = self._gpm[mg.sample1.contents.fake_id]
         g2, gi2, t2 = self._gpm[mg.sample2.contents.fake_id]

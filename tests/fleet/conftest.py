@@ -13,9 +13,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sshd import SimHost, SshServer, SudoUsers, ensure_sshd  # noqa: E402
+from sshd import SimHost, SshServer, SudoUsers, ensure_sshd
 
-from migplan.adapters.ssh import SshOptions  # noqa: E402
+from migplan.adapters.ssh import SshOptions
 
 
 @pytest.fixture(scope="session")
