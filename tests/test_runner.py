@@ -547,16 +547,21 @@ def _planted(tmp_path: Path, target: str | Path) -> Path:
     return link
 
 
+@pytest.mark.parametrize("route", ["direct", "become"])
 @pytest.mark.parametrize("target", ["regular", "/dev/zero", "directory", "dangling"])
-def test_local_get_file_refuses_a_symbolic_link(tmp_path: Path, target: str) -> None:
+def test_get_file_refuses_a_symbolic_link(tmp_path: Path, sudo: str, target: str, route: str) -> None:
+    """Directly (O_NOFOLLOW) and through the become prefix (GET_SCRIPT: the route SSH hosts with `become` take
+    too), a link is refused and what it points to is never read."""
     secret = tmp_path / "shadow"
     secret.write_bytes(b"root:$6$secret\n")
     (tmp_path / "dir").mkdir()
     aim = {"regular": secret, "/dev/zero": Path("/dev/zero"), "directory": tmp_path / "dir",
            "dangling": tmp_path / "nowhere"}[target]
     link = _planted(tmp_path, aim)
-    with pytest.raises(TransferError, match="is a symbolic link, not a regular file; refusing to follow it") as err:
-        LocalRunner().get_file(str(link))
+    runner, refusal = ((LocalRunner(), "refusing to follow it") if route == "direct" else
+                       (LocalRunner(become=(sudo, "-n")), "refusing to read it"))
+    with pytest.raises(TransferError, match=f"is a symbolic link, not a regular file; {refusal}") as err:
+        runner.get_file(str(link))
     assert str(link) in str(err.value) and "secret" not in str(err.value)
 
 
@@ -585,20 +590,7 @@ def test_local_get_file_still_reads_through_a_linked_directory(tmp_path: Path) -
     assert LocalRunner().get_file(str(tmp_path / "via" / "a.json")) == b"{}"
 
 
-# --- ... nor through the become prefix (GET_SCRIPT: the route SSH hosts with `become` take too) -----------------
-
-@pytest.mark.parametrize("target", ["regular", "/dev/zero", "directory", "dangling"])
-def test_get_file_through_become_refuses_a_symbolic_link(tmp_path: Path, sudo: str, target: str) -> None:
-    secret = tmp_path / "shadow"
-    secret.write_bytes(b"root:$6$secret\n")
-    (tmp_path / "dir").mkdir()
-    aim = {"regular": secret, "/dev/zero": Path("/dev/zero"), "directory": tmp_path / "dir",
-           "dangling": tmp_path / "nowhere"}[target]
-    link = _planted(tmp_path, aim)
-    with pytest.raises(TransferError, match="is a symbolic link, not a regular file; refusing to read it") as err:
-        LocalRunner(become=(sudo, "-n")).get_file(str(link))
-    assert str(link) in str(err.value) and "secret" not in str(err.value)
-
+# --- ... nor through the become prefix (GET_SCRIPT) ---------------------------------------------------------------
 
 def test_get_file_through_become_refuses_a_fifo_and_a_directory_without_blocking(tmp_path: Path, sudo: str) -> None:
     fifo = tmp_path / "inflight.json"
