@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.state import GpuState
 from migplan.layout import Instance, Layout
+from migplan.model.state import GpuState
 from migplan.planner.patterns import maximal
 from migplan.planner.problem import Item, Problem
 from migplan.profiles import WHOLE_GPU

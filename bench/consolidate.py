@@ -29,7 +29,7 @@ from pathlib import Path
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
 from migplan.commands.propose import CONSOLIDATE_GAP_ABS_GPUS
-from migplan.fleet.state import FleetState, GpuState
+from migplan.model.state import FleetState, GpuState
 from migplan.planner import Policy, build_problem, plan_problem
 from migplan.profiles import ComputeStats, MemoryStats, Observation, ProfileSet, Workload
 

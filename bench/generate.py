@@ -27,8 +27,8 @@ import random
 from dataclasses import dataclass
 
 from migplan.catalog import builtin_catalog
-from migplan.fleet.state import FleetState, GpuState
 from migplan.layout import enumerate_layouts
+from migplan.model.state import FleetState, GpuState
 from migplan.profiles import ComputeStats, MemoryStats, Observation, ProfileSet, Workload
 
 MIXED = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "A30")

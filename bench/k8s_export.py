@@ -26,10 +26,11 @@ if __package__ in (None, ""):
 from migplan import mig_parted, yamldoc
 from migplan.catalog import builtin_catalog
 from migplan.commands import export as ex
-from migplan.fleet.state import GpuState
 from migplan.inventory import parse_inventory
 from migplan.layout import Layout, enumerate_layouts
-from migplan.planner.plan import GpuPlan, Plan
+from migplan.model.gpu_plan import GpuPlan
+from migplan.model.state import GpuState
+from migplan.planner.plan import Plan
 
 
 def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 from migplan.catalog import builtin_catalog
-from migplan.fleet.diff import diff
-from migplan.fleet.state import GpuState
 from migplan.layout import enumerate_layouts
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
+from migplan.model.state import GpuState
 from migplan.planner import Plan
-from migplan.planner.plan import GpuPlan, SolveInfo, Summary, WorkloadPlan, instance_memory_mib
+from migplan.planner.plan import SolveInfo, Summary, instance_memory_mib
 from migplan.report_html import render
 
 CAT = builtin_catalog()

@@ -31,7 +31,7 @@ from bench.generate import MIXES, Spec, change_demand, generate
 from bench.topics import with_topics
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
-from migplan.fleet.state import FleetState
+from migplan.model.state import FleetState
 from migplan.planner import Plan, Policy, Weights, build_problem, plan_problem
 from migplan.planner.formulation import formulate
 from migplan.planner.groups import split

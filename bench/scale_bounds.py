@@ -40,12 +40,13 @@ from bench.generate import workload  # noqa: E402
 from migplan import jsontext  # noqa: E402
 from migplan.adapters.solver import PulpSolver  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
-from migplan.fleet.diff import diff  # noqa: E402
-from migplan.fleet.state import FleetState, GpuState  # noqa: E402
+from migplan.model.diff import diff  # noqa: E402
+from migplan.model.gpu_plan import GpuPlan  # noqa: E402
+from migplan.model.state import FleetState, GpuState  # noqa: E402
 from migplan.planner import plan as make_plan  # noqa: E402
 from migplan.planner import plan_to_dict  # noqa: E402
 from migplan.planner.demand import Policy, memory_warning, policy_from_mapping  # noqa: E402
-from migplan.planner.plan import GpuPlan, memory_margins  # noqa: E402
+from migplan.planner.plan import memory_margins  # noqa: E402
 from migplan.profiles import ProfileSet  # noqa: E402
 
 MODEL = "A100-SXM4-40GB"

@@ -20,7 +20,7 @@ import yaml
 from migplan import jsontext, yamldoc
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.files import write_atomic
-from migplan.fleet.state import FleetState
+from migplan.model.state import FleetState
 from migplan.planner.plan import Plan, parse_plan, plan_to_dict
 from migplan.profiles import PROFILES_VERSION, Workload
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.layout import Instance, Layout
+from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.planner import Plan
-from migplan.planner.plan import GpuPlan, WorkloadPlan
 
 SLOT_PX = 60  # width of one memory slice
 GAP_PX = 2

@@ -57,11 +57,11 @@ from migplan.fleet.assignments import (
     env_file_name,
     parse_last_applied,
 )
-from migplan.fleet.diff import diff
-from migplan.fleet.state import GpuState
 from migplan.inventory import Host
 from migplan.layout import Layout
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan
+from migplan.model.state import GpuState
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")

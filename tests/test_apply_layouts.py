@@ -15,12 +15,12 @@ from sim_runner import InProcess
 
 from migplan.catalog import builtin_catalog
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
-from migplan.fleet.diff import diff
 from migplan.fleet.discover import discover_host
-from migplan.fleet.state import GpuState
 from migplan.inventory import Host
 from migplan.layout import Layout, enumerate_layouts
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan
+from migplan.model.state import GpuState
 
 CAT = builtin_catalog()
 

@@ -22,14 +22,13 @@ from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileT
 from migplan.catalog import builtin_catalog
 from migplan.commands.apply import _Journal, _MoveHooks
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, MoveEvent, apply_host
-from migplan.fleet.diff import diff
 from migplan.fleet.discover import discover_host
-from migplan.fleet.state import GpuState
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Hooks, Host
 from migplan.layout import Instance, Layout
-from migplan.planner.migration import Endpoint, Migration
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import Endpoint, GpuPlan, Migration
+from migplan.model.state import GpuState
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")

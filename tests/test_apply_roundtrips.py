@@ -30,12 +30,12 @@ from migplan.catalog import builtin_catalog
 from migplan.commands.apply import _Journal, apply_one_host
 from migplan.fleet.apply import ApplyOptions, GpuOutcome
 from migplan.fleet.assignments import LastApplied, Placement
-from migplan.fleet.diff import diff
-from migplan.fleet.state import GpuState
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
 from migplan.layout import Layout
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan
+from migplan.model.state import GpuState
 
 CAT = builtin_catalog()
 MODEL = CAT.get("A100-SXM4-40GB")

@@ -26,7 +26,7 @@ PACKAGES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migp
 
 CORE = ("migplan.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
         "migplan.catalog.catalog",
-        "migplan.fleet.state", "migplan.fleet.diff", "migplan.fleet.snapshot", "migplan.fleet.host_table",
+        "migplan.model.state", "migplan.model.diff", "migplan.fleet.snapshot", "migplan.fleet.host_table",
         "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history",
         "migplan.mig_parted", "migplan.k8s_nodes", "migplan.host_patterns", "migplan.report_html")
 # What touches the outside world: the core may import none of these.

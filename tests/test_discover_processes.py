@@ -25,13 +25,13 @@ from migplan import smi
 from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandTimeout, Completed
 from migplan.catalog import builtin_catalog
 from migplan.fleet.apply import FIRST_READS, ApplyOptions, GpuOutcome, apply_host
-from migplan.fleet.diff import diff
 from migplan.fleet.discover import READS, discover_host, placed_processes
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredInstance
-from migplan.fleet.state import GpuState, changes
 from migplan.inventory import Host
 from migplan.layout import Instance, Layout
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan
+from migplan.model.state import GpuState, changes
 from migplan.smi.mig_table import parse_mig_devices
 from migplan.smi.usage import parse_processes
 

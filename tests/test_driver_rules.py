@@ -156,8 +156,8 @@ def test_bad_exclusions_are_refused_with_their_line(tmp_path: Path, rules: str, 
 # --- offline: the inventory's driver ------------------------------------------------------------------
 
 def _inventory_plan(tmp_path: Path, driver: str | None) -> Plan:
-    from migplan.fleet.state import state_from_inventory
     from migplan.inventory import load_inventory
+    from migplan.model.state import state_from_inventory
 
     inv = tmp_path / "inv.yaml"
     extra = f"    driver: {driver!r}\n" if driver else ""
@@ -176,8 +176,8 @@ def test_offline_plans_follow_the_inventory_driver(tmp_path: Path) -> None:
 
 
 def test_an_inventory_layout_holding_the_combination_is_planned_as_a_newer_driver(tmp_path: Path) -> None:
-    from migplan.fleet.state import state_from_inventory
     from migplan.inventory import load_inventory
+    from migplan.model.state import state_from_inventory
 
     inv = tmp_path / "inv.yaml"
     inv.write_text("version: 1\nhosts:\n  h:\n    gpus:\n"

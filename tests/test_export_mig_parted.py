@@ -252,8 +252,8 @@ def test_an_nvidia_default_config_stands_for_a_node_it_fits(plan_file: Path) -> 
     device-filter entry gives exactly that), not with a new config; a node it does not fit gets ours."""
     from dataclasses import replace
 
-    from migplan.fleet.state import GpuState
-    from migplan.planner.plan import GpuPlan
+    from migplan.model.gpu_plan import GpuPlan
+    from migplan.model.state import GpuState
 
     seven = Layout.parse([f"1g.10gb@{s}" for s in range(7)])
     three = Layout.parse(["3g.40gb@0", "3g.40gb@4"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from migplan.catalog import GpuModel, builtin_catalog
-from migplan.fleet.diff import Action, Op, diff, keep_mode
 from migplan.fleet.steps import StepError, to_commands
 from migplan.layout import Instance, Layout
+from migplan.model.diff import Action, Op, diff, keep_mode
 
 L = Layout.parse
 

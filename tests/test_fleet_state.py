@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from migplan.fleet.state import FleetState, GpuState, changes
 from migplan.layout import Instance, Layout
+from migplan.model.state import FleetState, GpuState, changes
 
 L = Layout.parse
 

@@ -145,8 +145,8 @@ def test_a_plan_carries_its_host_models_and_applies_with_them(lowmem_host: tuple
 
 
 def test_offline_plans_offer_min_driver_profiles_only_when_the_inventory_driver_has_them(tmp_path: Path) -> None:
-    from migplan.fleet.state import state_from_inventory
     from migplan.inventory import load_inventory
+    from migplan.model.state import state_from_inventory
 
     inv = tmp_path / "inv.yaml"
     for driver, has_1g10 in ((None, False), ("460.32", False), ("535.129.03", True)):

@@ -9,9 +9,9 @@ import pytest
 
 from migplan.catalog import builtin_catalog
 from migplan.errors import InputError
-from migplan.fleet.state import state_from_inventory
 from migplan.inventory import expand_pattern, load_inventory
 from migplan.layout import Layout
+from migplan.model.state import state_from_inventory
 
 CAT = builtin_catalog()
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,7 +175,7 @@ def test_shorthand_takes_mig_and_check_shows_undeclared_as_mig_off(tmp_path) -> 
     from typer.testing import CliRunner
 
     from migplan.cli.app import app
-    from migplan.fleet.state import state_from_inventory
+    from migplan.model.state import state_from_inventory
 
     inv = tmp_path / "inv.yaml"
     inv.write_text("version: 1\nhosts:\n  a: {gpus: {model: A100-SXM4-40GB, count: 2, mig: true}}\n"

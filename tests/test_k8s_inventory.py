@@ -21,8 +21,8 @@ from migplan.cli.app import app
 from migplan.commands import export as ex
 from migplan.documents import load_plan
 from migplan.errors import InputError
-from migplan.fleet.state import state_from_inventory
 from migplan.inventory import load_inventory
+from migplan.model.state import state_from_inventory
 
 CAT = builtin_catalog()
 DATA = Path(__file__).resolve().parent / "data" / "k8s"

@@ -211,8 +211,9 @@ def test_load_plan_reads_a_plan_file_through_the_json_path(bases: list[dict[str,
 
 
 def test_entries_made_without_init_equal_those_made_with_it() -> None:
-    from migplan.fleet.diff import Action, Op
-    from migplan.planner.plan import WorkloadPlan, _made, _made_action
+    from migplan.model.diff import Action, Op
+    from migplan.model.gpu_plan import WorkloadPlan
+    from migplan.planner.plan import _made, _made_action
 
     values = {"name": "w", "workload": "w", "status": "placed", "host": "h", "gpu": 0, "instance": "1g.5gb@6",
               "memory_mib": 1, "peak_mib": 1, "instance_mib": 4864, "margin_mib": 4863, "slices": 1, "kept": False,

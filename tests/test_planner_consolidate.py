@@ -23,8 +23,9 @@ from bench.consolidate import whole_gpu_fleet
 from migplan.adapters.solver import PulpSolver
 from migplan.errors import InputError
 from migplan.layout import Layout
+from migplan.model.gpu_plan import Endpoint, Migration
 from migplan.planner import Plan, Policy, build_problem, plan_from_dict, plan_problem, plan_to_dict, validate
-from migplan.planner.migration import Endpoint, GpuLayouts, Migration, Move, order
+from migplan.planner.migration import GpuLayouts, Move, order
 
 CONS = dataclasses.replace(EXACT, consolidate=True)
 A80 = "A100-SXM4-80GB"

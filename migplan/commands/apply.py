@@ -70,12 +70,12 @@ from migplan.fleet.assignments import (
     placements,
     present,
 )
-from migplan.fleet.diff import diff
 from migplan.fleet.discover import discover_host
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import DEFAULT_LOCK_FILE, DEFAULT_STATE_DIR, Host, hook_argv
-from migplan.planner.migration import Migration
-from migplan.planner.plan import GpuPlan, Plan
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan, Migration
+from migplan.planner.plan import Plan
 from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
@@ -234,7 +234,7 @@ def _last_applied(host: Host, plan: Plan, gpus: Sequence[GpuPlan], catalog: Cata
     applied = tuple(AppliedGpu(g.index, g.uuid, catalog.get(g.model).base_id, g.target)
                     for g in sorted(gpus, key=lambda g: g.index) if g.hold is None)
     return LastApplied(host.name, plan.fingerprint, stamp, applied,
-                       tuple(placements(plan, host.name) if items is None else items))
+                       tuple(placements(plan.workloads, host.name) if items is None else items))
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,7 @@ def _per_host(plan: Plan, migrations: Sequence[Migration]) -> _PerHost:
     for g in plan.gpus:
         gpus.setdefault(g.host, []).append(g)
     items: dict[str, list[Placement]] = {}
-    for w in plan.workloads:  # as assignments.placements(plan, host), for every host at once
+    for w in plan.workloads:  # as assignments.placements(plan.workloads, host), for every host at once
         if w.status == "placed" and w.host is not None and w.gpu is not None:
             items.setdefault(w.host, []).append(Placement(w.name, w.gpu, w.instance))
     moves: dict[str, list[Migration]] = {}

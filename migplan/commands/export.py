@@ -24,7 +24,8 @@ from migplan.catalog import Catalog
 from migplan.commands.context import Context
 from migplan.errors import InputError
 from migplan.mig_parted import Creatability, Entry
-from migplan.planner.plan import GpuPlan, Plan
+from migplan.model.gpu_plan import GpuPlan
+from migplan.planner.plan import Plan
 
 DEFAULT_CONFIGMAP = "migplan-mig-config"
 DEFAULT_NAMESPACE = "gpu-operator"

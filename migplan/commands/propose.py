@@ -17,7 +17,7 @@ from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.config import check_planner_overrides
-from migplan.fleet.state import FleetState, state_from_inventory
+from migplan.model.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
 

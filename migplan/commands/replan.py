@@ -31,8 +31,8 @@ from migplan.files import check_output_option, write_atomic
 from migplan.fleet.apply import GpuOutcome, half_done
 from migplan.fleet.discover import discover_fleet
 from migplan.fleet.snapshot import Snapshot
-from migplan.fleet.state import FleetState, GpuKey
 from migplan.inventory import Host
+from migplan.model.state import FleetState, GpuKey
 from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.problem import build_problem
 from migplan.profiles import ProfileSet, check_models

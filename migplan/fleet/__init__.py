@@ -1,8 +1,6 @@
-"""The fleet as observed, and the pure difference between two states.
+"""The fleet as discovered and changed: discovery, apply, repair (the types they share with the planner are
+in `migplan.model`).
 
-  state.py     GpuState / FleetState: what each GPU is (observed or declared), fleet and per-GPU
-               fingerprints, `changes` (what differs from the state a plan assumed)       pure
-  diff.py      current -> target layout as typed `Action`s (`Op`, instance, GPU, reset)  pure
   snapshot.py  what discovery saw per host (DiscoveredHost/Gpu/Instance) and the snapshot
                document's dict form and strict parser                                      pure
   host_table.py a GPU's own -lgip/-lgipp table: differences from the catalog, the model built
@@ -18,8 +16,7 @@
   repair.py      the in-flight record of an apply and the repair of one left half-done
   devices.py     the MIG devices (UUIDs) read after an apply
 
-May import: catalog, layout, inventory, smi, names, errors, yamldoc, planner.plan (apply.py: the plan's
-per-GPU entries); discover.py and apply.py (and the modules it uses) also
+May import: model, catalog, layout, inventory, smi, names, errors, yamldoc, files; discover.py and apply.py (and the modules it uses) also
 `migplan.adapters` (the runner protocol, the nvidia-smi session, the host pool). Never paramiko,
 pulp, typer or pynvml: transports are passed in.
 """

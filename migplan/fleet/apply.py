@@ -2,7 +2,7 @@
 (moves in the plan's migration order), verify placement for placement and memory, and roll a GPU back to its
 checkpoint when anything fails. This module is the host's orchestration; the one path of a change is:
 
-  plan's actions (fleet.diff.Action) -> fleet.steps.to_commands -> nvidia-smi argv (migplan.smi builders)
+  plan's actions (model.diff.Action) -> fleet.steps.to_commands -> nvidia-smi argv (migplan.smi builders)
 
 run by `fleet.gpu_change.GpuChange.run_actions` for the plan's change (`fleet.moves` orders the moves' parts), for
 a rollback (`diff(live, checkpoint)`) and for the repair of an interrupted apply (`fleet.repair`, `diff(live,
@@ -75,12 +75,11 @@ from migplan.fleet.outcomes import (
 )
 from migplan.fleet.repair import half_done, put_inflight, repair, settle, settled, with_repair
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost
-from migplan.fleet.state import GpuState, changes
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
 from migplan.layout import Instance, Layout, check_layout
-from migplan.planner.migration import Migration
-from migplan.planner.plan import GpuPlan
+from migplan.model.gpu_plan import GpuPlan, Migration
+from migplan.model.state import GpuState, changes
 from migplan.smi.mig_table import parse_mig_devices, takes_placement
 
 # The names callers import from here (commands/apply.py, the tests), wherever they now live.

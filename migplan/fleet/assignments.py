@@ -30,10 +30,10 @@ from migplan import names
 from migplan.catalog import Catalog
 from migplan.errors import InputError
 from migplan.files import json_depth_ok
-from migplan.fleet.assigned import ASSIGNMENTS_FILE, ASSIGNMENTS_KIND
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.layout import Instance, Layout, check_layout
-from migplan.planner.plan import Plan
+from migplan.model.assigned import ASSIGNMENTS_FILE, ASSIGNMENTS_KIND
+from migplan.model.gpu_plan import WorkloadPlan
 
 FLEET_ASSIGNMENTS_KIND = "migplan/fleet-assignments"
 LAST_APPLIED_KIND = "migplan/last-applied"
@@ -65,14 +65,14 @@ class Assignment:
     device: str | None  # MIG-... or GPU-...: what CUDA_VISIBLE_DEVICES takes (None: not found on the host)
 
 
-def placements(plan: Plan, host: str) -> list[Placement]:
-    return [Placement(w.name, w.gpu, w.instance) for w in plan.workloads
+def placements(workloads: Iterable[WorkloadPlan], host: str) -> list[Placement]:
+    return [Placement(w.name, w.gpu, w.instance) for w in workloads
             if w.status == "placed" and w.host == host and w.gpu is not None]
 
 
-def assignments(plan: Plan, record: DiscoveredHost) -> list[Assignment]:
-    """The plan's placements on this host, with the device UUIDs the host reports now."""
-    return assignments_for(placements(plan, record.name), record)
+def assignments(workloads: Iterable[WorkloadPlan], record: DiscoveredHost) -> list[Assignment]:
+    """A plan's placements (its `workloads`) on this host, with the device UUIDs the host reports now."""
+    return assignments_for(placements(workloads, record.name), record)
 
 
 def assignments_for(items: Iterable[Placement], record: DiscoveredHost) -> list[Assignment]:
@@ -96,8 +96,7 @@ def _listed(items: Sequence[Assignment]) -> list[dict[str, Any]]:
     return [{"name": a.workload, "gpu": a.gpu, "instance": a.instance, "device": a.device} for a in items]
 
 
-def assignments_document(host: str, plan: Plan | str, items: list[Assignment], written_at: str) -> str:
-    fingerprint = plan if isinstance(plan, str) else plan.fingerprint
+def assignments_document(host: str, fingerprint: str, items: list[Assignment], written_at: str) -> str:
     doc: dict[str, Any] = {"version": 1, "kind": ASSIGNMENTS_KIND, "host": host, "plan": fingerprint,
                            "written_at": written_at, "workloads": _listed(items)}
     return json.dumps(doc, indent=2) + "\n"

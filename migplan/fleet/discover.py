@@ -43,13 +43,6 @@ from migplan.adapters.runner import (
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
 from migplan.errors import CatalogError
-from migplan.fleet.assigned import (
-    ASSIGNMENTS_FILE,
-    MAX_ASSIGNMENTS_BYTES,
-    BadAssignments,
-    HostAssignments,
-    parse_assignments,
-)
 from migplan.fleet.host_table import HostTable, differences, host_model, table_from_smi
 from migplan.fleet.inflight import INFLIGHT_FILE, MAX_INFLIGHT_BYTES, BadInFlight, InFlight, parse_inflight
 from migplan.fleet.snapshot import (
@@ -63,6 +56,13 @@ from migplan.fleet.snapshot import (
 )
 from migplan.inventory import Host, Inventory
 from migplan.layout import Instance, Layout, check_layout
+from migplan.model.assigned import (
+    ASSIGNMENTS_FILE,
+    MAX_ASSIGNMENTS_BYTES,
+    BadAssignments,
+    HostAssignments,
+    parse_assignments,
+)
 from migplan.smi import usage
 
 
@@ -81,7 +81,7 @@ class UnknownModelError(HostError):
 def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
                   timeout: float = DEFAULT_TIMEOUT, assignments: bool = True) -> DiscoveredHost:
     """Everything discovery reports about one host; raises a HostError/SmiError when it cannot. With
-    `assignments`, also the host's `assignments.json` (what the last apply placed there: `fleet.assigned`);
+    `assignments`, also the host's `assignments.json` (what the last apply placed there: `model.assigned`);
     apply's own re-read does without it (its checks depend on the GPUs alone)."""
     s, infos = _first_reads(runner, timeout)
     listing = {g.index: g for g in s.gpu_listing()}

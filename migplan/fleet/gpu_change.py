@@ -14,12 +14,12 @@ from migplan.adapters.runner import HostError
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import GpuModel
 from migplan.errors import MigplanError
-from migplan.fleet.diff import Action, diff, keep_mode
 from migplan.fleet.outcomes import ApplyOptions, GpuOutcome, GpuResult, Journal, listed, shown
 from migplan.fleet.snapshot import DiscoveredGpu
 from migplan.fleet.steps import Step, StepError, to_commands
 from migplan.layout import Instance, Layout
-from migplan.planner.plan import GpuPlan
+from migplan.model.diff import Action, diff, keep_mode
+from migplan.model.gpu_plan import GpuPlan
 from migplan.smi import SmiError
 
 
@@ -71,7 +71,7 @@ class GpuChange:
         self.failure: BaseException | None = None
 
     def actions_to(self, current: Layout | None, target: Layout | None) -> list[Action]:
-        """The actions that turn `current` into `target` on this GPU (`fleet.diff.diff` for its architecture)."""
+        """The actions that turn `current` into `target` on this GPU (`model.diff.diff` for its architecture)."""
         return diff(current, target, gpu=self.plan.key, architecture=self.model.architecture)
 
     def planned_actions(self) -> list[Action]:

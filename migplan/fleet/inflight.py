@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from migplan import names
 from migplan.errors import InputError
-from migplan.fleet.assigned import host_document
 from migplan.layout import Layout
+from migplan.model.assigned import host_document
 
 INFLIGHT_FILE = "inflight.json"
 INFLIGHT_KIND = "migplan/inflight"

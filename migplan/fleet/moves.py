@@ -15,7 +15,7 @@ from migplan.fleet.gpu_change import FAILURES, GpuChange, Linked
 from migplan.fleet.outcomes import ApplyOptions, MoveEvent, OnMove
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.layout import Instance, Layout, check_layout
-from migplan.planner.migration import Migration
+from migplan.model.gpu_plan import Migration
 
 
 class HostChanges:

@@ -11,7 +11,7 @@ from typing import Any
 from migplan.adapters.runner import FileToPut
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.layout import Layout
-from migplan.planner.migration import Endpoint
+from migplan.model.gpu_plan import Endpoint
 
 Journal = Callable[[dict[str, Any]], None]
 

@@ -1,4 +1,4 @@
-"""A GPU's actions (`fleet.diff.Action`) as the exact nvidia-smi commands that carry them out, in order (pure).
+"""A GPU's actions (`model.diff.Action`) as the exact nvidia-smi commands that carry them out, in order (pure).
 
 `to_commands` is the one place in migplan that builds a MIG-changing nvidia-smi command (tests/test_architecture.py
 checks it): apply runs the plan's actions through it, a rollback runs `diff(live, checkpoint)` through it, and the
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from migplan import smi
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.diff import Action, Op
 from migplan.layout import Instance
+from migplan.model.diff import Action, Op
 
 # The journal's "kind" of each command: the strings journals have always carried (tools read them), so a mode
 # change is "set-mig-mode" whichever way it goes and the one `-cgi ... -C` of CREATE_GI + CREATE_CI is "create-gi".

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.diff import RESET_ON_MODE_CHANGE
 from migplan.layout import Layout
+from migplan.model.diff import RESET_ON_MODE_CHANGE
 from migplan.planner.demand import MOVE_SHARE_OF_GPU, Weights
 from migplan.planner.groups import Group, Klass, Split
 from migplan.planner.milp import Milp, ModelTooLarge, SizeLimit
@@ -69,7 +69,7 @@ class PatternInfo:
     change: int
     evict: bool = False  # WHOLE only: the running whole-GPU workload leaves, another takes the GPU
     mode: int = 0  # 1 when it changes the GPU's MIG mode (a layout on a MIG-disabled GPU, WHOLE on an enabled one)
-    reset: int = 0  # 1 when that mode change needs a GPU reset (fleet.diff.RESET_ON_MODE_CHANGE: Ampere)
+    reset: int = 0  # 1 when that mode change needs a GPU reset (model.diff.RESET_ON_MODE_CHANGE: Ampere)
 
     @property
     def empty(self) -> bool:
@@ -100,7 +100,7 @@ def _mode(model: GpuModel, changes: bool) -> tuple[int, int]:
     """(mode, reset) of a pattern: whether it changes the MIG mode, and whether that needs a GPU reset. On
     Ampere the driver resets the GPU to change the mode, which fails while a client such as nvidia-persistenced
     holds it; Hopper and later change it without a reset (MIG User Guide, "Getting Started with MIG",
-    docs/nvidia-smi.md §1; `fleet.diff` writes the same `+reset` on the action)."""
+    docs/nvidia-smi.md §1; `model.diff` writes the same `+reset` on the action)."""
     return int(changes), int(changes and model.architecture in RESET_ON_MODE_CHANGE)
 
 

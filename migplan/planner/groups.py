@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
+from migplan.model.state import GpuKey, GpuState
 from migplan.planner.patterns import Key, key
 from migplan.planner.problem import Item, Problem
 from migplan.profiles import WHOLE_GPU

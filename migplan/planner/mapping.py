@@ -27,8 +27,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.state import GpuKey, GpuState
 from migplan.layout import Instance, Layout
+from migplan.model.state import GpuKey, GpuState
 from migplan.planner.formulation import Formulation, PatternInfo
 from migplan.planner.groups import Group, Klass, class_key
 from migplan.planner.patterns import WHOLE, Key, key, keys

@@ -37,35 +37,8 @@ from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
 from migplan.layout import Instance, Layout, check_layout
-
-GpuKey = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    gpu: int
-    instance: str | None  # PROFILE@START; None: the whole MIG-disabled GPU
-
-    @property
-    def key(self) -> GpuKey:
-        return (self.host, self.gpu)
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.gpu}/{self.instance or 'whole'}"
-
-
-@dataclass(frozen=True)
-class Migration:
-    step: int  # 1-based execution order
-    workload: str  # WorkloadPlan.name
-    source: Endpoint
-    target: Endpoint | None  # None: the workload stops and is not placed again
-    make_before_break: bool  # the target can be created while the source still runs
-    stop_first: bool  # the source must be stopped before the target can exist
-    reason: str = ""  # why it moves, e.g. "frees gpu-07:3", "its instance is below its peak"
-    stops: tuple[str, ...] = ()  # other workloads stopped at this step, before the target is created
-    priority: int = 1  # the workload's priority (stop-first choices prefer stopping lower priorities)
+from migplan.model.gpu_plan import Endpoint, Migration
+from migplan.model.state import GpuKey
 
 
 @dataclass(frozen=True)

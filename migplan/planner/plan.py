@@ -53,11 +53,12 @@ from migplan.catalog.geometry import GpuModel
 from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
 from migplan.catalog.writer import models_to_list
 from migplan.errors import CatalogError, InputError, MigplanError
-from migplan.fleet.diff import Action, diff
-from migplan.fleet.state import FleetState, GpuKey, GpuState, Hold
 from migplan.layout import Instance, Layout, check_layout
+from migplan.model.diff import Action, diff
+from migplan.model.gpu_plan import WORKLOAD_STATUSES, Endpoint, GpuPlan, Migration, WorkloadPlan
+from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
-from migplan.planner.migration import Endpoint, GpuLayouts, Migration, Move, freed_gpus, order
+from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
 from migplan.planner.milp import SolveStatus
 from migplan.profiles import MAX_PRIORITY
 from migplan.yamldoc import Node
@@ -104,64 +105,6 @@ class Summary:
     min_margin_mib: int | None  # least instance MiB - peak MiB over placed workloads (None: none placed)
     headroom_rule: str  # the memory headroom rule in words, e.g. "+10%, at least 512 MiB"
     memory_warning: str | None  # set when memory is sized from a percentile below the observed peak
-
-
-@dataclass(frozen=True)
-class GpuPlan:
-    """One GPU of the plan: the state the plan assumed, the layout it wants, and the actions between them."""
-
-    observed: GpuState
-    target: Layout | None
-    actions: tuple[Action, ...]
-
-    @property
-    def host(self) -> str:
-        return self.observed.host
-
-    @property
-    def index(self) -> int:
-        return self.observed.index
-
-    @property
-    def key(self) -> GpuKey:
-        return self.observed.key
-
-    @property
-    def model(self) -> str:
-        return self.observed.model
-
-    @property
-    def uuid(self) -> str | None:
-        return self.observed.uuid
-
-    @property
-    def current(self) -> Layout | None:
-        return self.observed.current
-
-    @property
-    def hold(self) -> Hold | None:
-        return self.observed.hold
-
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    name: str
-    workload: str
-    status: str  # placed | unplaced
-    host: str | None = None
-    gpu: int | None = None
-    instance: str | None = None  # PROFILE@START, or None for the whole GPU / unplaced
-    memory_mib: int = 0  # the sized demand: statistic + headroom
-    peak_mib: int = 0  # the observed memory peak (profile memory_mib.max)
-    instance_mib: int | None = None  # memory of the instance (the GPU's for a whole GPU); None when unplaced
-    margin_mib: int | None = None  # instance_mib - peak_mib; negative: it outgrew this instance in its history
-    slices: int = 0
-    kept: bool = False
-    moved: bool = False
-    reason: str | None = None
-
-
-WORKLOAD_STATUSES = ("placed", "unplaced")
 
 
 def instance_memory_mib(model: GpuModel, instance: str | None) -> int:

@@ -16,25 +16,24 @@ from typing import Any, TypeVar
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
-from migplan.fleet.diff import Op, diff
-from migplan.fleet.state import FleetState, GpuKey
 from migplan.layout import Layout, used_compute
+from migplan.model.diff import Op, diff
+from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan
+from migplan.model.state import FleetState, GpuKey
 from migplan.planner.background import Background, Handle, Here
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate, reweighted
 from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
-from migplan.planner.migration import Endpoint, GpuLayouts, Move, order
+from migplan.planner.migration import GpuLayouts, Move, order
 from migplan.planner.milp import Milp, SizeLimit, SolveHandle, Solver, SolveResult, start_solve
 from migplan.planner.plan import (
     Consolidation,
     CurvePoint,
-    GpuPlan,
     Plan,
     PlanError,
     SolveInfo,
     Summary,
-    WorkloadPlan,
     in_use,
     instance_memory_mib,
     memory_margins,

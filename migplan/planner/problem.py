@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.errors import InputError
-from migplan.fleet.state import FleetState, GpuKey, GpuState
 from migplan.layout import Instance
+from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
 from migplan.profiles import ProfileSet, Workload
 

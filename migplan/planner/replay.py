@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from migplan.fleet.state import FleetState
 from migplan.layout import Instance
+from migplan.model.state import FleetState
 from migplan.planner.plan import Plan
 from migplan.profiles import Observation, ProfileSet
 

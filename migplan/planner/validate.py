@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from migplan.fleet.diff import diff
-from migplan.fleet.state import GpuKey
 from migplan.layout import Layout, check_layout
+from migplan.model.diff import diff
+from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
+from migplan.model.state import GpuKey
 from migplan.planner.groups import fits_where_it_runs
-from migplan.planner.plan import GpuPlan, Plan, WorkloadPlan
+from migplan.planner.plan import Plan
 from migplan.planner.problem import Item, Problem
 from migplan.profiles import WHOLE_GPU
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migplan.fleet.state import GpuKey
+from migplan.model.state import GpuKey
 from migplan.planner.plan import Plan, instance_memory_mib
 from migplan.planner.problem import Problem
 from migplan.replan.policy import ReplanPolicy

@@ -23,9 +23,9 @@ from typing import Literal
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
-from migplan.fleet.assigned import HostAssignments
 from migplan.inventory import Inventory
 from migplan.layout import Instance, Layout
+from migplan.model.assigned import HostAssignments
 
 GpuKey = tuple[str, int]
 Hold = Literal["reserved", "excluded"]
@@ -105,7 +105,7 @@ class FleetState:
     gpus: tuple[GpuState, ...]
     source: str = "inventory"  # inventory | discovery | snapshot:<path>
     models: tuple[GpuModel, ...] = ()  # models built from hosts' own profile tables (not in the catalog)
-    # (host, its assignments.json): where the last apply on each host placed its workloads (`fleet.assigned`);
+    # (host, its assignments.json): where the last apply on each host placed its workloads (`model.assigned`);
     # the planner takes them as the workloads' places. Not in the fingerprint: they follow the GPUs' layouts.
     assigned: tuple[tuple[str, HostAssignments], ...] = ()
 
