@@ -49,11 +49,11 @@ from migplan.adapters.runner import (  # noqa: E402
     Prune,
 )
 from migplan.catalog import builtin_catalog  # noqa: E402
+from migplan.catalog.layout import Layout  # noqa: E402
 from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
 from migplan.fleet.assignments import LastApplied, Placement  # noqa: E402
 from migplan.inventory import Host  # noqa: E402
-from migplan.layout import Layout  # noqa: E402
 from migplan.model.diff import diff  # noqa: E402
 from migplan.model.gpu_plan import GpuPlan  # noqa: E402
 from migplan.model.state import GpuState  # noqa: E402

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuState
 from migplan.planner.patterns import maximal
 from migplan.planner.problem import Item, Problem

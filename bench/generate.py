@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass
 
 from migplan.catalog import builtin_catalog
-from migplan.layout import enumerate_layouts
+from migplan.catalog.layout import enumerate_layouts
 from migplan.model.state import FleetState, GpuState
 from migplan.profiles import ComputeStats, MemoryStats, Observation, ProfileSet, Workload
 

@@ -25,9 +25,9 @@ if __package__ in (None, ""):
 
 from migplan import mig_parted, yamldoc
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout, enumerate_layouts
 from migplan.commands import export as ex
 from migplan.inventory import parse_inventory
-from migplan.layout import Layout, enumerate_layouts
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState
 from migplan.planner.plan import Plan

@@ -53,7 +53,7 @@ WINDOW = "{start: '2026-11-16T00:00:00Z', end: '2026-11-30T00:00:00Z'}"
 def _layouts(model_id: str, rng: random.Random) -> list[list[str]]:
     """Five maximal layouts of the model (drawn once per instance), as PROFILE@START lists."""
     from migplan.catalog import builtin_catalog
-    from migplan.layout import enumerate_layouts
+    from migplan.catalog.layout import enumerate_layouts
 
     found = enumerate_layouts(builtin_catalog().get(model_id), maximal=True)
     return [found[i].as_list() for i in sorted(rng.sample(range(len(found)), min(5, len(found))))]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from migplan.catalog import builtin_catalog
-from migplan.layout import enumerate_layouts
+from migplan.catalog.layout import enumerate_layouts
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.model.state import GpuState

@@ -27,8 +27,8 @@ from typing import Any
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel, driver_version
+from migplan.catalog.layout import Conflict, Instance, Layout, check_layout
 from migplan.errors import CatalogError, InputError
-from migplan.layout import Conflict, Instance, Layout, check_layout
 from migplan.yamldoc import Node
 
 INVENTORY_VERSION = 1

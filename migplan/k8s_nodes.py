@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from migplan import mig_parted, names
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Layout
 from migplan.inventory import DeclaredGpu, Host, Inventory
-from migplan.layout import Layout
 from migplan.yamldoc import Node
 
 PRODUCT = "nvidia.com/gpu.product"

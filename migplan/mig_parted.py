@@ -38,8 +38,8 @@ from migplan import names
 from migplan.catalog import Catalog
 from migplan.catalog.catalog import pci_device
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Instance, Layout, check_layout, enumerate_layouts
 from migplan.errors import CatalogError, InputError
-from migplan.layout import Instance, Layout, check_layout, enumerate_layouts
 from migplan.yamldoc import Node
 
 SPEC_VERSION = "v1"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.planner import Plan
 

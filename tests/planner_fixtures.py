@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
-from migplan.layout import Layout
+from migplan.catalog.layout import Layout
 from migplan.model.state import FleetState, GpuState
 from migplan.planner import Plan, Policy, plan
 from migplan.profiles import ComputeStats, MemoryStats, Observation, Pin, ProfileSet, Workload

@@ -23,10 +23,10 @@ from sim_runner import InProcess
 
 from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState

@@ -43,6 +43,7 @@ from migplan.adapters.runner import (
     files_payload,
 )
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.commands.apply import _Journal, apply_one_host
 from migplan.errors import InputError
 from migplan.fleet.apply import ApplyOptions, GpuOutcome
@@ -58,7 +59,6 @@ from migplan.fleet.assignments import (
     parse_last_applied,
 )
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState

@@ -32,6 +32,7 @@ from migplan import documents
 from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.commands.apply import ApplyRequest, apply
 from migplan.commands.context import build_context
 from migplan.commands.fleet import FleetRequest
@@ -39,7 +40,6 @@ from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.planner import Plan, plan
 
 CAT = builtin_catalog()

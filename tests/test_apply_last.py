@@ -19,6 +19,7 @@ from sim.fleet import host_state, read_state, reboot, sim_env, write_state
 from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.commands.apply import ApplyRequest, LastRequest, apply, apply_last
 from migplan.commands.context import build_context
 from migplan.commands.fleet import FleetRequest
@@ -27,7 +28,6 @@ from migplan.errors import InputError
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.planner import plan
 
 CAT = builtin_catalog()

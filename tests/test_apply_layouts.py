@@ -14,10 +14,10 @@ from sim.fleet import host_state, write_state
 from sim_runner import InProcess
 
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout, enumerate_layouts
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.inventory import Host
-from migplan.layout import Layout, enumerate_layouts
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState

@@ -19,12 +19,12 @@ from migplan.adapters.recording import RecordingRunner
 from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import Snapshot
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.planner import Plan, plan
 
 CAT = builtin_catalog()

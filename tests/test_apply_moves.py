@@ -20,12 +20,12 @@ from sim_runner import InProcess
 
 from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, LocalRunner, Prune
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Instance, Layout
 from migplan.commands.apply import _Journal, _MoveHooks
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, MoveEvent, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Hooks, Host
-from migplan.layout import Instance, Layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import Endpoint, GpuPlan, Migration
 from migplan.model.state import GpuState

@@ -20,11 +20,11 @@ from sim_runner import InProcess
 
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
+from migplan.catalog.layout import Layout, enumerate_layouts
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
-from migplan.layout import Layout, enumerate_layouts
 from migplan.planner import plan
 
 CAT = builtin_catalog()

@@ -27,12 +27,12 @@ from migplan.adapters.runner import (
     Prune,
 )
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.commands.apply import _Journal, apply_one_host
 from migplan.fleet.apply import ApplyOptions, GpuOutcome
 from migplan.fleet.assignments import LastApplied, Placement
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState

@@ -24,7 +24,7 @@ PKG = Path(migplan.__file__).resolve().parent
 MODULES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migplan."))
 PACKAGES = sorted(m.name for m in pkgutil.walk_packages([str(PKG)], prefix="migplan.") if m.ispkg)
 
-CORE = ("migplan.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
+CORE = ("migplan.catalog.layout", "migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry",
         "migplan.catalog.catalog",
         "migplan.model.state", "migplan.model.diff", "migplan.fleet.snapshot", "migplan.fleet.host_table",
         "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history",

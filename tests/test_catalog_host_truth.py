@@ -14,9 +14,9 @@ from sim.fleet import call_sim, write_host
 from migplan import smi
 from migplan.catalog import builtin_catalog, load_catalog
 from migplan.catalog.geometry import default_ci_profile, driver_version, profile_variant
+from migplan.catalog.layout import Layout, check_layout, enumerate_layouts, free_placements
 from migplan.commands.fleet import guess_model
 from migplan.errors import CatalogError, InputError
-from migplan.layout import Layout, check_layout, enumerate_layouts, free_placements
 
 CAT = builtin_catalog()
 DATA = Path(__file__).parent / "data" / "smi"

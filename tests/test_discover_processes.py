@@ -24,11 +24,11 @@ from sim_runner import InProcess
 from migplan import smi
 from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandTimeout, Completed
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Instance, Layout
 from migplan.fleet.apply import FIRST_READS, ApplyOptions, GpuOutcome, apply_host
 from migplan.fleet.discover import READS, discover_host, placed_processes
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredInstance
 from migplan.inventory import Host
-from migplan.layout import Instance, Layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState, changes

@@ -27,13 +27,13 @@ from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.catalog.cache import _model as cached_model
 from migplan.catalog.geometry import Exclusion
+from migplan.catalog.layout import Instance, Layout, check_layout, enumerate_layouts, free_placements
 from migplan.catalog.loader import load_catalog_file
 from migplan.catalog.writer import render_catalog_yaml
 from migplan.errors import CatalogError, InputError
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredInstance, Snapshot
 from migplan.inventory import Host
-from migplan.layout import Instance, Layout, check_layout, enumerate_layouts, free_placements
 from migplan.planner import Plan, plan
 
 CAT = builtin_catalog()

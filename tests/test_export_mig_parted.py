@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 
 from migplan import mig_parted, yamldoc
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout, enumerate_layouts
 from migplan.cli.app import app
 from migplan.commands import export as ex
 from migplan.documents import load_plan
 from migplan.errors import InputError
 from migplan.inventory import load_inventory
-from migplan.layout import Layout, enumerate_layouts
 
 CAT = builtin_catalog()
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from migplan.catalog import GpuModel, builtin_catalog
+from migplan.catalog.layout import Instance, Layout
 from migplan.fleet.steps import StepError, to_commands
-from migplan.layout import Instance, Layout
 from migplan.model.diff import Action, Op, diff, keep_mode
 
 L = Layout.parse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import FleetState, GpuState, changes
 
 L = Layout.parse

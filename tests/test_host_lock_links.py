@@ -22,11 +22,11 @@ from migplan.adapters.host_lock import LOCK_SCRIPT, HostLocked, acquire, lock_ar
 from migplan.adapters.runner import BadPath, HostError, LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.apply import ApplyOptions, apply_host
 from migplan.fleet.discover import discover_host
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.planner import plan
 
 NOBODY = 65534

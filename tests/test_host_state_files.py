@@ -17,10 +17,10 @@ from sim.fleet import host_state, sim_env, write_state
 
 from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.discover import discover_host
 from migplan.fleet.inflight import BadInFlight, parse_inflight
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.model.assigned import BadAssignments, parse_assignments
 
 CAT = builtin_catalog()

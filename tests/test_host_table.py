@@ -17,12 +17,12 @@ from migplan import smi
 from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.documents import dump, load_snapshot
 from migplan.fleet.discover import discover_host
 from migplan.fleet.host_table import differences, host_model, lowest_mib, table_from_smi
 from migplan.fleet.snapshot import Snapshot, snapshot_to_dict
 from migplan.inventory import Host
-from migplan.layout import Layout
 from migplan.planner import plan
 
 CAT = builtin_catalog()

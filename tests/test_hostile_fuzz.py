@@ -318,6 +318,7 @@ def _plan_text() -> str:
 
 
 def _snapshot_text() -> str:
+    from migplan.catalog.layout import Instance
     from migplan.documents import dump
     from migplan.fleet.snapshot import (
         ComputeInstance,
@@ -329,7 +330,6 @@ def _snapshot_text() -> str:
         Snapshot,
         snapshot_to_dict,
     )
-    from migplan.layout import Instance
 
     inst = DiscoveredInstance(Instance(0, "3g.20gb"), 1, (ComputeInstance(0, "3g.20gb"),),
                               (GpuProcess(42, "python", 1024),))

@@ -13,10 +13,10 @@ from timebox import within
 
 from migplan import names
 from migplan.catalog import GiProfile, GpuModel, builtin_catalog, load_catalog
+from migplan.catalog.layout import Instance, Layout, enumerate_layouts, free_placements
 from migplan.config import PLANNER_SETTINGS, WEIGHT_KEYS, load_config
 from migplan.errors import CatalogError, InputError
 from migplan.inventory import MAX_HOSTS_PER_PATTERN, expand_pattern, load_inventory
-from migplan.layout import Instance, Layout, enumerate_layouts, free_placements
 from migplan.profiles import MAX_PRIORITY, MAX_REPLICAS, load_profiles
 
 CAT = builtin_catalog()
@@ -157,7 +157,7 @@ def test_instances_refused(text: str) -> None:
 
 
 def test_unicode_digit_profile_names_are_unknown_profiles_not_crashes(tmp_path: Path) -> None:
-    from migplan.layout import check_layout
+    from migplan.catalog.layout import check_layout
 
     a100 = CAT.get("A100-SXM4-40GB")
     assert [c.rule for c in check_layout(a100, Layout.of([Instance(0, "²")]))] == ["unknown-profile"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.errors import InputError
 from migplan.inventory import expand_pattern, load_inventory
-from migplan.layout import Layout
 from migplan.model.state import state_from_inventory
 
 CAT = builtin_catalog()

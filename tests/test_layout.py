@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from migplan.catalog import builtin_catalog
-from migplan.errors import LayoutError
-from migplan.layout import (
+from migplan.catalog.layout import (
     Instance,
     Layout,
     check_layout,
@@ -17,6 +16,7 @@ from migplan.layout import (
     picture,
     validate_layout,
 )
+from migplan.errors import LayoutError
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")

@@ -9,8 +9,8 @@ import json
 import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
+from migplan.catalog.layout import Instance, Layout
 from migplan.errors import InputError
-from migplan.layout import Instance, Layout
 from migplan.model.diff import Action, Op
 from migplan.planner import PLAN_VERSION, build_problem, plan_from_dict, plan_to_dict, validate
 

@@ -21,9 +21,9 @@ import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
 from migplan import jsontext, yamldoc
+from migplan.catalog.layout import Instance
 from migplan.documents import load_plan
 from migplan.errors import InputError
-from migplan.layout import Instance
 from migplan.planner import plan_to_dict
 from migplan.planner.plan import parse_plan
 from migplan.yamljson import JsonNode

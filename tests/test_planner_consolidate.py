@@ -21,8 +21,8 @@ from test_hostile_fuzz import FUZZ, check, mutated
 
 from bench.consolidate import whole_gpu_fleet
 from migplan.adapters.solver import PulpSolver
+from migplan.catalog.layout import Layout
 from migplan.errors import InputError
-from migplan.layout import Layout
 from migplan.model.gpu_plan import Endpoint, Migration
 from migplan.planner import Plan, Policy, build_problem, plan_from_dict, plan_problem, plan_to_dict, validate
 from migplan.planner.migration import GpuLayouts, Move, order

@@ -8,7 +8,7 @@ import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, pin, placed, profiles, run, targets, wl
 
 from migplan.adapters.solver import available
-from migplan.layout import Instance
+from migplan.catalog.layout import Instance
 from migplan.planner import PlanError, Policy, build_problem
 
 

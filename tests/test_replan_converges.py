@@ -29,11 +29,11 @@ from sim.fleet import host_state, read_state, sim_env, write_state
 
 from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import enumerate_layouts
 from migplan.commands.context import build_context
 from migplan.commands.fleet import FleetRequest
 from migplan.commands.replan import EXIT_APPLIED, EXIT_NOTHING, ReplanRequest, replan
 from migplan.fleet.steps import is_read_only
-from migplan.layout import enumerate_layouts
 
 CAT = builtin_catalog()
 T0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from migplan.catalog.layout import Layout
 from migplan.commands.schedule import install, remove
 from migplan.errors import InputError
-from migplan.layout import Layout
 from migplan.replan import metrics, schedule
 from migplan.replan.decide import Served, Standing, decide, in_cooldown, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window

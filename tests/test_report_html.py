@@ -27,8 +27,8 @@ from typer.testing import CliRunner
 
 from migplan import documents
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout, enumerate_layouts
 from migplan.cli.app import app
-from migplan.layout import Layout, enumerate_layouts
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.model.state import GpuState

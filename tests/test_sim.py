@@ -14,7 +14,7 @@ from sim.fleet import Proc, call_sim, host_state, read_state, run_sim, write_hos
 
 from migplan import smi
 from migplan.catalog import builtin_catalog
-from migplan.layout import Layout, enumerate_layouts
+from migplan.catalog.layout import Layout, enumerate_layouts
 
 DATA = Path(__file__).parent / "data" / "smi"
 CAT = builtin_catalog()

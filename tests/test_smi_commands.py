@@ -6,8 +6,8 @@ import pytest
 
 from migplan import smi
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Instance
 from migplan.errors import CatalogError, InputError
-from migplan.layout import Instance
 from migplan.smi.errors import SmiCommandError
 
 A100 = builtin_catalog().get("A100-SXM4-40GB")

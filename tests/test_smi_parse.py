@@ -12,8 +12,8 @@ import pytest
 from migplan import smi
 from migplan.catalog import builtin_catalog
 from migplan.catalog.geometry import Engines
+from migplan.catalog.layout import Layout
 from migplan.errors import MigplanError
-from migplan.layout import Layout
 
 DATA = Path(__file__).parent / "data" / "smi"
 CAT = builtin_catalog()

@@ -2,13 +2,15 @@
 
   geometry.py GpuModel, GiProfile, Engines: one model's MIG geometry (pure)
   catalog.py  Catalog: lookup by id, alias, nvidia-smi name and PCI device id (pure)
+  layout.py   Instance, Layout: instances placed on one GPU; `check_layout` (NVIDIA's placement
+              rules as the catalog states them), layout enumeration and counting (pure)
   loader.py   the strict reader of catalog files; reads the shipped `data/models.yaml` (package
               data) and override files named by `--catalog`
   cache.py    the parsed shipped catalog cached as JSON under the user's cache directory, keyed on
               the content of the data and of the code that parses it (loader and cache: the
               catalog's only file access)
 
-May import: errors, names, yamldoc, files (the cache). Never layout, planner, fleet, adapters, commands or cli.
+May import: errors, names, yamldoc, files (the cache). Never planner, fleet, adapters, commands or cli.
 """
 
 from migplan.catalog.catalog import Catalog, normalise_name

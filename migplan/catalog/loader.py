@@ -41,6 +41,7 @@ from migplan.catalog.geometry import (
     driver_version,
     profile_variant,
 )
+from migplan.catalog.layout import MAX_LAYOUTS, count_layouts
 from migplan.errors import CatalogError
 from migplan.names import MAX_MEMORY_MIB, MAX_MIG_SLICES
 
@@ -186,8 +187,6 @@ def _model(node: Node, *, check_layouts: bool = True) -> GpuModel:
         f["profiles"].fail("a model needs at least one profile")
     model = _checked_model(f, model_id, arch, profiles)
     if check_layouts:
-        from migplan.layout import MAX_LAYOUTS, count_layouts  # here: migplan.layout imports the catalog
-
         try:
             count_layouts(model)
         except CatalogError:

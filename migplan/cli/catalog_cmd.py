@@ -7,10 +7,10 @@ from typing import Annotated, Any
 import typer
 
 from migplan.catalog import GpuModel
+from migplan.catalog.layout import Layout, check_layout, enumerate_layouts, free_placements, picture, used_compute
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors
 from migplan.commands.context import build_context
-from migplan.layout import Layout, check_layout, enumerate_layouts, free_placements, picture, used_compute
 
 app = typer.Typer(help="GPU models, their MIG profiles and valid layouts.", no_args_is_help=True)
 

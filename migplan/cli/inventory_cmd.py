@@ -7,11 +7,11 @@ from typing import Any
 import typer
 
 from migplan.catalog import Catalog
+from migplan.catalog.layout import picture
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.inventory import DeclaredGpu, Host, Inventory
-from migplan.layout import picture
 
 app = typer.Typer(help="The fleet inventory.", no_args_is_help=True)
 

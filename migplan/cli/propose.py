@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
+from migplan.catalog.layout import picture
 from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
 from migplan.files import check_output_options
-from migplan.layout import picture
 from migplan.planner import Plan, plan_to_dict
 from migplan.planner.milp import SOLVERS
 

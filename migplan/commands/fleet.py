@@ -18,13 +18,13 @@ from migplan.adapters.smi_session import SmiSession
 from migplan.adapters.ssh_options import SshOptions
 from migplan.catalog import Catalog, GpuModel
 from migplan.catalog.catalog import pci_device
+from migplan.catalog.layout import picture
 from migplan.commands import DEFAULT_PARALLEL, Report, quiet
 from migplan.commands.context import Context
 from migplan.errors import InputError
 from migplan.fleet.discover import discover_fleet, inventory_drift
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host_dict
 from migplan.inventory import Host, Inventory
-from migplan.layout import picture
 from migplan.text import printable
 
 

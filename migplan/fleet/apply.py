@@ -46,6 +46,7 @@ from migplan.adapters.host_lock import acquire
 from migplan.adapters.runner import CommandRunner, HostError
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.errors import MigplanError
 from migplan.fleet.devices import LIST_ALL_CI, LIST_ALL_GI, MIG_TABLE, device_record
 from migplan.fleet.discover import READS, busy_without_table, discover_host
@@ -77,7 +78,6 @@ from migplan.fleet.repair import half_done, put_inflight, repair, settle, settle
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.gpu_plan import GpuPlan, Migration
 from migplan.model.state import GpuState, changes
 from migplan.smi.mig_table import parse_mig_devices, takes_placement

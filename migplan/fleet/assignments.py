@@ -28,10 +28,10 @@ from typing import Any
 
 from migplan import names
 from migplan.catalog import Catalog
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.errors import InputError
 from migplan.files import json_depth_ok
 from migplan.fleet.snapshot import DiscoveredHost
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.assigned import ASSIGNMENTS_FILE, ASSIGNMENTS_KIND
 from migplan.model.gpu_plan import WorkloadPlan
 

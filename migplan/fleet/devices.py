@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from migplan import smi
 from migplan.adapters.smi_session import BatchedReads, SmiSession
+from migplan.catalog.layout import Instance
 from migplan.fleet.gpu_change import FAILURES, GpuChange
 from migplan.fleet.snapshot import ComputeInstance, DiscoveredGpu, DiscoveredHost, DiscoveredInstance
-from migplan.layout import Instance
 from migplan.smi.mig_table import parse_mig_devices
 
 LIST_ALL_GI = (smi.NVIDIA_SMI, "mig", "-lgi")

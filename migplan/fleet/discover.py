@@ -42,6 +42,7 @@ from migplan.adapters.runner import (
 )
 from migplan.adapters.smi_session import BatchedReads, SmiSession
 from migplan.catalog import Catalog, GpuModel
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.errors import CatalogError
 from migplan.fleet.host_table import HostTable, differences, host_model, table_from_smi
 from migplan.fleet.inflight import INFLIGHT_FILE, MAX_INFLIGHT_BYTES, BadInFlight, InFlight, parse_inflight
@@ -55,7 +56,6 @@ from migplan.fleet.snapshot import (
     Snapshot,
 )
 from migplan.inventory import Host, Inventory
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.assigned import (
     ASSIGNMENTS_FILE,
     MAX_ASSIGNMENTS_BYTES,

@@ -13,11 +13,11 @@ from migplan import smi
 from migplan.adapters.runner import HostError
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import GpuModel
+from migplan.catalog.layout import Instance, Layout
 from migplan.errors import MigplanError
 from migplan.fleet.outcomes import ApplyOptions, GpuOutcome, GpuResult, Journal, listed, shown
 from migplan.fleet.snapshot import DiscoveredGpu
 from migplan.fleet.steps import Step, StepError, to_commands
-from migplan.layout import Instance, Layout
 from migplan.model.diff import Action, diff, keep_mode
 from migplan.model.gpu_plan import GpuPlan
 from migplan.smi import SmiError

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 
 from migplan import names
+from migplan.catalog.layout import Layout
 from migplan.errors import InputError
-from migplan.layout import Layout
 from migplan.model.assigned import host_document
 
 INFLIGHT_FILE = "inflight.json"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.errors import MigplanError
 from migplan.fleet.devices import device_uuids
 from migplan.fleet.gpu_change import FAILURES, GpuChange, Linked
 from migplan.fleet.outcomes import ApplyOptions, MoveEvent, OnMove
 from migplan.fleet.snapshot import DiscoveredHost
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.gpu_plan import Migration
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from migplan.adapters.runner import FileToPut
+from migplan.catalog.layout import Layout
 from migplan.fleet.snapshot import DiscoveredHost
-from migplan.layout import Layout
 from migplan.model.gpu_plan import Endpoint
 
 Journal = Callable[[dict[str, Any]], None]

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from migplan.adapters.runner import CommandRunner, FileToPut, HostError
 from migplan.adapters.smi_session import SmiSession
 from migplan.catalog import Catalog, GpuModel
+from migplan.catalog.layout import Layout, check_layout
 from migplan.errors import MigplanError
 from migplan.fleet.gpu_change import FAILURES, GpuChange, checkpoint_of
 from migplan.fleet.inflight import INFLIGHT_FILE, InFlight, InFlightGpu, inflight_document
 from migplan.fleet.outcomes import ApplyOptions, GpuOutcome, GpuResult, HostApplyResult, Journal, listed, shown
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost
 from migplan.inventory import Host
-from migplan.layout import Layout, check_layout
 from migplan.model.diff import Action, Op, keep_mode
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState

@@ -16,10 +16,10 @@ from typing import Any
 
 from migplan import names, yamldoc
 from migplan.catalog import Catalog, Engines, GpuModel
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.errors import CatalogError
 from migplan.fleet.host_table import HostTable, TableRow, host_model
 from migplan.fleet.inflight import InFlight
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.assigned import ASSIGNMENTS_KIND, BadAssignments, HostAssignments, parse_assignments
 from migplan.model.state import FleetState, GpuState
 from migplan.yamldoc import Node

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from migplan import smi
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance
+from migplan.catalog.layout import Instance
 from migplan.model.diff import Action, Op
 
 # The journal's "kind" of each command: the strings journals have always carried (tools read them), so a mode

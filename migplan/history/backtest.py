@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Instance, Layout
 from migplan.errors import InputError
 from migplan.history.rollup import Rollup, Window, place_sm, rollup
 from migplan.history.samples import Sample
-from migplan.layout import Instance, Layout
 from migplan.model.state import FleetState, GpuState
 from migplan.planner import Plan, Policy, Solver, plan
 from migplan.planner.demand import MEMORY_PERCENTILES, headroom_rule, sm_per_slice

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from migplan import names
+from migplan.catalog.layout import Instance
 from migplan.errors import InputError
-from migplan.layout import Instance
 
 ASSIGNMENTS_FILE = "assignments.json"
 ASSIGNMENTS_KIND = "migplan/assignments"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 
 GpuKey = tuple[str, int]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migplan.layout import Layout
+from migplan.catalog.layout import Layout
 from migplan.model.diff import Action
 from migplan.model.state import GpuKey, GpuState, Hold
 

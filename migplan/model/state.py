@@ -23,8 +23,8 @@ from typing import Literal
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Instance, Layout
 from migplan.inventory import Inventory
-from migplan.layout import Instance, Layout
 from migplan.model.assigned import HostAssignments
 
 GpuKey = tuple[str, int]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Layout
+from migplan.catalog.layout import Layout
 from migplan.model.diff import RESET_ON_MODE_CHANGE
 from migplan.planner.demand import MOVE_SHARE_OF_GPU, Weights
 from migplan.planner.groups import Group, Klass, Split

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuKey, GpuState
 from migplan.planner.patterns import Key, key
 from migplan.planner.problem import Item, Problem

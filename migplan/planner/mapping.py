@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuKey, GpuState
 from migplan.planner.formulation import Formulation, PatternInfo
 from migplan.planner.groups import Group, Klass, class_key

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance, Layout, check_layout
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.model.gpu_plan import Endpoint, Migration
 from migplan.model.state import GpuKey
 

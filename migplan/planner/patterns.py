@@ -10,7 +10,7 @@ import functools
 from collections import Counter
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance, Layout, enumerate_layouts
+from migplan.catalog.layout import Instance, Layout, enumerate_layouts
 
 Key = tuple[int, str]
 WHOLE = None  # pattern: MIG disabled, the GPU is one device

@@ -50,10 +50,10 @@ from typing import Any
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
 from migplan.catalog.writer import models_to_list
 from migplan.errors import CatalogError, InputError, MigplanError
-from migplan.layout import Instance, Layout, check_layout
 from migplan.model.diff import Action, diff
 from migplan.model.gpu_plan import WORKLOAD_STATUSES, Endpoint, GpuPlan, Migration, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey, GpuState

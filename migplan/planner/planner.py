@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
-from migplan.layout import Layout, used_compute
+from migplan.catalog.layout import Layout, used_compute
 from migplan.model.diff import Op, diff
 from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey

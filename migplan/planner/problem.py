@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
+from migplan.catalog.layout import Instance
 from migplan.errors import InputError
-from migplan.layout import Instance
 from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
 from migplan.profiles import ProfileSet, Workload

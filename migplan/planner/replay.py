@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from migplan.layout import Instance
+from migplan.catalog.layout import Instance
 from migplan.model.state import FleetState
 from migplan.planner.plan import Plan
 from migplan.profiles import Observation, ProfileSet

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from migplan.layout import Layout, check_layout
+from migplan.catalog.layout import Layout, check_layout
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.model.state import GpuKey

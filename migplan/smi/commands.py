@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from migplan.catalog.geometry import GpuModel
-from migplan.layout import Instance
+from migplan.catalog.layout import Instance
 from migplan.smi._base import MAX_GPU, MAX_ID
 from migplan.smi.errors import SmiCommandError
 

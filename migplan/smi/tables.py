@@ -11,7 +11,7 @@ import re
 
 from migplan import names
 from migplan.catalog.geometry import Engines
-from migplan.layout import Instance, Layout
+from migplan.catalog.layout import Instance, Layout
 from migplan.smi._base import MAX_GPU, MAX_ID, fail, lines_of, message, num, profile_name
 from migplan.smi.rows import ComputeInstanceRow, GpuInstanceRow, ProfileRow
 

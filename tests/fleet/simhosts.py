@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from migplan.catalog import GpuModel, builtin_catalog
-from migplan.layout import Layout, enumerate_layouts
+from migplan.catalog.layout import Layout, enumerate_layouts
 from tests.sim.fleet import Proc, host_state, write_state
 
 MODELS = builtin_catalog().models

@@ -11,8 +11,8 @@ from simhosts import Proc, read, state, write
 from test_cli_fleet import Run, run  # noqa: F401  (the fixture)
 
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.steps import is_read_only
-from migplan.layout import Layout
 
 
 def _fleet(fleet: Fleet) -> Path:

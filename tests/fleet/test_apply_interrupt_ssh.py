@@ -22,7 +22,7 @@ from conftest import Fleet
 from simhosts import read, state, write
 from test_cli_fleet import Run, run  # noqa: F401  (the fixture)
 
-from migplan.layout import Layout
+from migplan.catalog.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); sys.argv = ['migplan', *sys.argv[1:]]; "

@@ -16,9 +16,9 @@ from typer.testing import CliRunner, Result
 
 from migplan import smi
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.cli.app import app
 from migplan.documents import load_snapshot_state
-from migplan.layout import Layout
 
 Run = Callable[..., Result]
 

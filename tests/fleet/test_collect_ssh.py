@@ -23,10 +23,10 @@ from typer.testing import CliRunner, Result
 
 from migplan.adapters.history_store import FILE_NAME, HistoryStore, read_samples
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.cli.app import app
 from migplan.commands.collect import LocalSettings, collect_local
 from migplan.history.identity import ProcessFacts
-from migplan.layout import Layout
 from tests.fake_nvml import FakeGpu, FakeNvml, FakeProcess
 
 Run = Callable[..., Result]

@@ -14,11 +14,11 @@ from simhosts import MODELS, Proc, mixed_layout, read, state, write
 from migplan import smi
 from migplan.adapters.ssh import SshFleet
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.documents import load_snapshot, load_snapshot_state, write_snapshot
 from migplan.fleet.discover import discover_fleet, inventory_drift
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Inventory, load_inventory
-from migplan.layout import Layout
 
 CATALOG = builtin_catalog()
 # Every command discovery may run: the argv the smi builders make, nothing else.

@@ -12,7 +12,7 @@ from conftest import Fleet
 from simhosts import read, state, write
 from test_cli_fleet import Run, run  # noqa: F401  (the fixture)
 
-from migplan.layout import Layout
+from migplan.catalog.layout import Layout
 
 
 def _w(name: str, mib: int, **pin: object) -> dict[str, object]:

@@ -14,10 +14,10 @@ from sshd import SudoUsers
 from migplan.adapters.runner import BecomeError, FileToPut, Prune
 from migplan.adapters.ssh import SshFleet
 from migplan.catalog import builtin_catalog
+from migplan.catalog.layout import Layout
 from migplan.fleet.discover import discover_fleet
 from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host, Inventory, load_inventory
-from migplan.layout import Layout
 
 CATALOG = builtin_catalog()
 
