@@ -255,6 +255,7 @@ def test_a_dry_run_records_the_set_as_one_step(tmp_path: Path) -> None:
 _WORKLOAD = st.from_regex(names.WORKLOAD_NAME, fullmatch=True)
 
 
+@pytest.mark.slow  # 300 examples of up to 20 regex-drawn names
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_WORKLOAD, st.one_of(st.none(), st.integers(0, 9999))), min_size=1, max_size=20))
 def test_env_file_names_are_plain_distinct_and_what_the_prune_recognises(raw: list[tuple[str, int | None]]) -> None:
@@ -308,6 +309,7 @@ def _assigned(etc: Path) -> list[str]:
     return [w["name"] for w in json.loads((etc / "assignments.json").read_text())["workloads"]]
 
 
+@pytest.mark.slow  # an apply through real processes (each nvidia-smi the simulator as a process)
 @pytest.mark.parametrize("route", ROUTES)
 def test_a_rolled_back_gpu_gets_no_env_file_and_its_old_ones_go(tmp_path: Path, route: str) -> None:
     state, host, plans = _two_gpu_host(tmp_path, [{"match": "-cgi", "gpu": 1, "times": 1,
@@ -329,6 +331,7 @@ def test_a_rolled_back_gpu_gets_no_env_file_and_its_old_ones_go(tmp_path: Path, 
     assert [e["removed"] for e in events if e["event"] == "files"] == [["env/ocr.env"]]
 
 
+@pytest.mark.slow  # two applies through real processes
 def test_a_workload_no_longer_on_the_host_loses_its_file_and_the_others_are_not_rewritten(tmp_path: Path) -> None:
     state, host, plans = _two_gpu_host(tmp_path)
     etc = tmp_path / "etc"
@@ -344,6 +347,7 @@ def test_a_workload_no_longer_on_the_host_loses_its_file_and_the_others_are_not_
     assert _assigned(etc) == ["chat"]
 
 
+@pytest.mark.slow  # plans with CBC, then apply and apply --last through real processes
 def test_apply_last_reconciles_the_env_files_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a reboot one GPU is another one (its UUID changed): apply --last refuses it, and the env files of its
     workloads go, while the other GPU's workloads get theirs with the new MIG devices."""

@@ -42,6 +42,9 @@ from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
 from migplan.planner import Plan, plan
 
+# every test starts the migplan console script as a process and kills it mid-step: seconds each
+pytestmark = pytest.mark.slow
+
 CAT = builtin_catalog()
 BEFORE = ["3g.20gb@0", "3g.20gb@4"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -71,6 +71,8 @@ def _connect(h: Host) -> LocalRunner:
     return LocalRunner(host=h.name)
 
 
+# Slow: each of these plans with CBC and applies through real processes (the simulator as nvidia-smi).
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["A100-SXM4-40GB", "H100-SXM5-80GB"])
 def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, model: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,6 +108,7 @@ def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, m
     assert {g.outcome.value for g in again.hosts[0].gpus} == {"unchanged"}
 
 
+@pytest.mark.slow
 def test_the_fleet_map_is_also_written_locally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
     local = tmp_path / "local"
@@ -123,6 +126,7 @@ def test_apply_last_without_a_last_layout_is_an_input_error(tmp_path: Path) -> N
             tmp_path / "l")), connect=_connect)
 
 
+@pytest.mark.slow
 def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
     ctx = build_context(None, None, None)
@@ -136,6 +140,7 @@ def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path, monkey
         apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")), connect=_connect)
 
 
+@pytest.mark.slow
 def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
@@ -155,6 +160,7 @@ def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert r.exit_code == 2 and "--last" in r.output
 
 
+@pytest.mark.slow
 def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan was made with the host's own (smaller) profile table; --last re-applies with that table too,
@@ -188,6 +194,7 @@ def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_pa
     assert _layouts(state) == planned
 
 
+@pytest.mark.slow
 def test_last_applied_holds_what_is_on_the_host_after_a_partial_apply(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)

@@ -22,6 +22,9 @@ from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import GpuState
 
+# every maximal layout of four models, each applied and read back: seconds per model
+pytestmark = pytest.mark.slow
+
 CAT = builtin_catalog()
 
 

@@ -27,6 +27,9 @@ from migplan.fleet.steps import is_read_only
 from migplan.inventory import Host
 from migplan.planner import Plan, plan
 
+# every test plans with CBC and runs each nvidia-smi as a real process: seconds each
+pytestmark = pytest.mark.slow
+
 CAT = builtin_catalog()
 HOST = Host(name="h1", address="h1", lock_file=f"/tmp/migplan-test-apply-{os.getpid()}.lock")
 

@@ -318,6 +318,7 @@ def test_a_move_to_a_mig_disabled_gpu_enables_mig_there_first_and_stops_what_the
     assert _layouts(state) == {0: Layout.parse(["4g.20gb@0"]), 1: Layout.parse(["3g.20gb@0"])}
 
 
+@pytest.mark.slow  # plans with CBC and applies through real processes
 def test_a_planned_move_runs_its_on_move_hook_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The planner's own migrations (Plan.migrations, read back from the plan document) drive the hooks."""
     import dataclasses

@@ -27,6 +27,9 @@ from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
 from migplan.planner import plan
 
+# every seed plans a random fleet with CBC, applies and discovers it: seconds each
+pytestmark = pytest.mark.slow
+
 CAT = builtin_catalog()
 MODELS = ("A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB")
 SEEDS = range(20)

@@ -172,6 +172,8 @@ def _journal_argv(path: Path) -> list[list[str]]:
     return out
 
 
+# Slow: each of these applies to an eight-GPU host through real processes (every nvidia-smi one process).
+@pytest.mark.slow
 @pytest.mark.parametrize("become", [False, True], ids=["login-user", "become"])
 def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_path: Path, become: bool) -> None:
     state, host, plans = _host(tmp_path)
@@ -198,6 +200,7 @@ def test_an_eight_gpu_host_costs_at_most_four_round_trips_per_changed_gpu(tmp_pa
     assert rep.assignments[0].device == gi["cis"][0]["uuid"]  # the simulator's own UUID of 2g.10gb@4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changed", [1, 2, 8])
 def test_the_files_are_one_round_trip_whatever_changes(tmp_path: Path, changed: int) -> None:
     """The lock, two read batches, 3 per changed GPU and ONE for the files, with a become prefix too (where each
@@ -230,6 +233,7 @@ def test_the_devices_table_matches_uuids_exactly_where_the_listing_order_would_n
     assert _uuids_of(0, gis, cis, devices, {0: (3, 0)}) == {(1, 0): "MIG-aaaa", (3, 0): "MIG-bbbb"}  # partial
 
 
+@pytest.mark.slow
 def test_the_journal_lists_every_command_the_host_ran(tmp_path: Path) -> None:
     state, host, plans = _host(tmp_path)
     _apply(Trips(state), host, plans, tmp_path / "j.jsonl")
@@ -237,6 +241,7 @@ def test_the_journal_lists_every_command_the_host_ran(tmp_path: Path) -> None:
     assert sorted(map(tuple, _journal_argv(tmp_path / "j.jsonl"))) == sorted(map(tuple, ran))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("become", [False, True], ids=["login-user", "become"])
 def test_reapplying_reads_once_changes_nothing_and_rewrites_no_file(tmp_path: Path, become: bool) -> None:
     state, host, plans = _host(tmp_path)
@@ -263,6 +268,7 @@ def test_reapplying_reads_once_changes_nothing_and_rewrites_no_file(tmp_path: Pa
         ([], ["env/chat.env", "assignments.json", "last-applied.json"], [])]
 
 
+@pytest.mark.slow
 def test_a_dry_run_records_exactly_the_mutating_commands_a_real_run_journals(tmp_path: Path) -> None:
     state, host, plans = _host(tmp_path)
     dry = _apply(Trips(state), host, plans, tmp_path / "none.jsonl", dry_run=True)

@@ -78,6 +78,7 @@ PLANTS = {
 }
 
 
+@pytest.mark.slow  # each plant copies the package and scans the copy
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_a_planted_mig_command_outside_steps_fails_the_rule(tmp_path: Path, plant: str) -> None:
     copy = tmp_path / "migplan"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import string
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tabulate import tabulate
@@ -20,6 +21,7 @@ def _oracle(rows: list[list[object]], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
+@pytest.mark.slow  # 300 examples, each tabulated by the oracle: a few seconds
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 6).flatmap(lambda n: st.tuples(
     st.lists(st.text(alphabet=string.ascii_uppercase + " %", min_size=1, max_size=10), min_size=n, max_size=n),
@@ -36,6 +38,7 @@ _PLAIN = st.one_of(st.text(alphabet=string.ascii_letters + string.digits + ".:-_
                    st.integers(-10**12, 10**12), st.none())
 
 
+@pytest.mark.slow  # 300 examples, each tabulated by the oracle: a few seconds
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 6).flatmap(lambda n: st.tuples(
     st.lists(st.from_regex(r"[A-Z]{1,6}( [A-Za-z0-9%]{1,4})?", fullmatch=True), min_size=n, max_size=n),
