@@ -7,6 +7,7 @@
   smi_session.py  nvidia-smi over a runner: builders from `migplan.smi`, typed errors
   solver.py       the MILP solver (the only pulp import): CBC as a child process, HiGHS in-process
 
-May import: errors, names, files, inventory, catalog, smi, planner.milp (the solver's interface).
+May import: errors, names, text, files, inventory, smi, history (the samples and series it
+stores and reads), planner.milp (the solver's interface).
 Never commands or cli.
 """

@@ -16,7 +16,7 @@ in `migplan.model`).
   repair.py      the in-flight record of an apply and the repair of one left half-done
   devices.py     the MIG devices (UUIDs) read after an apply
 
-May import: model, catalog, inventory, smi, names, errors, yamldoc, files; discover.py and apply.py
-(and the modules it uses) also `migplan.adapters` (the runner protocol, the nvidia-smi session, the host
-pool). Never paramiko, pulp, typer or pynvml: transports are passed in.
+May import: model, catalog, inventory, smi, names, errors, yamldoc, files, adapters (discover.py and apply.py
+with the modules it uses: the runner protocol, the nvidia-smi session, the host pool). Never paramiko, pulp,
+typer or pynvml: transports are passed in.
 """

@@ -15,5 +15,5 @@
 
 Pure: no files, clock, NVML, SQLite, HTTP or processes; the stores and sources that read the outside
 world live in `migplan.adapters` and hand `Sample`s in. May import: names, errors, text, catalog,
-profiles, planner (sizing policy). Never: adapters, commands, cli, pynvml, paramiko, pulp, typer.
+model, profiles, planner (sizing policy; the backtest plans). Never: adapters, commands, cli, pynvml, paramiko, pulp, typer.
 """

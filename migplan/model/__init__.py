@@ -7,5 +7,5 @@
 
 Pure: no files, clock, processes or network. It sits below both the planner (which writes these types)
 and the fleet code (which applies them), so neither imports the other.
-May import: catalog, layout, inventory, names, errors.
+May import: catalog, inventory, names, errors.
 """

@@ -2,7 +2,7 @@
 
 Pure: no files, clock, NVML, SSH or processes. The integer program is handed to an injected
 `Solver` (`planner.milp.Solver`); the PuLP implementation lives in `migplan.adapters.solver`.
-May import: model, catalog, layout, profiles, names, errors, solvers, yamldoc
+May import: model, catalog, profiles, names, errors, solvers, yamldoc
 (parsing the plan, and `paused_gc` while planning). Never: adapters, commands, cli, pulp, paramiko, typer, pynvml.
 """
 

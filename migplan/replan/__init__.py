@@ -6,5 +6,5 @@
   schedule.py  the cron entry and systemd units `migplan schedule install` writes             pure
 
 Pure: no files, clock, NVML, SSH or processes (the time is passed in). May import: planner (the plan
-and its problem), model.state, catalog, layout, names, errors. Never: adapters, commands, cli.
+and its problem), model.state, errors. Never: adapters, commands, cli.
 """

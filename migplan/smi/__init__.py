@@ -3,7 +3,7 @@
 Facts: docs/nvidia-smi.md, "Facts we rely on" (a bare §n in these modules is a section there), and
 docs/mig-geometry.md. Running the commands is `migplan.adapters.smi_session`'s job, not this package's.
 
-May import: catalog, layout, errors, names, yamldoc (parsing text only). Never adapters, fleet,
+May import: catalog, errors, names, text, yamldoc (parsing text only). Never adapters, fleet,
 planner, commands or cli.
 """
 
