@@ -59,9 +59,10 @@ from migplan.adapters.runner import (  # noqa: E402
 )
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.catalog.layout import Layout  # noqa: E402
-from migplan.commands.apply import HostReport, _Journal, apply_one_host  # noqa: E402
+from migplan.commands.apply import _Journal, apply_one_host  # noqa: E402
 from migplan.fleet.apply import ApplyOptions, GpuOutcome  # noqa: E402
 from migplan.fleet.assignments import LastApplied  # noqa: E402
+from migplan.fleet.outcomes import HostApplyResult as HostReport  # noqa: E402
 from migplan.inventory import Host  # noqa: E402
 from migplan.model.diff import diff  # noqa: E402
 from migplan.model.gpu_plan import GpuPlan  # noqa: E402

@@ -27,7 +27,9 @@ H = TypeVar("H", bound=Named)
 
 @dataclass(frozen=True)
 class HostResult(Generic[R]):
-    """What one host's work returned, or the error it ended with."""
+    """What one host's work returned, or the error it ended with, and how long it took: the one per-host result
+    of fleet work (discover, status, collect, install, apply, repair). The value carries no host name or error
+    of its own: they are this record's."""
 
     host: str
     value: R | None = None

@@ -71,6 +71,7 @@ from migplan.fleet.assignments import (
     present,
 )
 from migplan.fleet.discover import discover_host
+from migplan.fleet.outcomes import GOOD
 from migplan.fleet.steps import is_read_only
 from migplan.inventory import DEFAULT_LOCK_FILE, DEFAULT_STATE_DIR, Host, hook_argv
 from migplan.model.diff import diff
@@ -80,8 +81,6 @@ from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
 DEFAULT_MAX_AGE_H = 24.0
-# REPAIRED: an interrupted apply's half-done GPU finished or put back: a layout known and verified either way
-GOOD = (GpuOutcome.APPLIED, GpuOutcome.UNCHANGED, GpuOutcome.WOULD_APPLY, GpuOutcome.REPAIRED)
 
 
 @dataclass(frozen=True)
@@ -98,24 +97,9 @@ class ApplyRequest:
 
 
 @dataclass(frozen=True)
-class HostReport:
-    host: str
-    gpus: tuple[GpuResult, ...] = ()
-    error: str | None = None  # the host could not be applied at all (unreachable, pre-flight)
-    commands: tuple[str, ...] = ()  # a dry run's recorded commands, in order
-    assignments: tuple[Assignment, ...] = ()  # workload -> MIG device, as written on the host
-    moves: tuple[dict[str, Any], ...] = ()  # the moves run, with old and new MIG devices (the on_move events)
-    placement_check: str = ""  # how `-cgi PROFILE:START` support was established (the pre-flight's source)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and all(g.outcome in GOOD for g in self.gpus)
-
-
-@dataclass(frozen=True)
 class ApplyResult:
     plan: Plan | None  # None: `apply --last` (the layout came from the host's last-applied.json)
-    hosts: tuple[HostReport, ...]
+    hosts: tuple[HostApplyResult, ...]
     dry_run: bool
     fingerprint: str = ""
     local_assignments: str | None = None  # the local copy of the fleet's map (None: not written)
@@ -137,7 +121,7 @@ class ApplyResult:
                 "hosts": [{"host": h.host, "ok": h.ok, "error": h.error, "commands": list(h.commands),
                            "assignments": [{"workload": a.workload, "gpu": a.gpu, "instance": a.instance,
                                             "device": a.device} for a in h.assignments],
-                           "moves": list(h.moves), "placement_check": h.placement_check,
+                           "moves": list(h.moves), "placement_check": h.placement_source,
                            "gpus": [{"gpu": g.gpu, "outcome": g.outcome.value, "reason": g.reason,
                                      "commands": list(g.commands), "layout": g.layout,
                                      "reset_needed": list(g.reset_needed), "repair": g.repair} for g in h.gpus]}
@@ -333,7 +317,7 @@ def _stamp(now: dt.datetime | None) -> str:
 
 def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], catalog: Catalog, *, fingerprint: str,
                items: Sequence[Placement], last: LastApplied | None, migrations: Sequence[Migration],
-               dry_run: bool, options: ApplyOptions, journal: _Journal, stamp: str) -> HostReport:
+               dry_run: bool, options: ApplyOptions, journal: _Journal, stamp: str) -> HostApplyResult:
     """One host: pre_apply hooks, the apply, assignments (and last-applied) on the host, post_apply hooks."""
     target: CommandRunner = RecordingRunner(runner, read_only=is_read_only) if dry_run else runner
     journal(host.name, {"event": "start", "plan": fingerprint, "dry_run": dry_run})
@@ -345,7 +329,7 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
 
     failed = _hooks(target, host, "pre_apply", host.hooks.pre_apply if changed else (), env, journal, options)
     if failed:
-        return HostReport(host.name, error=f"nothing changed: {failed}", commands=recorded())
+        return HostApplyResult(host.name, failure=f"nothing changed: {failed}", commands=recorded())
     moves = _MoveHooks(target, host, fingerprint, journal, options)
     wrote: dict[str, Any] = {}
 
@@ -364,22 +348,22 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
     res: HostApplyResult = apply_host(target, host, gpus, catalog, options, lambda e: journal(host.name, e),
                                       migrations=migrations, on_move=moves, plan_id=fingerprint, files=files)
     if res.preflight is not None:
-        return HostReport(host.name, error=res.preflight, commands=recorded())
+        return dataclasses.replace(res, commands=recorded())
     ok = all(g.outcome in GOOD for g in res.gpus)
     written: tuple[Assignment, ...] = wrote.get("written", ())
     if "error" in wrote:
-        return HostReport(host.name, res.gpus, error=f"applied, but the assignments were not written: "
-                          f"{wrote['error']}", moves=tuple(moves.seen))
+        # no commands and no placement check reported here, as it always was
+        return dataclasses.replace(res, placement_source="", failure=f"applied, but the assignments were not "
+                                   f"written: {wrote['error']}", moves=tuple(moves.seen))
     failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
                     {**env, "MIGPLAN_RESULT": "ok" if ok else "partial"}, journal, options)
-    rep = HostReport(host.name, res.gpus, error=failed, commands=recorded(), assignments=written,
-                     moves=tuple(moves.seen), placement_check=res.placement_source)
+    rep = dataclasses.replace(res, failure=failed, commands=recorded(), assignments=written, moves=tuple(moves.seen))
     journal(host.name, {"event": "end", "ok": rep.ok})
     return rep
 
 
 def _progress(report: Report) -> Any:
-    def on_done(done: int, total: int, r: HostResult[HostReport]) -> None:
+    def on_done(done: int, total: int, r: HostResult[HostApplyResult]) -> None:
         if r.value is not None:
             summary = ", ".join(f"GPU {g.gpu} {g.outcome.value}" for g in r.value.gpus) or r.value.error or \
                 "nothing to do"
@@ -414,9 +398,9 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     stamp = _stamp(now)
     per = _per_host(plan, _migrations(plan))
 
-    def one(host: Host, runner: CommandRunner) -> HostReport:
+    def one(host: Host, runner: CommandRunner) -> HostApplyResult:
         if stop.is_set():
-            return HostReport(host.name, error="not started: an earlier host failed (--fail-fast)")
+            return HostApplyResult(host.name, failure="not started: an earlier host failed (--fail-fast)")
         items = per.items.get(host.name, [])
         rep = apply_one_host(host, runner, work[host.name], catalog, fingerprint=plan.fingerprint, items=items,
                          last=_last_applied(host, plan, per.gpus.get(host.name, []), catalog, stamp, items),
@@ -436,7 +420,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
         else:
             results = for_each_host(hosts, lambda h: one(h, connect(h)), parallel=req.fleet.parallel,
                                     on_done=_progress(report))
-    reports = tuple(r.value if r.value is not None else HostReport(r.host, error=str(r.error)) for r in results)
+    reports = tuple(_applied_or_failed(r) for r in results)
     local = None
     if not req.dry_run:
         local = _local_path(req)
@@ -451,7 +435,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
 
 
 def repair_hosts(ctx: Context, hosts: Sequence[Host], fleet: FleetRequest, *, journal: str | None = None,
-                 report: Report = quiet, now: dt.datetime | None = None, connect: Any = None) -> list[HostReport]:
+                 report: Report = quiet, now: dt.datetime | None = None, connect: Any = None) -> list[HostApplyResult]:
     """Repair, host by host, the GPUs an interrupted apply left half-done (their host's inflight.json: finished to
     the interrupted plan's target, or put back where that would stop running work), with no plan of its own:
     replan does this before it plans, so that it plans from known layouts. Each host's lock, reads and journal
@@ -459,10 +443,8 @@ def repair_hosts(ctx: Context, hosts: Sequence[Host], fleet: FleetRequest, *, jo
     options = ApplyOptions(timeout=fleet.timeout)
     log = _Journal(journal, now)
 
-    def one(host: Host, runner: CommandRunner) -> HostReport:
-        res = apply_host(runner, host, (), ctx.catalog, options, lambda e: log(host.name, e),
-                         finish_recorded=True)
-        return HostReport(host.name, res.gpus, error=res.preflight)
+    def one(host: Host, runner: CommandRunner) -> HostApplyResult:
+        return apply_host(runner, host, (), ctx.catalog, options, lambda e: log(host.name, e), finish_recorded=True)
 
     with children.stop_on_signals():
         if connect is None:
@@ -474,7 +456,12 @@ def repair_hosts(ctx: Context, hosts: Sequence[Host], fleet: FleetRequest, *, jo
         else:
             results = for_each_host(list(hosts), lambda h: one(h, connect(h)), parallel=fleet.parallel,
                                     on_done=_progress(report))
-    return [r.value if r.value is not None else HostReport(r.host, error=str(r.error)) for r in results]
+    return [_applied_or_failed(r) for r in results]
+
+
+def _applied_or_failed(result: HostResult[HostApplyResult]) -> HostApplyResult:
+    """The host's apply, or, when its work raised (unreachable, a lost connection), the error as its failure."""
+    return result.value if result.value is not None else HostApplyResult(result.host, failure=str(result.error))
 
 
 def plan_gpus(plan: Plan, host: str) -> list[GpuPlan]:

@@ -231,8 +231,9 @@ class FleetCollect:
 
 
 @dataclass(frozen=True)
-class HostCollected:
-    host: str
+class Collected:
+    """What collecting from one host fetched (the host and any failure are its `HostResult`'s)."""
+
     mode: str  # "history" (the host's store fetched) or "nvidia-smi" (a short sample: few samples)
     samples: int
     workloads: tuple[str, ...] = ()
@@ -248,7 +249,7 @@ class HostCollected:
 @dataclass(frozen=True)
 class FleetCollectResult:
     out: str
-    results: tuple[HostResult[HostCollected], ...]
+    results: tuple[HostResult[Collected], ...]
 
     def outcomes(self) -> list[HostOutcome]:
         from migplan.commands.results import pool_outcomes
@@ -279,7 +280,7 @@ def collect_fleet(ctx: Context, req: FleetRequest, what: FleetCollect, report: R
     out.mkdir(parents=True, exist_ok=True)
     from migplan.adapters.ssh import SshFleet
 
-    def on_done(done: int, total: int, r: HostResult[HostCollected]) -> None:
+    def on_done(done: int, total: int, r: HostResult[Collected]) -> None:
         if r.value is not None:
             few = " (few samples: a short nvidia-smi sample)" if r.value.few else ""
             report(f"[{done}/{total}] {r.host}: ok, {r.value.samples} samples from {r.value.mode}{few} "
@@ -296,7 +297,7 @@ def collect_fleet(ctx: Context, req: FleetRequest, what: FleetCollect, report: R
 
 
 def collect_host(runner: CommandRunner, host: Host, catalog: Catalog, what: FleetCollect,
-                 timeout: float) -> HostCollected:
+                 timeout: float) -> Collected:
     """The host's history if it has one, else a short nvidia-smi sample; kept as <out>/<host>.sqlite."""
     from migplan.adapters.runner import RemoteFileMissing
 
@@ -307,7 +308,7 @@ def collect_host(runner: CommandRunner, host: Host, catalog: Catalog, what: Flee
         return _short_sample(runner, host, catalog, what, target, timeout)
 
 
-def _fetch(runner: CommandRunner, host: Host, what: FleetCollect, target: Path, timeout: float) -> HostCollected:
+def _fetch(runner: CommandRunner, host: Host, what: FleetCollect, target: Path, timeout: float) -> Collected:
     import shutil
     import tempfile
 
@@ -337,7 +338,7 @@ def _fetch(runner: CommandRunner, host: Host, what: FleetCollect, target: Path, 
                 problem = err.message
             if problem == "ok":
                 os.replace(tmp / hs.FILE_NAME, target)
-                return HostCollected(host.name, "history", *summary)
+                return Collected("history", *summary)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     raise HostError(host.name, f"the copy of {what.remote_history} cannot be read ({printable(problem, 200)}; "
@@ -353,7 +354,7 @@ def _summary(store: hs.HistoryStore) -> tuple[int, tuple[str, ...], float | None
 
 
 def _short_sample(runner: CommandRunner, host: Host, catalog: Catalog, what: FleetCollect, target: Path,
-                  timeout: float) -> HostCollected:
+                  timeout: float) -> Collected:
     """No history on the host: processes by instance (discovery), pmon's SM %, accounting's peak memory."""
     from migplan.adapters.smi_session import SmiSession
     from migplan.fleet.discover import discover_host
@@ -413,8 +414,7 @@ def _short_sample(runner: CommandRunner, host: Host, catalog: Catalog, what: Fle
         run.add(samples)
         run.notes.extend(notes)
         run.finished = time.time()
-    return HostCollected(host.name, "nvidia-smi", len(samples), tuple(sorted({n for n, _ in groups})), ts, ts,
-                         tuple(notes))
+    return Collected("nvidia-smi", len(samples), tuple(sorted({n for n, _ in groups})), ts, ts, tuple(notes))
 
 
 # --- installing the sampler --------------------------------------------------------------------------
@@ -438,7 +438,8 @@ class InstallRequest:
 
 @dataclass(frozen=True)
 class Installed:
-    host: str
+    """What installing the sampler did on one host (the host and any failure are its `HostResult`'s)."""
+
     files: tuple[tuple[str, str], ...]  # (path, "written" | "unchanged" | "would write")
     commands: tuple[tuple[str, ...], ...] = ()
 
@@ -504,7 +505,7 @@ def install_host(runner: CommandRunner, host: Host, req: InstallRequest, timeout
             commands.append(tuple(argv))
             if not done.ok:
                 raise HostError(host.name, f"'{' '.join(argv)}' failed: {printable(done.stderr.strip(), 200)}")
-    return Installed(host.name, tuple(states), tuple(commands))
+    return Installed(tuple(states), tuple(commands))
 
 
 def install(ctx: Context, req: FleetRequest, what: InstallRequest,

@@ -10,6 +10,7 @@ from typing import Any
 
 from migplan.adapters.runner import FileToPut
 from migplan.catalog.layout import Layout
+from migplan.fleet.assignments import Assignment
 from migplan.fleet.snapshot import DiscoveredHost
 from migplan.model.gpu_plan import Endpoint
 
@@ -85,13 +86,35 @@ def listed(layout: Layout | None) -> list[str] | None:
     return None if layout is None else layout.as_list()
 
 
+# REPAIRED: an interrupted apply's half-done GPU finished or put back: a layout known and verified either way
+GOOD = (GpuOutcome.APPLIED, GpuOutcome.UNCHANGED, GpuOutcome.WOULD_APPLY, GpuOutcome.REPAIRED)
+
+
 @dataclass(frozen=True)
 class HostApplyResult:
-    """One host's apply: each GPU's result, or why the pre-flight skipped the host, and what was read at the end."""
+    """One host's apply, the one record of it from `fleet.apply.apply_host` up to `migplan apply`'s output: each
+    GPU's result, or why the pre-flight skipped the host, what was read at the end and, filled in by
+    `commands.apply`, what the apply around it did (hooks, the host's files, a dry run's commands). A host whose
+    work raised is `adapters.pool.HostResult`'s error until `commands.apply` turns it into `failure`."""
 
     host: str
-    gpus: tuple[GpuResult, ...]
+    gpus: tuple[GpuResult, ...] = ()
     preflight: str | None = None  # why the host was skipped before anything ran (None: it passed)
     placement_source: str = ""  # how `-cgi PROFILE:START` support was established
     devices: DiscoveredHost | None = None  # the GPUs and MIG device UUIDs as read at the end (None: not read)
     inflight: FileToPut | None = None  # inflight.json as the host's apply left it (written by `apply_host`)
+    # why the host did not end as planned although its pre-flight passed (a hook failed, its files were not
+    # written, it was not reached, or not started after --fail-fast); None: it did
+    failure: str | None = None
+    commands: tuple[str, ...] = ()  # a dry run's recorded commands, in order
+    assignments: tuple[Assignment, ...] = ()  # workload -> MIG device, as written on the host
+    moves: tuple[dict[str, Any], ...] = ()  # the moves run, with old and new MIG devices (the on_move events)
+
+    @property
+    def error(self) -> str | None:
+        """Why the host was not applied as planned: its pre-flight's refusal, or the failure after it."""
+        return self.preflight if self.preflight is not None else self.failure
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(g.outcome in GOOD for g in self.gpus)
