@@ -505,7 +505,9 @@ class _SshHeld:
 
 
 class SshRunner:
-    """Runs argv on one host over a single SSH connection, opened on first use and kept open.
+    """Runs argv on one host over a single SSH connection, opened on first use and kept open: the host's
+    `CommandRunner`. The connection is `connection` (`_SshConnection`); files go through `_SftpTransfer` (as the
+    login user) or `_BecomeTransfer` (through the become prefix), chosen once from the target.
 
     Commands on one runner run one at a time. `close()` may be called from any thread, also while a
     command runs (it then ends with ConnectionLost at once instead of waiting for its timeout).
@@ -513,13 +515,9 @@ class SshRunner:
 
     def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts) -> None:
         self.target = target
-        self._options = options
-        self._known = known
-        self._lock = threading.Lock()  # one command (or transfer) at a time
-        self._state = threading.Lock()  # guards _clients, _sftp, _closed; never held while waiting
-        self._clients: list[paramiko.SSHClient] = []  # jumps first, the target last
-        self._sftp: paramiko.SFTPClient | None = None
-        self._closed = False  # set by `close(final=True)`: no new connection
+        self.connection = _SshConnection(target, options, known)
+        self._files: _SftpTransfer | _BecomeTransfer = (
+            _BecomeTransfer(self.connection) if target.become else _SftpTransfer(self.connection))
 
     @property
     def host(self) -> str:
@@ -527,18 +525,18 @@ class SshRunner:
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first `run` does)."""
-        with self._lock:
-            self._transport()
+        with self.connection.busy:
+            self.connection.transport()
 
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
             stdin: bytes | None = None) -> Completed:
         full = (*self.target.become, *argv)
         line = command_line(full)
         start = time.monotonic()
-        with self._lock:
-            transport = self._transport()
+        with self.connection.busy:
+            transport = self.connection.transport()
             log.debug("%s: running %s", self.host, line)
-            code, out, err = self._exec(transport, full, line, timeout, stdin, True)
+            code, out, err = self.connection.exec(transport, full, line, timeout, stdin, True)
         done = Completed(full, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          time.monotonic() - start)
         return check_become(self.host, self.target.become, done)
@@ -552,10 +550,10 @@ class SshRunner:
         token = batch_token()
         line = batch_line([command_line(f) for f in fulls])
         start = time.monotonic()
-        with self._lock:
-            transport = self._transport()
+        with self.connection.busy:
+            transport = self.connection.transport()
             log.debug("%s: running a batch of %d: %s", self.host, len(fulls), line)
-            code, out, err = self._exec(transport, (f"a batch of {len(fulls)} reads",), line, timeout,
+            code, out, err = self.connection.exec(transport, (f"a batch of {len(fulls)} reads",), line, timeout,
                                          batch_stdin(token), True)
         parts = split_batch(self.host, out, err, token, len(fulls))
         took = time.monotonic() - start
@@ -571,11 +569,11 @@ class SshRunner:
         outlives a dead session. Ready once its output (stdout or stderr) contains `ready`; if it exits
         first: HoldFailed."""
         line = command_line(argv)
-        with self._lock:
-            transport = self._transport()
+        with self.connection.busy:
+            transport = self.connection.transport()
             log.debug("%s: holding %s", self.host, line)
             try:
-                chan = transport.open_session(timeout=self._options.connect_timeout)
+                chan = transport.open_session(timeout=self.connection.options.connect_timeout)
                 chan.exec_command(line)
             except (paramiko.SSHException, OSError, EOFError) as err:
                 self.close()
@@ -601,84 +599,25 @@ class SshRunner:
             time.sleep(0.005)
         return _SshHeld(chan)
 
-    def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
-             keep_stdout: bool) -> tuple[int, bytes, bytes]:
-        """run() with bytes out (for the become route of put/get); the caller holds no lock."""
-        full = (*self.target.become, *argv)
-        line = command_line(full)
-        with self._lock:
-            transport = self._transport()
-            log.debug("%s: running %s", self.host, line)
-            code, out, err = self._exec(transport, full, line, timeout, stdin, keep_stdout)
-        check_become(self.host, self.target.become, Completed(full, code, "", err.decode("utf-8", "replace")))
-        return code, out, err
-
     def put_file(self, remote_path: str, data: bytes, *, mode: int = 0o644,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         """Write `data` to `remote_path` atomically with `mode` (SFTP, or become commands; module notes)."""
         path = check_remote_path(remote_path)
         body = check_put_size(self.host, data)
         check_mode(mode)
-        if self.target.become:
-            put_via_commands(self.host, self._raw, path, body, mode, timeout)
-            return
-        tmp = temp_name(path)
-        with self._lock:
-            sftp = self._sftp_client(timeout)
-            try:
-                with sftp.open(tmp, "wbx") as fh:
-                    fh.chmod(mode)  # before any data is in it
-                    fh.set_pipelined(True)
-                    fh.write(body)
-                sftp.posix_rename(tmp, path)
-            except (OSError, paramiko.SSHException, EOFError) as err:
-                self._sftp_cleanup(sftp, tmp)
-                raise self._transfer_error(f"cannot write {path}", err) from None
+        self._files.put_file(path, body, mode, timeout)
 
     def put_files(self, directory: str, files: Sequence[FileToPut], *, prune: Prune | None = None,
                   timeout: float = DEFAULT_TIMEOUT) -> FilesDone:
         """A set of files in one directory in one round trip: one SFTP session, or FILES_SCRIPT through the become
         prefix (module notes of `migplan.adapters.runner`)."""
         path, items = check_file_set(self.host, directory, files, prune)
-        if self.target.become:
-            return put_files_via_script(self.host, self._raw, path, items, prune, timeout)
-        with self._lock:
-            sftp = self._sftp_client(timeout)
-            try:
-                return put_files_with(_SftpFiles(sftp), self.host, path, items, prune)
-            except (OSError, paramiko.SSHException, EOFError) as err:
-                where = f" ({err.filename})" if isinstance(err, OSError) and err.filename else ""
-                raise self._transfer_error(f"cannot write the files in {path}{where}", err) from None
+        return self._files.put_files(path, items, prune, timeout)
 
     def get_file(self, remote_path: str, *, max_bytes: int = MAX_TRANSFER_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> bytes:
         """A regular file's content (at most `max_bytes`), over SFTP or through the become prefix."""
-        path = check_remote_path(remote_path)
-        if self.target.become:
-            return get_via_commands(self.host, self._raw, path, max_bytes, timeout)
-        with self._lock:
-            sftp = self._sftp_client(timeout)
-            try:
-                # lstat: a link at the name is refused, never followed; SFTP has no O_NOFOLLOW, so the opened
-                # file is checked again (only a writer of the directory could swap it in between)
-                attrs = sftp.lstat(path)
-                if attrs.st_mode is not None and stat.S_ISLNK(attrs.st_mode):
-                    raise TransferError(self.host, f"{path} is a symbolic link, not a regular file; refusing to "
-                                                   "follow it")
-                if attrs.st_mode is not None and not stat.S_ISREG(attrs.st_mode):
-                    raise TransferError(self.host, f"{path} is not a regular file")
-                if attrs.st_size is not None and attrs.st_size > max_bytes:
-                    raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
-                with sftp.open(path, "rb") as fh:
-                    opened = fh.stat()
-                    if opened.st_mode is not None and not stat.S_ISREG(opened.st_mode):
-                        raise TransferError(self.host, f"{path} is not a regular file")
-                    data = fh.read(max_bytes + 1)
-            except (OSError, paramiko.SSHException, EOFError) as err:
-                raise self._transfer_error(f"cannot read {path}", err) from None
-        if len(data) > max_bytes:
-            raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
-        return bytes(data)
+        return self._files.get_file(check_remote_path(remote_path), max_bytes, timeout)
 
     def close(self, *, final: bool = False) -> None:
         """Close the connection (thread-safe, never waits for a running command).
@@ -686,8 +625,33 @@ class SshRunner:
         `final=True` (the fleet closing) also refuses any new connection, so work still running on
         another thread cannot reopen one.
         """
+        self.connection.close(final=final)
+
+
+class _SshConnection:
+    """One host's SSH connection: the chain of clients (jump hosts, then the target) opened on first use and kept,
+    the SFTP session on it, and the channels commands run on. `busy` is held by whoever runs a command or a
+    transfer on it (one at a time); `close()` never waits for it."""
+
+    def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts) -> None:
+        self.target = target
+        self.options = options
+        self.known_hosts = known
+        self.busy = threading.Lock()  # one command (or transfer) at a time
+        self._state = threading.Lock()  # guards clients, _sftp, _closed; never held while waiting
+        self.clients: list[paramiko.SSHClient] = []  # jumps first, the target last
+        self._sftp: paramiko.SFTPClient | None = None
+        self._closed = False  # set by `close(final=True)`: no new connection
+
+    @property
+    def host(self) -> str:
+        return self.target.name
+
+    def close(self, *, final: bool = False) -> None:
+        """Close the SFTP session and every client (thread-safe, never waits for a running command); `final`:
+        and refuse any new connection."""
         with self._state:
-            clients, self._clients = self._clients, []
+            clients, self.clients = self.clients, []
             sftp, self._sftp = self._sftp, None
             if final:
                 self._closed = True
@@ -696,9 +660,10 @@ class SshRunner:
         for client in reversed(clients):
             client.close()
 
-    # -- files -------------------------------------------------------------------------------
-    def _sftp_client(self, timeout: float) -> paramiko.SFTPClient:
-        transport = self._transport()
+    def sftp(self, timeout: float) -> paramiko.SFTPClient:
+        """The connection's SFTP session, started on first use (or again when its channel closed); the caller holds
+        `busy`."""
+        transport = self.transport()
         with self._state:
             sftp = self._sftp
         channel = sftp.get_channel() if sftp is not None else None
@@ -718,28 +683,13 @@ class SshRunner:
             channel.settimeout(timeout)
         return sftp
 
-    @staticmethod
-    def _sftp_cleanup(sftp: paramiko.SFTPClient, tmp: str) -> None:
-        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
-            sftp.remove(tmp)
-
-    def _transfer_error(self, what: str, err: BaseException) -> HostError:
-        if isinstance(err, HostError):
-            return err
-        if isinstance(err, FileNotFoundError) or (isinstance(err, OSError) and err.errno == 2):
-            return RemoteFileMissing(self.host, f"{what}: no such file or directory")
-        if isinstance(err, TimeoutError):
-            return CommandTimeout(self.host, f"{what}: the host did not answer in time")
-        if isinstance(err, OSError) and err.strerror:
-            return TransferError(self.host, f"{what}: {err.strerror}")
-        return TransferError(self.host, f"{what}: {_reason(err)}")
-
-    # -- connecting ---------------------------------------------------------------------------
-    def _transport(self) -> paramiko.Transport:
+    def transport(self) -> paramiko.Transport:
+        """The target's live transport, connecting through the jump hosts first if none is open; ConnectionLost
+        when it dropped or the fleet closed. The caller holds `busy`."""
         with self._state:
             if self._closed:
                 raise ConnectionLost(self.host, "the connection was closed (interrupted)")
-            clients = list(self._clients)
+            clients = list(self.clients)
         if clients:
             transport = clients[-1].get_transport()
             if transport is not None and transport.is_active():
@@ -762,7 +712,7 @@ class SshRunner:
         with self._state:
             closed = self._closed
             if not closed:
-                self._clients = opened
+                self.clients = opened
         if closed:  # the fleet closed while we were connecting
             for client in reversed(opened):
                 client.close()
@@ -778,7 +728,7 @@ class SshRunner:
         assert transport is not None
         try:
             return transport.open_channel("direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
-                                          timeout=self._options.connect_timeout)
+                                          timeout=self.options.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as err:
             raise UnreachableError(self.host, f"jump host {via} cannot reach {nxt.hostname}:{nxt.port}: "
                                    f"{_reason(err)}") from None
@@ -796,16 +746,16 @@ class SshRunner:
                                      "key, as made by 'ssh-keygen'")
 
     def _connect(self, ep: Endpoint, sock: paramiko.Channel | None) -> paramiko.SSHClient:
-        opts = self._options
+        opts = self.options
         name = ep.known_hosts_name
         client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(_HostKeyPolicy(self._known, opts.accept_new_host_keys, self.host, name))
+        client.set_missing_host_key_policy(_HostKeyPolicy(self.known_hosts, opts.accept_new_host_keys, self.host, name))
         key_files = [k for k in ep.key_files if os.path.isfile(k)]  # as ssh, skip missing IdentityFiles
         self._check_keys(ep, key_files)
         where = f"{ep}" + (" (via jump host)" if sock is not None else "")
         thread = f"migplan-ssh-{next(_THREADS)}"
         lines = _RELAY.capture(thread)
-        known_types = self._known.key_types(name)
+        known_types = self.known_hosts.key_types(name)
 
         def transport_factory(sock: Any, /, **kwargs: Any) -> paramiko.Transport:
             transport = paramiko.Transport(sock, **kwargs)
@@ -863,12 +813,12 @@ class SshRunner:
             transport.set_keepalive(opts.keepalive_s)
         return client
 
-    # -- running -----------------------------------------------------------------------------
-    def _exec(self, transport: paramiko.Transport, argv: tuple[str, ...], line: str, timeout: float,
-              stdin: bytes | None, keep_stdout: bool) -> tuple[int, bytes, bytes]:
+    def exec(self, transport: paramiko.Transport, argv: tuple[str, ...], line: str, timeout: float,
+             stdin: bytes | None, keep_stdout: bool) -> tuple[int, bytes, bytes]:
+        """Run `line` on a channel of its own: (exit status, stdout, stderr); the caller holds `busy`."""
         start = time.monotonic()
         try:
-            chan = transport.open_session(timeout=self._options.connect_timeout)
+            chan = transport.open_session(timeout=self.options.connect_timeout)
             chan.exec_command(line)
             if stdin is None:
                 chan.shutdown_write()  # end-of-file now: a command that reads stdin never waits for us
@@ -886,6 +836,118 @@ class SshRunner:
         finally:
             chan.close()
         return code, out, err_out
+
+
+
+
+class _SftpTransfer:
+    """Files as the login user over the connection's SFTP session: `posix_rename` for the atomic replace, a link at a
+    name read refused (paths, sizes and modes are checked by `SshRunner` first)."""
+
+    def __init__(self, connection: _SshConnection) -> None:
+        self.connection = connection
+
+    @property
+    def host(self) -> str:
+        return self.connection.host
+
+    def put_file(self, path: str, body: bytes, mode: int, timeout: float) -> None:
+        tmp = temp_name(path)
+        with self.connection.busy:
+            sftp = self.connection.sftp(timeout)
+            try:
+                with sftp.open(tmp, "wbx") as fh:
+                    fh.chmod(mode)  # before any data is in it
+                    fh.set_pipelined(True)
+                    fh.write(body)
+                sftp.posix_rename(tmp, path)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                self._remove_temp(sftp, tmp)
+                raise self._transfer_error(f"cannot write {path}", err) from None
+
+    def put_files(self, path: str, items: Sequence[FileToPut], prune: Prune | None, timeout: float) -> FilesDone:
+        with self.connection.busy:
+            sftp = self.connection.sftp(timeout)
+            try:
+                return put_files_with(_SftpFiles(sftp), self.host, path, items, prune)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                where = f" ({err.filename})" if isinstance(err, OSError) and err.filename else ""
+                raise self._transfer_error(f"cannot write the files in {path}{where}", err) from None
+
+    def get_file(self, path: str, max_bytes: int, timeout: float) -> bytes:
+        with self.connection.busy:
+            sftp = self.connection.sftp(timeout)
+            try:
+                # lstat: a link at the name is refused, never followed; SFTP has no O_NOFOLLOW, so the opened
+                # file is checked again (only a writer of the directory could swap it in between)
+                attrs = sftp.lstat(path)
+                if attrs.st_mode is not None and stat.S_ISLNK(attrs.st_mode):
+                    raise TransferError(self.host, f"{path} is a symbolic link, not a regular file; refusing to "
+                                                   "follow it")
+                if attrs.st_mode is not None and not stat.S_ISREG(attrs.st_mode):
+                    raise TransferError(self.host, f"{path} is not a regular file")
+                if attrs.st_size is not None and attrs.st_size > max_bytes:
+                    raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
+                with sftp.open(path, "rb") as fh:
+                    opened = fh.stat()
+                    if opened.st_mode is not None and not stat.S_ISREG(opened.st_mode):
+                        raise TransferError(self.host, f"{path} is not a regular file")
+                    data = fh.read(max_bytes + 1)
+            except (OSError, paramiko.SSHException, EOFError) as err:
+                raise self._transfer_error(f"cannot read {path}", err) from None
+        if len(data) > max_bytes:
+            raise OutputTooLarge(self.host, f"{path} is larger than {max_bytes} bytes")
+        return bytes(data)
+
+    @staticmethod
+    def _remove_temp(sftp: paramiko.SFTPClient, tmp: str) -> None:
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+            sftp.remove(tmp)
+
+    def _transfer_error(self, what: str, err: BaseException) -> HostError:
+        if isinstance(err, HostError):
+            return err
+        if isinstance(err, FileNotFoundError) or (isinstance(err, OSError) and err.errno == 2):
+            return RemoteFileMissing(self.host, f"{what}: no such file or directory")
+        if isinstance(err, TimeoutError):
+            return CommandTimeout(self.host, f"{what}: the host did not answer in time")
+        if isinstance(err, OSError) and err.strerror:
+            return TransferError(self.host, f"{what}: {err.strerror}")
+        return TransferError(self.host, f"{what}: {_reason(err)}")
+
+
+class _BecomeTransfer:
+    """Files through the host's become prefix (`sudo -n`): argv commands fed on stdin, and FILES_SCRIPT for a set
+    (`migplan.adapters.runner`); paths, sizes and modes are checked by `SshRunner` first."""
+
+    def __init__(self, connection: _SshConnection) -> None:
+        self.connection = connection
+
+    @property
+    def host(self) -> str:
+        return self.connection.host
+
+    def put_file(self, path: str, body: bytes, mode: int, timeout: float) -> None:
+        put_via_commands(self.host, self._raw, path, body, mode, timeout)
+
+    def put_files(self, path: str, items: Sequence[FileToPut], prune: Prune | None, timeout: float) -> FilesDone:
+        return put_files_via_script(self.host, self._raw, path, items, prune, timeout)
+
+    def get_file(self, path: str, max_bytes: int, timeout: float) -> bytes:
+        return get_via_commands(self.host, self._raw, path, max_bytes, timeout)
+
+    def _raw(self, argv: Sequence[str], stdin: bytes | None, timeout: float,
+             keep_stdout: bool) -> tuple[int, bytes, bytes]:
+        """A command through the become prefix with bytes out; the caller holds no lock."""
+        become = self.connection.target.become
+        full = (*become, *argv)
+        line = command_line(full)
+        with self.connection.busy:
+            transport = self.connection.transport()
+            log.debug("%s: running %s", self.host, line)
+            code, out, err = self.connection.exec(transport, full, line, timeout, stdin, keep_stdout)
+        check_become(self.host, become, Completed(full, code, "", err.decode("utf-8", "replace")))
+        return code, out, err
 
 
 class _SftpFiles:

@@ -115,7 +115,7 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
         check_output_option(metrics_file, "--metrics-file" if req.metrics_file else "replan.metrics_file")
     try:
         with state_dir.lock(), children.stop_on_signals():
-            result = _locked_run(ctx, req, state_dir, report, now, connect)
+            result = _discover_plan_apply(ctx, req, state_dir, report, now, connect)
     except Locked as e:
         return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
     if isinstance(metrics_file, str) and metrics_file:
@@ -250,8 +250,10 @@ def _away(profiles: ProfileSet, snap: Snapshot, sd: StateDir, report: Report) ->
     return ProfileSet(tuple(w for w in profiles.workloads if w.name not in set(away)), profiles.sources)
 
 
-def _locked_run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
-                connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
+def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
+                         connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
+    """The run itself (`replan` holds the state directory's lock around it): discover, repair what an interrupted
+    apply left, plan, decide, apply when worth it, and record the run in the state directory."""
     run_id = _run_id(now)
     rp = replan_policy(ctx)
     inventory = select_hosts(ctx.inventory(req.fleet.inventory), req.fleet.limit)

@@ -101,7 +101,7 @@ def test_the_host_lock_never_outlives_a_dead_connection(fleet: Fleet) -> None:
         held = acquire(first, host.lock_file)
         with pytest.raises(HostLocked):
             acquire(two.runner(host), host.lock_file)
-        transport = first._clients[-1].get_transport()  # drop the TCP connection under the lock
+        transport = first.connection.clients[-1].get_transport()  # drop the TCP connection under the lock
         assert transport is not None
         transport.sock.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + 10

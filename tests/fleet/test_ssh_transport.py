@@ -41,10 +41,10 @@ def test_runs_argv_quoted_and_reuses_one_connection(fleet: Fleet) -> None:
         runner = ssh.runner(host_for(fleet, 0))
         done = runner.run(["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"], timeout=10)
         assert done.ok and done.stdout == "a b|$(touch /tmp/never)|it's|"
-        transport = runner._clients[-1].get_transport()
+        transport = runner.connection.clients[-1].get_transport()
         for _ in range(3):
             assert runner.run(["true"], timeout=10).ok
-        assert runner._clients[-1].get_transport() is transport
+        assert runner.connection.clients[-1].get_transport() is transport
         failed = runner.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
         assert (failed.exit_code, failed.stdout, failed.stderr) == (3, "out\n", "err\n")
     assert not os.path.exists("/tmp/never")
@@ -193,7 +193,7 @@ def test_proxyjump_goes_through_the_jump_host(fleet: Fleet, tmp_path: Path) -> N
         runner = ssh.runner(host)
         done = runner.run(["sh", "-c", "echo $SSH_CONNECTION"], timeout=10)
         assert done.stdout.split()[2] == target.address
-        jump_client, target_client = runner._clients
+        jump_client, target_client = runner.connection.clients
         assert jump_client.get_transport().getpeername()[0] == jump.address  # type: ignore[union-attr]
         import paramiko
 
@@ -246,7 +246,7 @@ def test_a_batch_of_reads_is_one_exec_with_each_output_and_exit_code_apart(fleet
     with SshFleet(fleet.options()) as ssh:
         runner = ssh.runner(host_for(fleet, 0, become=("sudo", "-n")))  # the pass-through sudo of the test sshd
         runner.connect()
-        transport = runner._clients[-1].get_transport()
+        transport = runner.connection.clients[-1].get_transport()
         assert transport is not None
         opened: list[object] = []
         real_open = transport.open_session
@@ -257,14 +257,14 @@ def test_a_batch_of_reads_is_one_exec_with_each_output_and_exit_code_apart(fleet
 
         transport.open_session = counting_open  # type: ignore[method-assign]
         sent: list[tuple[str, bytes | None]] = []
-        real_exec = runner._exec
+        real_exec = runner.connection.exec
 
         def recording_exec(t: object, argv: tuple[str, ...], line: str, timeout: float, stdin: bytes | None,
                            keep: bool) -> tuple[int, bytes, bytes]:
             sent.append((line, stdin))
             return real_exec(t, argv, line, timeout, stdin, keep)  # type: ignore[arg-type]
 
-        runner._exec = recording_exec  # type: ignore[method-assign]
+        runner.connection.exec = recording_exec  # type: ignore[method-assign]
         done = runner.run_batch([["printf", "%s", "no newline"], ["sh", "-c", "echo out; echo err >&2; exit 3"],
                                  ["printf", "%s|", "a b", "$(touch /tmp/never)", "it's"]], timeout=10)
         assert len(opened) == 1  # one channel, one exec
@@ -291,6 +291,6 @@ def test_the_connection_does_not_wait_on_nagle(fleet: Fleet) -> None:
     with SshFleet(fleet.options()) as ssh:
         runner = ssh.runner(host_for(fleet, 0))
         runner.connect()
-        transport = runner._clients[-1].get_transport()
+        transport = runner.connection.clients[-1].get_transport()
         assert transport is not None
         assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0  # type: ignore[union-attr]

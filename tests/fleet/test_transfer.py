@@ -86,7 +86,7 @@ def test_sftp_put_is_atomic_with_the_mode_and_get_is_bounded(ssh: SshFleet, flee
         r.put_file(str(target.parent / "adir"), b"x")  # rename onto a directory fails
     assert sorted(os.listdir(target.parent)) == ["adir", "config.yaml"]
     assert r.run(["echo", "same connection"], timeout=10).stdout == "same connection\n"
-    assert len(r._clients) == 1
+    assert len(r.connection.clients) == 1
 
 
 def test_put_and_get_through_become(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd, tmp_path: Path) -> None:
@@ -112,8 +112,8 @@ def test_put_files_is_one_round_trip_prunes_and_keeps_unchanged_files(ssh: SshFl
     r = runner(ssh, fleet, sftp_sshd, name="files", become=become)
     r.connect()
     execs: list[str] = []
-    real = r._exec
-    monkeypatch.setattr(r, "_exec", lambda *a: execs.append(a[2]) or real(*a))
+    real = r.connection.exec
+    monkeypatch.setattr(r.connection, "exec", lambda *a: execs.append(a[2]) or real(*a))
     etc = tmp_path / "etc"
     (etc / "env").mkdir(parents=True)
     (etc / "env" / "stale.env").write_text("MIGPLAN_WORKLOAD=stale\n")
@@ -136,7 +136,7 @@ def test_put_files_is_one_round_trip_prunes_and_keeps_unchanged_files(ssh: SshFl
     with pytest.raises(TransferError, match="symbolic link"):
         r.put_files(str(etc), files, prune=prune)
     assert sorted(os.listdir(tmp_path / "real-env")) == ["a.env", "custom.env"]
-    assert len(execs) == (3 if become else 0) and len(r._clients) == 1
+    assert len(execs) == (3 if become else 0) and len(r.connection.clients) == 1
 
 
 def test_stdin_is_streamed_while_output_is_read(ssh: SshFleet, fleet: Fleet, sftp_sshd: LocalSshd) -> None:
