@@ -133,121 +133,171 @@ Free = dict[tuple[str, str], list[_Slots]]  # (model, profile) -> GPUs that had 
 REPAIR_BUDGET = 200_000  # candidate places the repair step looks at, at most (it is rarely needed)
 
 
-class _Mapper:
-    def __init__(self, f: Formulation, values: tuple[float, ...]) -> None:
-        self.f, self.values = f, values
-        self.m = Mapped()
-        self.queue: dict[int, list[Item]] = defaultdict(list)
-        self.klass = {c.key: c for c in f.split.classes}
-        self.slots: dict[int, list[_Slots]] = {}
-        self.spots: Spots = defaultdict(Counter)
-        self.scope = f.problem.policy.anti_affinity_scope
-        self.on: dict[GpuKey, list[tuple[Item, Instance, str]]] = defaultdict(list)  # placed here, may move
-        self.budget = REPAIR_BUDGET
+class _MappingState:
+    """What the mapping has decided so far and what it still has to place: the result being built (`mapped`), the
+    items of each class still waiting for a place (`waiting`), each group's GPUs with their free instances
+    (`slots`), how many members of each anti-affinity set are on each GPU or host (`spread`), and the items this
+    mapping placed on each GPU (`placed_here`, which the repair may move). The steps below (`_place_per_group`,
+    `_SpreadMatcher`, `_fill_pools`, `_Repairer`) change it only through `place` and `unplace`."""
+
+    def __init__(self, formulation: Formulation, values: tuple[float, ...]) -> None:
+        self.formulation = formulation
+        self.values = values  # the solver's value of each variable
+        self.mapped = Mapped()
+        self.waiting: dict[int, list[Item]] = defaultdict(list)  # class idx -> items without a place, in order
+        self.classes_by_key = {c.key: c for c in formulation.split.classes}
+        self.slots: dict[int, list[_Slots]] = {}  # group idx -> its GPUs, in (host, index) order
+        self.spread: Spots = defaultdict(Counter)
+        self.scope = formulation.problem.policy.anti_affinity_scope
+        self.placed_here: dict[GpuKey, list[tuple[Item, Instance, str]]] = defaultdict(list)  # placed here, may move
 
     def count(self, var: int) -> int:
+        """The solver's value of variable `var`, as the whole number it stands for."""
         return int(round(self.values[var]))
 
     def lay_out(self) -> None:
-        p, s = self.f.problem, self.f.split
-        for name, where in s.kept.items():
-            self.m.placed[name] = where
-            self.m.kept.add(name)
-        self.m.unplaced.update(s.unplaced)
-        for c in s.classes:
-            self.queue[c.idx].extend(c.free)
-        for g in s.groups:
-            pats = self.f.patterns[g.idx]
-            order = [pi for pi in range(len(pats)) for _ in range(self.count(self.f.x[(g.idx, pi)]))]
+        """The kept and unplaced items of the split, every class's free items waiting, each group's GPUs given the
+        group's patterns in pattern order (running items their pattern keeps stay), and where each set's
+        members run now."""
+        problem, split = self.formulation.problem, self.formulation.split
+        for name, where in split.kept.items():
+            self.mapped.placed[name] = where
+            self.mapped.kept.add(name)
+        self.mapped.unplaced.update(split.unplaced)
+        for c in split.classes:
+            self.waiting[c.idx].extend(c.free)
+        for g in split.groups:
+            pats = self.formulation.patterns[g.idx]
+            order = [pi for pi in range(len(pats)) for _ in range(self.count(self.formulation.x[(g.idx, pi)]))]
             gpus = sorted(g.gpus, key=lambda x: x.key)
             self.slots[g.idx] = [
-                _slots(p.models[g.model], g, gpu, pats[pi], s.running.get(gpu.key, []), self.m, self.queue,
-                       self.klass, set(s.forced)) for gpu, pi in zip(gpus, order, strict=True)]
-        for gk, items in s.running.items():  # where a member runs now (kept, outgrown or moving), no other goes:
+                _slots(problem.models[g.model], g, gpu, pats[pi], split.running.get(gpu.key, []), self.mapped,
+                       self.waiting, self.classes_by_key, set(split.forced))
+                for gpu, pi in zip(gpus, order, strict=True)]
+        for gk, items in split.running.items():  # where a member runs now (kept, outgrown or moving), no other goes:
             for it in items:  # the rule the model counts with (groups.Group.present)
                 for a in it.groups:
-                    self.spots[a][gk[0] if self.scope == "host" else gk] += 1
+                    self.spread[a][gk[0] if self.scope == "host" else gk] += 1
 
-    def place(self, it: Item, sl: _Slots, q: str, inst: Instance | None = None) -> None:
-        inst = _take(sl, q, inst)
-        self.m.placed[it.name] = (sl.gpu.key, None if q == WHOLE_GPU else inst)
-        self.on[sl.gpu.key].append((it, inst, q))
-        for a in it.groups:
-            self.spots[a][_spot(sl.gpu, self.scope)] += 1
-
-    def unplace(self, it: Item, sl: _Slots) -> Instance:
-        """Take back an item this mapping placed on the GPU; its instance is free again."""
-        k = next(i for i, (x, _, _) in enumerate(self.on[sl.gpu.key]) if x.name == it.name)
-        _, inst, q = self.on[sl.gpu.key].pop(k)
-        _give_back(sl, q, inst)
-        del self.m.placed[it.name]
-        for a in it.groups:
-            self.spots[a][_spot(sl.gpu, self.scope)] -= 1
-        return inst
-
-    def _scarcity(self, req: tuple[int, int, str]) -> tuple[int, int, int, str]:
-        c, gi, q = req
-        return (sum(1 for x in self.slots[gi] if x.free.get(q)), c, gi, q)
-
-    def special(self) -> None:
-        """Items planned per group (pinned, or of a refined set), scarcest profile first (fewest GPUs offering
-        it), each on the first GPU of its group with a free instance where it breaks no spread rule."""
-        reqs = [k for k, var in sorted(self.f.y_group.items()) for _ in range(self.count(var))]
-        for c, gi, q in sorted(reqs, key=self._scarcity):
-            if self.queue[c]:
-                it = self.queue[c][0]
-                sl = next((x for x in self.slots[gi] if x.free.get(q) and not _conflict(it, x.gpu, self.spots,
-                                                                                           self.scope)), None)
-                if sl is not None:
-                    self.queue[c].pop(0)
-                    self.place(it, sl, q)
-
-    def _by_model(self) -> dict[str, list[_Slots]]:
+    def by_model(self) -> dict[str, list[_Slots]]:
+        """Every group's GPUs, per GPU model, in group order."""
         by_model: dict[str, list[_Slots]] = defaultdict(list)
-        for g in self.f.split.groups:
+        for g in self.formulation.split.groups:
             by_model[g.model].extend(self.slots[g.idx])
         return by_model
 
-    def anti(self) -> None:
-        """Anti-affine items (per model), one set at a time, the most constrained set first: a maximum matching
-        of its members (each with the profile the solver gave it) to distinct GPUs (hosts) with a free instance
-        of that profile and no member of its sets, preferring those with the most free instances (augmenting
-        paths over the best few candidates, then over more). What no matching places is left to `repair`."""
-        classes = {c.idx: c for c in self.f.split.classes}
-        by_model = self._by_model()
-        heaps: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (-free instances, slot) per model and profile
+    def spot(self, gpu: GpuState) -> object:
+        """What a spread rule counts members per: the GPU, or its host (host scope)."""
+        return _spot(gpu, self.scope)
+
+    def conflicts(self, it: Item, gpu: GpuState, own: object = None) -> bool:
+        """Whether a member of one of `it`'s sets is on this GPU (host) already (`own`: `it` itself is there)."""
+        return _conflict(it, gpu, self.spread, self.scope, own)
+
+    def place(self, it: Item, sl: _Slots, q: str, inst: Instance | None = None) -> None:
+        """`it` on the GPU's lowest free `q` instance (or `inst`)."""
+        inst = _take(sl, q, inst)
+        self.mapped.placed[it.name] = (sl.gpu.key, None if q == WHOLE_GPU else inst)
+        self.placed_here[sl.gpu.key].append((it, inst, q))
+        for a in it.groups:
+            self.spread[a][self.spot(sl.gpu)] += 1
+
+    def unplace(self, it: Item, sl: _Slots) -> Instance:
+        """Take back an item this mapping placed on the GPU; its instance is free again."""
+        k = next(i for i, (x, _, _) in enumerate(self.placed_here[sl.gpu.key]) if x.name == it.name)
+        _, inst, q = self.placed_here[sl.gpu.key].pop(k)
+        _give_back(sl, q, inst)
+        del self.mapped.placed[it.name]
+        for a in it.groups:
+            self.spread[a][self.spot(sl.gpu)] -= 1
+        return inst
+
+    def finish(self) -> Mapped:
+        """The result: every item still waiting reported as left out, and each GPU's target layout."""
+        where = "host" if self.scope == "host" else "GPU"
+        for items in self.waiting.values():
+            for it in items:
+                spread = (f" on a {where} without another member of {', '.join(map(_set_name, it.groups))}"
+                          if it.groups else "")
+                self.mapped.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand"
+                                                         f"{spread} (priority {it.priority})")
+        problem = self.formulation.problem
+        for gpu in problem.gpus:
+            if gpu.hold:
+                self.mapped.targets[gpu.key] = gpu.current
+        for sls in self.slots.values():
+            for sl in sls:
+                self.mapped.targets[sl.gpu.key] = _target(problem.models[sl.gpu.model], sl)
+        return self.mapped
+
+
+def _place_per_group(state: _MappingState) -> None:
+    """Items planned per group (pinned, or of a refined set), scarcest profile first (fewest GPUs offering
+    it), each on the first GPU of its group with a free instance where it breaks no spread rule."""
+
+    def scarcity(req: tuple[int, int, str]) -> tuple[int, int, int, str]:
+        c, gi, q = req
+        return (sum(1 for x in state.slots[gi] if x.free.get(q)), c, gi, q)
+
+    reqs = [k for k, var in sorted(state.formulation.y_group.items()) for _ in range(state.count(var))]
+    for c, gi, q in sorted(reqs, key=scarcity):
+        if state.waiting[c]:
+            it = state.waiting[c][0]
+            sl = next((x for x in state.slots[gi] if x.free.get(q) and not state.conflicts(it, x.gpu)), None)
+            if sl is not None:
+                state.waiting[c].pop(0)
+                state.place(it, sl, q)
+
+
+Heaps = dict[tuple[str, str], list[tuple[int, int]]]  # (model, profile) -> (-free instances, slot) of its GPUs
+
+
+class _SpreadMatcher:
+    """Anti-affine items (per model), one set at a time, the most constrained set first: a maximum matching
+    of its members (each with the profile the solver gave it) to distinct GPUs (hosts) with a free instance
+    of that profile and no member of its sets, preferring those with the most free instances (augmenting
+    paths over the best few candidates, then over more). What no matching places is left to `_Repairer`."""
+
+    def __init__(self, state: _MappingState) -> None:
+        self.state = state
+        self.by_model = state.by_model()
+        self.heaps: Heaps = {}  # GPUs with a free instance, most free first (entries may be stale: checked on use)
+
+    def run(self) -> None:
+        state = self.state
+        classes = {c.idx: c for c in state.formulation.split.classes}
         units: dict[str, list[Req]] = defaultdict(list)
-        for (c, model_id, q), var in sorted(self.f.y_pool.items()):
+        for (c, model_id, q), var in sorted(state.formulation.y_pool.items()):
             if classes[c].anti:
-                if (model_id, q) not in heaps:
-                    heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(by_model[model_id])
-                                            if sl.free.get(q)]
-                    heapq.heapify(heaps[(model_id, q)])
-                if self.count(var):
-                    units[min(classes[c].sample.groups)].extend([(c, model_id, q)] * self.count(var))
+                if (model_id, q) not in self.heaps:
+                    self.heaps[(model_id, q)] = [(-len(sl.free[q]), i) for i, sl in enumerate(self.by_model[model_id])
+                                                 if sl.free.get(q)]
+                    heapq.heapify(self.heaps[(model_id, q)])
+                if state.count(var):
+                    units[min(classes[c].sample.groups)].extend([(c, model_id, q)] * state.count(var))
 
         def scarce(r: Req) -> int:
-            return len(heaps[(r[1], r[2])])
+            return len(self.heaps[(r[1], r[2])])
         for a in sorted(units, key=lambda a: (min(map(scarce, units[a])), -len(units[a]), a)):
             reqs = sorted(units[a], key=lambda r: (scarce(r), r))
-            picks = self._match(reqs, heaps, by_model, 2 * len(reqs) + 8)
+            picks = self._match(reqs, 2 * len(reqs) + 8)
             if len(picks) < len(reqs):
-                picks = self._match(reqs, heaps, by_model, max(256, 8 * len(reqs)))
+                picks = self._match(reqs, max(256, 8 * len(reqs)))
             for r, i in sorted(picks.items()):
                 c, model_id, q = reqs[r]
-                if self.queue[c]:
-                    sl = by_model[model_id][i]
-                    self.place(self.queue[c].pop(0), sl, q)
+                if state.waiting[c]:
+                    sl = self.by_model[model_id][i]
+                    state.place(state.waiting[c].pop(0), sl, q)
                     if sl.free.get(q):
-                        heapq.heappush(heaps[(model_id, q)], (-len(sl.free[q]), i))
+                        heapq.heappush(self.heaps[(model_id, q)], (-len(sl.free[q]), i))
 
-    def _candidates(self, req: Req, heaps: dict[tuple[str, str], list[tuple[int, int]]],
-                    by_model: dict[str, list[_Slots]], limit: int) -> list[tuple[object, int]]:
+    def _candidates(self, req: Req, limit: int) -> list[tuple[object, int]]:
         """Up to `limit` (spot, slot) for the request, one slot per GPU (host), most free instances first."""
         c, model_id, q = req
-        if not self.queue[c]:
+        state = self.state
+        if not state.waiting[c]:
             return []
-        it, heap, slots = self.queue[c][0], heaps[(model_id, q)], by_model[model_id]
+        it, heap, slots = state.waiting[c][0], self.heaps[(model_id, q)], self.by_model[model_id]
         out: list[tuple[object, int]] = []
         seen: set[object] = set()
         popped = []
@@ -256,20 +306,19 @@ class _Mapper:
             if -neg != len(slots[i].free.get(q, ())):
                 continue  # stale: the count changed since this entry was pushed
             popped.append((neg, i))
-            spot = _spot(slots[i].gpu, self.scope)
-            if spot not in seen and not _conflict(it, slots[i].gpu, self.spots, self.scope):
+            spot = state.spot(slots[i].gpu)
+            if spot not in seen and not state.conflicts(it, slots[i].gpu):
                 seen.add(spot)
                 out.append((spot, i))
         for e in popped:
             heapq.heappush(heap, e)
         return out
 
-    def _match(self, reqs: list[Req], heaps: dict[tuple[str, str], list[tuple[int, int]]],
-               by_model: dict[str, list[_Slots]], limit: int) -> dict[int, int]:
+    def _match(self, reqs: list[Req], limit: int) -> dict[int, int]:
         """Request index -> slot: a maximum matching to distinct spots (Kuhn's augmenting paths; for a set of
         more than MATCH_MAX members, each in turn takes its best candidate)."""
         cache: dict[Req, list[tuple[object, int]]] = {}
-        cands = [cache.setdefault(r, self._candidates(r, heaps, by_model, limit)) for r in reqs]
+        cands = [cache.setdefault(r, self._candidates(r, limit)) for r in reqs]
         owner: dict[object, int] = {}
         pick: dict[int, tuple[object, int]] = {}
 
@@ -291,113 +340,108 @@ class _Mapper:
                     owner[free[0]], pick[r] = r, free
         return {r: i for r, (spot, i) in pick.items() if owner.get(spot) == r}
 
-    def pool(self) -> None:
-        classes = {c.idx: c for c in self.f.split.classes}
-        by_model = self._by_model()
-        # (model, profile) -> the first GPU that may still have a free instance of it: placing only takes instances,
-        # so the GPUs before it never have one again (a scan from the first GPU per variable was quadratic)
-        first: dict[tuple[str, str], int] = {}
-        for (c, model_id, q), var in sorted(self.f.y_pool.items()):
-            if classes[c].anti:
-                continue
-            todo = self.count(var)
-            sls, k = by_model[model_id], first.get((model_id, q), 0)
-            while todo and self.queue[c] and k < len(sls):
-                if sls[k].free.get(q):
-                    self.place(self.queue[c].pop(0), sls[k], q)
-                    todo -= 1
-                else:
-                    k += 1
-            first[(model_id, q)] = k
 
-    def repair(self) -> None:
-        """Pinned or anti-affine items the steps above could not place (the model counts GPUs and instances,
-        not which instance of which GPU each set may use): a free instance they fit on a GPU (of their pin)
-        that breaks no spread rule, smallest profile first; else an instance of such a GPU whose item can move
-        to a free instance elsewhere. A class whose item finds neither is done: the rest would not either."""
-        by_model = self._by_model()
-        if not any(self.queue[c.idx] for c in self.f.split.classes if c.anti or c.special):
+def _fill_pools(state: _MappingState) -> None:
+    """Every other class fills free instances of its profile model-wide, in GPU order."""
+    classes = {c.idx: c for c in state.formulation.split.classes}
+    by_model = state.by_model()
+    # (model, profile) -> the first GPU that may still have a free instance of it: placing only takes instances,
+    # so the GPUs before it never have one again (a scan from the first GPU per variable was quadratic)
+    first: dict[tuple[str, str], int] = {}
+    for (c, model_id, q), var in sorted(state.formulation.y_pool.items()):
+        if classes[c].anti:
+            continue
+        todo = state.count(var)
+        sls, k = by_model[model_id], first.get((model_id, q), 0)
+        while todo and state.waiting[c] and k < len(sls):
+            if sls[k].free.get(q):
+                state.place(state.waiting[c].pop(0), sls[k], q)
+                todo -= 1
+            else:
+                k += 1
+        first[(model_id, q)] = k
+
+
+class _Repairer:
+    """Pinned or anti-affine items the steps above could not place (the model counts GPUs and instances,
+    not which instance of which GPU each set may use): a free instance they fit on a GPU (of their pin)
+    that breaks no spread rule, smallest profile first; else an instance of such a GPU whose item can move
+    to a free instance elsewhere. A class whose item finds neither is done: the rest would not either. At most
+    REPAIR_BUDGET candidate places are looked at in all (`budget`)."""
+
+    def __init__(self, state: _MappingState) -> None:
+        self.state = state
+        self.by_model = state.by_model()
+        self.free: Free = defaultdict(list)  # GPUs with a free instance (entries may be stale: checked on use)
+        self.budget = REPAIR_BUDGET
+
+    def run(self) -> None:
+        state = self.state
+        if not any(state.waiting[c.idx] for c in state.formulation.split.classes if c.anti or c.special):
             return
-        free: Free = defaultdict(list)  # GPUs with a free instance (entries may be stale: checked on use)
-        for model_id, sls in by_model.items():
+        for model_id, sls in self.by_model.items():
             for sl in sls:
                 for q, insts in sl.free.items():
                     if insts:
-                        free[(model_id, q)].append(sl)
-        for c in self.f.split.classes:
+                        self.free[(model_id, q)].append(sl)
+        for c in state.formulation.split.classes:
             if not (c.anti or c.special):
                 continue
-            while self.queue[c.idx]:
-                it = self.queue[c.idx][0]
-                spot = self._free_spot(it, free)
+            while state.waiting[c.idx]:
+                it = state.waiting[c.idx][0]
+                spot = self._free_spot(it)
                 if spot is not None:
-                    self.place(it, *spot)
-                elif not self._make_room(it, by_model, free):
+                    state.place(it, *spot)
+                elif not self._make_room(it):
                     break
-                self.queue[c.idx].pop(0)
+                state.waiting[c.idx].pop(0)
 
-    def _free_spot(self, it: Item, free: Free, away: _Slots | None = None, own: object = None,
+    def _free_spot(self, it: Item, away: _Slots | None = None, own: object = None,
                    not_at: object = None) -> tuple[_Slots, str] | None:
         """The first free instance `it` fits (smallest profile first) on a GPU other than `away` (and not at the
         spot `not_at`) where it breaks no pin or spread rule; `own`: the spot where it is now."""
+        state = self.state
         for model_id, profs in it.fits:
             for q in profs:
-                for sl in free.get((model_id, q), ()):
+                for sl in self.free.get((model_id, q), ()):
                     self.budget -= 1
                     if self.budget < 0:
                         return None
                     if sl is not away and sl.free.get(q) and _pin_ok(it, sl.gpu) and (
-                            not_at is None or _spot(sl.gpu, self.scope) != not_at) and not _conflict(
-                            it, sl.gpu, self.spots, self.scope, own):
+                            not_at is None or state.spot(sl.gpu) != not_at) and not state.conflicts(it, sl.gpu, own):
                         return sl, q
         return None
 
-    def _make_room(self, it: Item, by_model: dict[str, list[_Slots]], free: Free) -> bool:
+    def _make_room(self, it: Item) -> bool:
         """Move one item this mapping placed on a GPU (of `it`'s pin) to a free instance elsewhere, so that `it`
         can take its instance (or a free one there) without breaking a spread rule: an item on an instance
         `it` fits, or a member of one of `it`'s sets that is in its way (an augmenting path of length two)."""
+        state = self.state
         for model_id, profs in it.fits:
-            for sl in by_model[model_id]:
+            for sl in self.by_model[model_id]:
                 self.budget -= 1
                 if self.budget < 0:
                     return False
                 if not _pin_ok(it, sl.gpu):
                     continue
-                spot = _spot(sl.gpu, self.scope)
-                for other, inst, q in list(self.on[sl.gpu.key]):
-                    if any(self.spots[a][spot] > (1 if a in other.groups else 0) for a in it.groups):
+                spot = state.spot(sl.gpu)
+                for other, inst, q in list(state.placed_here[sl.gpu.key]):
+                    if any(state.spread[a][spot] > (1 if a in other.groups else 0) for a in it.groups):
                         continue  # `it` would break a spread rule here even with `other` gone
                     take = q if q in profs else next((p for p in profs if sl.free.get(p)), None)
                     if take is None:
                         continue
                     in_way = bool(set(it.groups) & set(other.groups))
-                    dest = self._free_spot(other, free, away=sl, own=spot, not_at=spot if in_way else None)
+                    dest = self._free_spot(other, away=sl, own=spot, not_at=spot if in_way else None)
                     if dest is None:
                         continue
-                    self.unplace(other, sl)
-                    self.place(other, *dest)
-                    self.place(it, sl, take, inst if take == q else None)
-                    if sl.free.get(q) and sl not in free[(model_id, q)]:
-                        free[(model_id, q)].append(sl)  # `other`'s instance, free now
+                    state.unplace(other, sl)
+                    state.place(other, *dest)
+                    state.place(it, sl, take, inst if take == q else None)
+                    if sl.free.get(q) and sl not in self.free[(model_id, q)]:
+                        self.free[(model_id, q)].append(sl)  # `other`'s instance, free now
                     return True
         return False
-
-    def finish(self) -> Mapped:
-        where = "host" if self.scope == "host" else "GPU"
-        for items in self.queue.values():
-            for it in items:
-                spread = (f" on a {where} without another member of {', '.join(map(_set_name, it.groups))}"
-                          if it.groups else "")
-                self.m.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand"
-                                                    f"{spread} (priority {it.priority})")
-        p = self.f.problem
-        for gpu in p.gpus:
-            if gpu.hold:
-                self.m.targets[gpu.key] = gpu.current
-        for sls in self.slots.values():
-            for sl in sls:
-                self.m.targets[sl.gpu.key] = _target(p.models[sl.gpu.model], sl)
-        return self.m
 
 
 def _target(model: GpuModel, sl: _Slots) -> Layout | None:
@@ -415,11 +459,13 @@ def _target(model: GpuModel, sl: _Slots) -> Layout | None:
     return target
 
 
-def map_solution(f: Formulation, values: tuple[float, ...]) -> Mapped:
-    mp = _Mapper(f, values)
-    mp.lay_out()
-    mp.special()
-    mp.anti()
-    mp.pool()
-    mp.repair()
-    return mp.finish()
+def map_solution(formulation: Formulation, values: tuple[float, ...]) -> Mapped:
+    """The solver's counts (`values` of the formulation's variables) as concrete GPUs and workloads, in the steps
+    of the module notes."""
+    state = _MappingState(formulation, values)
+    state.lay_out()
+    _place_per_group(state)
+    _SpreadMatcher(state).run()
+    _fill_pools(state)
+    _Repairer(state).run()
+    return state.finish()
