@@ -144,7 +144,7 @@ def _write(path: str, text: str) -> None:
 class _WrapOnImport:
     """A meta path finder that lets modules load as usual and then calls `then(module)`: the phase timers are
     put on migplan's modules when the CLI itself imports them (typer's dispatch), so that the console script
-    runs in its own order (migplan/cli/entry.py begins reading profiles before it imports typer)."""
+    runs in its own order and the start-up (typer, the command modules) is before the first phase."""
 
     def __init__(self, then: dict[str, Any]) -> None:
         self.then = then
@@ -209,10 +209,7 @@ def child(inventory: str, profiles: str, report: str, profile: bool) -> None:
 
     sys.meta_path.insert(0, _WrapOnImport({"migplan.commands.context": on_context,
                                            "migplan.commands.propose": on_propose, "migplan.cli.propose": on_cli}))
-    try:
-        from migplan.cli.entry import main  # the console script (`migplan = "migplan.cli.entry:main"`)
-    except ImportError:  # an older tree (a before/after comparison)
-        from migplan.cli.app import main
+    from migplan.cli.app import main  # the console script (`migplan = "migplan.cli.app:main"`)
     sys.argv = ["migplan", "propose", "-i", inventory, "-p", profiles, "-o", "json"]
     code = 0
     if profile:

@@ -6,23 +6,28 @@ and read through the one strict reader (`yamldoc`: file, line and key in every e
 
   plan       migplan propose --out       -> load_plan / write_plan
   snapshot   migplan discover --out      -> load_snapshot / write_snapshot
-  profiles   migplan profiles build (collect) -> write_profiles; read by `profiles.load_profiles`
+  profiles   migplan profiles build (collect) -> write_profiles / load_profiles, start_profiles
+
+Profiles are read here with their large sets shared among forked worker processes (`adapters.forkmap`):
+the same ProfileSet and the same first error as `profiles.load_profiles`, which reads them one by one.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from migplan import jsontext, yamldoc
+from migplan import jsontext, yamldoc, yamljson
 from migplan.catalog import Catalog, builtin_catalog
+from migplan.errors import InputError
 from migplan.files import write_atomic
 from migplan.model.state import FleetState
 from migplan.planner.plan import Plan, parse_plan, plan_to_dict
-from migplan.profiles import PROFILES_VERSION, Workload
+from migplan.profiles import PROFILES_VERSION, ProfileSet, Workload, merge_profiles, profile_files, read_profile_file
 
 if TYPE_CHECKING:  # fleet.snapshot (and nvidia-smi's parsers under it) is imported where a snapshot is read or written
     from migplan.fleet.snapshot import Snapshot
@@ -62,10 +67,9 @@ def load_plan(path: Path, catalog: Catalog | None = None) -> Plan:
     """A plan file, validated strictly against `catalog` (default: the built-in one). The collector is paused
     while it is read and checked: a 200,000-GPU plan is millions of objects that stay alive, and its full passes
     over them grew with the square of the plan's size (bench/scale_bounds.py). A JSON plan is read by json.loads
-    (`yamldoc.parse`'s fast_json: the same values, errors and lines as the YAML reader, minutes less at 200,000
-    GPUs)."""
+    (`yamljson`: the same values, errors and lines as the YAML reader, minutes less at 200,000 GPUs)."""
     with yamldoc.paused_gc():
-        return parse_plan(yamldoc.load(path, fast_json=True), catalog or builtin_catalog())
+        return parse_plan(yamljson.load(path), catalog or builtin_catalog())
 
 
 # --- snapshot ------------------------------------------------------------------------------------
@@ -126,8 +130,79 @@ def workload_to_dict(w: Workload) -> dict[str, Any]:
     return out
 
 
+PARALLEL_BYTES = 1 << 20  # profiles larger than this in all are read by several processes (when CPUs allow)
+
+
+def _start_reading(files: list[FilePath], keep_share: bool) -> Iterable[list[Workload]]:
+    """Each file's workloads, in file order, as an iterable whose reading may already be under way: large
+    sets of files are shared among forked workers (each file's error raised at the same point of the
+    iteration as when reading them one by one)."""
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+        except OSError:
+            sizes.append(0)  # the reader reports it
+    if len(files) < 2 or sum(sizes) < PARALLEL_BYTES:
+        return (read_profile_file(f) for f in files)
+    from migplan.adapters.forkmap import fork_start
+
+    return fork_start(read_profile_file, files, weights=sizes, keep_share=keep_share)
+
+
+class PendingProfiles:
+    """Profiles being read (`start_profiles`): `result()` gives the ProfileSet `load_profiles` would, raising
+    the same first error; `cancel()` (or leaving a `with` block) stops workers whose result is not wanted."""
+
+    def __init__(self, path: Path | InputError, keep_share: bool = False) -> None:
+        self._error: InputError | None = path if isinstance(path, InputError) else None
+        self._reading: Iterable[list[Workload]] = ()
+        self._files: list[FilePath] = []
+        if isinstance(path, InputError):
+            return
+        try:
+            self._files = profile_files(FilePath(path))
+        except InputError as err:  # raised by result(), after whatever the caller reads before
+            self._error = err
+            return
+        self._reading = _start_reading(self._files, keep_share)
+
+    def __enter__(self) -> PendingProfiles:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        stop = getattr(self._reading, "cancel", None)
+        if stop is not None:
+            stop()
+
+    def result(self) -> ProfileSet:
+        if self._error is not None:
+            raise self._error
+        try:
+            return merge_profiles(self._reading, self._files)
+        finally:
+            self.cancel()
+
+
+def start_profiles(path: Path | InputError) -> PendingProfiles:
+    """Start reading profiles (large sets in worker processes, leaving this one free to read the inventory
+    meanwhile); `.result()` is what `load_profiles(path)` returns (an InputError for `path`: raised then, so
+    that errors come in the order of a sequential run). Use as a context manager."""
+    return PendingProfiles(path, keep_share=False)
+
+
+def load_profiles(path: Path) -> ProfileSet:
+    """All workload profiles in a file or in the .yaml files of a directory (sorted by name): large sets read
+    by this process and forked workers together."""
+    with PendingProfiles(path, keep_share=True) as pending:
+        return pending.result()
+
+
 def write_profiles(path: Path, workloads: Iterable[Workload], *, forbid: Iterable[Path] = ()) -> None:
-    """A profiles file (`profiles.load_profiles` reads it back; the schema is the README's)."""
+    """A profiles file (`load_profiles` reads it back; the schema is the README's)."""
     doc = {"version": PROFILES_VERSION, "kind": PROFILES_KIND,
            "workloads": [workload_to_dict(w) for w in workloads]}
     write_document(path, doc, forbid=forbid)

@@ -221,62 +221,7 @@ def _mib(node: Node) -> tuple[float, int]:
     return float(raw), whole
 
 
-def _statistics(node: Node, allowed: frozenset[str]) -> dict[str, float] | None:
-    """A mapping of the statistics' keys to plain numbers (int or float, not bool), written once each, as its
-    keys and converted values: what `fields` and `value("number")` would read from it; None for anything
-    else (another key, a list, a text, a null, a duplicate), which the checked path then reads and reports.
-    The statistics are most of a profile (8 of its ~15 values), so they are read here without a Node each."""
-    pairs = node.scalar_items()
-    if pairs is None or len(pairs) > len(allowed):
-        return None
-    out: dict[str, float] = {}  # int or float values
-    for key, value in pairs:
-        if key not in allowed or key in out or (type(value) is not int and type(value) is not float):
-            return None
-        out[key] = value
-    return out
-
-
-_STATISTICS = frozenset({"p50", "p95", "p99", "max"})  # memory_mib's and compute's keys
-
-
-def _memory_fast(node: Node) -> MemoryStats | None:
-    """`_memory` for whole MiB in order within range (nearly every profile), else None: the checked path."""
-    got = _statistics(node, _STATISTICS)
-    if got is None or len(got) != 4:
-        return None
-    p50, p95, p99, peak = got["p50"], got["p95"], got["p99"], got["max"]
-    if not (type(p50) is int and type(p95) is int and type(p99) is int and type(peak) is int):
-        return None  # fractions are rounded up by `_mib`
-    if not 0 <= p50 <= p95 <= p99 <= peak <= names.MAX_MEMORY_MIB:
-        return None
-    return MemoryStats(p50, p95, p99, peak)
-
-
-def _compute_fast(node: Node) -> ComputeStats | None:
-    """`_compute` for shares within 0..1 in order (nearly every profile), else None: the checked path."""
-    got = _statistics(node, _STATISTICS)
-    if got is None or not {"p50", "p95", "max"} <= got.keys():
-        return None
-    vals = []
-    for k in ("p50", "p95", "p99", "max"):
-        if k in got:
-            v = got[k]
-            if type(v) is int and v not in (0, 1):
-                return None  # out of range (and a huge integer is no float)
-            vals.append(float(v))
-    if not all(0.0 <= a <= b <= 1.0 for a, b in zip(vals, vals[1:] + [1.0], strict=True)):
-        return None
-    return ComputeStats(p50=float(got["p50"]), p95=float(got["p95"]), max=float(got["max"]),
-                        p99=float(got["p99"]) if "p99" in got else None)
-
-
 def _memory(node: Node) -> MemoryStats:
-    fast = _memory_fast(node)
-    return fast if fast is not None else _memory_checked(node)
-
-
-def _memory_checked(node: Node) -> MemoryStats:
     keys = ["p50", "p95", "p99", "max"]
     f = node.fields(set(keys), set(keys))
     read = [_mib(f[k]) for k in keys]
@@ -286,11 +231,6 @@ def _memory_checked(node: Node) -> MemoryStats:
 
 def _compute(node: Node) -> ComputeStats:
     """p50, p95 and max are required; p99 is optional (profiles written before it was collected)."""
-    fast = _compute_fast(node)
-    return fast if fast is not None else _compute_checked(node)
-
-
-def _compute_checked(node: Node) -> ComputeStats:
     f = node.fields({"p50", "p95", "p99", "max"}, {"p50", "p95", "max"})
     keys: list[str] = [k for k in ("p50", "p95", "p99", "max") if k in f]
     vals = [f[k].number(minimum=0.0, maximum=1.0) for k in keys]
@@ -426,7 +366,8 @@ def check_models(profiles: ProfileSet, catalog: Catalog) -> None:
                              hint="use a model id or alias from 'migplan catalog list', or add it with --catalog")
 
 
-def _files(path: Path) -> list[Path]:
+def profile_files(path: Path) -> list[Path]:
+    """The files a profiles path names: the .yaml/.yml files of a directory, sorted by name, or the file itself."""
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
         if not files:
@@ -438,118 +379,31 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-PARALLEL_BYTES = 1 << 20  # profiles larger than this in all are read by several processes (when CPUs allow)
-
-
-def _read_file(file: Path) -> list[Workload]:
+def read_profile_file(file: Path) -> list[Workload]:
+    """One profiles file's workloads, checked."""
     with yamldoc.paused_gc():
         return parse_profiles(yamldoc.load(file))
 
 
-def _start_reading(files: list[Path], keep_share: bool) -> Iterable[list[Workload]]:
-    """Each file's workloads, in file order, as an iterable whose reading may already be under way: large
-    sets of files are shared among forked workers (`adapters.forkmap`: the same results, and each file's
-    error raised at the same point of the iteration as when reading them one by one)."""
-    sizes = []
-    for f in files:
-        try:
-            sizes.append(f.stat().st_size)
-        except OSError:
-            sizes.append(0)  # the reader reports it
-    if len(files) < 2 or sum(sizes) < PARALLEL_BYTES:
-        return (_read_file(f) for f in files)
-    from migplan.adapters.forkmap import fork_start
-
-    return fork_start(_read_file, files, weights=sizes, keep_share=keep_share)
-
-
-class PendingProfiles:
-    """Profiles being read (`start_profiles`): `result()` gives the ProfileSet `load_profiles` would, raising
-    the same first error; `cancel()` (or leaving a `with` block) stops workers whose result is not wanted."""
-
-    def __init__(self, path: str | os.PathLike[str] | InputError, keep_share: bool = False) -> None:
-        self._error: InputError | None = path if isinstance(path, InputError) else None
-        self._reading: Iterable[list[Workload]] = ()
-        self._files: list[Path] = []
-        if isinstance(path, InputError):
-            return
-        try:
-            self._files = _files(Path(path))
-        except InputError as err:  # raised by result(), after whatever the caller reads before
-            self._error = err
-            return
-        self._reading = _start_reading(self._files, keep_share)
-
-    def __enter__(self) -> PendingProfiles:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.cancel()
-
-    def cancel(self) -> None:
-        stop = getattr(self._reading, "cancel", None)
-        if stop is not None:
-            stop()
-
-    def result(self) -> ProfileSet:
-        if self._error is not None:
-            raise self._error
-        workloads: list[Workload] = []
-        first: dict[str, str] = {}
-        try:
-            for read in self._reading:
-                for w in read:
-                    if w.name in first:
-                        src, _, line = w.source.rpartition(":")
-                        raise InputError(f"workload {w.name!r} is defined twice (first at {first[w.name]})",
-                                         source=src, line=int(line), key="workloads",
-                                         hint="workload names must be unique across all profile files")
-                    first[w.name] = w.source
-                    workloads.append(w)
-        finally:
-            self.cancel()
-        return ProfileSet(tuple(workloads), tuple(str(f) for f in self._files))
-
-
-def start_profiles(path: str | os.PathLike[str] | InputError) -> PendingProfiles:
-    """Start reading profiles (large sets in worker processes, leaving this one free to read the inventory
-    meanwhile); `.result()` is what `load_profiles(path)` returns (an InputError for `path`: raised then, so
-    that errors come in the order of a sequential run). Use as a context manager. Profiles of `path` begun
-    by `prefetch` are taken over."""
-    if not isinstance(path, InputError):
-        early = _PREFETCHED.pop(str(Path(path)), None)
-        if early is not None:
-            return early
-    return PendingProfiles(path, keep_share=False)
-
-
-# Reads begun by `prefetch`, by path: taken over by `start_profiles`, stopped by `drop_prefetched`.
-_PREFETCHED: dict[str, PendingProfiles] = {}
-
-
-def prefetch(path: str) -> None:
-    """Begin `start_profiles(path)` now, for a command line that is known to read `path` later: the console
-    script does so for `propose --profiles PATH` before its own start-up (typer and the command modules,
-    ~0.2 s with one CPU idle: migplan/cli/entry.py). The files are listed and (a large set) read in the
-    background exactly as `start_profiles` would list and read them, and its result raises the same errors
-    in the same place, so taking it over changes nothing but the time. What is never taken over, a command
-    line that fails before it reads profiles, is stopped by `drop_prefetched`."""
-    key = str(Path(path))
-    if key in _PREFETCHED:
-        return
-    try:
-        _PREFETCHED[key] = PendingProfiles(path, keep_share=False)
-    except OSError:  # e.g. a directory it may not search: `start_profiles` meets it again, in its place
-        return
-
-
-def drop_prefetched() -> None:
-    """Stop the reads `prefetch` began that no `start_profiles` took over (their workers end at once)."""
-    while _PREFETCHED:
-        _PREFETCHED.popitem()[1].cancel()
+def merge_profiles(reads: Iterable[list[Workload]], files: list[Path]) -> ProfileSet:
+    """The workloads of `files`, read in file order (`reads`: each file's `read_profile_file`, iterated lazily
+    so that a file's error comes where a plain loop meets it), refusing a name defined twice."""
+    workloads: list[Workload] = []
+    first: dict[str, str] = {}
+    for read in reads:
+        for w in read:
+            if w.name in first:
+                src, _, line = w.source.rpartition(":")
+                raise InputError(f"workload {w.name!r} is defined twice (first at {first[w.name]})",
+                                 source=src, line=int(line), key="workloads",
+                                 hint="workload names must be unique across all profile files")
+            first[w.name] = w.source
+            workloads.append(w)
+    return ProfileSet(tuple(workloads), tuple(str(f) for f in files))
 
 
 def load_profiles(path: str | os.PathLike[str]) -> ProfileSet:
-    """All workload profiles in a file or in the .yaml files of a directory (sorted by name)."""
-    with PendingProfiles(path, keep_share=True) as pending:
-        return pending.result()
+    """All workload profiles in a file or in the .yaml files of a directory (sorted by name), read here, one
+    file after another (`documents.load_profiles` shares large sets among worker processes)."""
+    files = profile_files(Path(path))
+    return merge_profiles((read_profile_file(f) for f in files), files)

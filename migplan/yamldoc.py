@@ -22,14 +22,9 @@ How a document is read (every refusal is an `InputError` with file and line, nev
   message, same line) alike by the three; differential fuzz tests check it. Speed: a 7 MB profiles
   file of 20,000 workloads loads in about 4.5 s instead of 27 s (libyaml, and the garbage collector
   paused while the tree is built and read, see `paused_gc`).
-* JSON (`parse`/`load` with `fast_json`, what `documents.load_plan` asks): a mapping or list in JSON is read by
-  `json.loads` (`migplan.yamljson`: 25 MB, a 20,000-GPU plan, in about 0.7 s instead of 8 s), into `Node`s
-  with the values, messages, key paths and lines of the YAML reader: JSON is YAML, and YAML 1.1's reading wins
-  (`1e-05` is a string, `"007"` a string and `7` an integer, `true` a boolean). Lines are found only for an
-  error. Whatever json.loads refuses, and whatever the YAML reader might read otherwise (duplicate or empty
-  keys, NaN, `-0`, over-long numbers, floats not written as Python writes them, `\\u` escapes, tabs, CR,
-  nesting over `MAX_DEPTH`, ...; the list is yamljson's docstring) is read as YAML below, so its error is
-  the same too. tests/test_plan_reader_fuzz.py compares both on mutated plans.
+* JSON plans are read first by `json.loads` (`migplan.yamljson`, which builds on this module; `documents.load_plan`
+  calls it), with the values, messages, key paths and lines of this reader, and fall back to it for anything
+  doubtful (its docstring has the list).
 * One document per file. Nesting is at most `MAX_DEPTH` levels (counted through aliases), and
   aliases may expand to at most `MAX_ALIAS_NODES` nodes in all (a "billion laughs" document is
   refused before anything is built); an alias inside the collection it names is refused.
@@ -99,7 +94,6 @@ MAX_NUMBER_CHARS = 64  # characters of one integer or float (2**64 has 20 digits
 REPARSE_LIMIT_BYTES = 1024 * 1024  # libyaml errors in documents up to this are re-read by PyYAML (~3 s)
 USE_LIBYAML = _CParser is not None  # tests set this False to check the pure-Python parser
 USE_PLAIN = True  # migplan.yamlplain first (tests set this False to check the parsers alone)
-USE_JSON = True  # migplan.yamljson for JSON documents read with fast_json (tests set this False to compare)
 
 _KINDS = {
     "str": (str,),
@@ -598,7 +592,7 @@ def _libyaml_lenient(text: str) -> bool:
 
 def compose(text: str, source: str) -> yaml.Node | None:
     """The composed node tree of YAML text (None for an empty stream), checked as the module says."""
-    return _compose_checked(_checked(text, source), source)
+    return _compose_checked(checked_text(text, source), source)
 
 
 _PRINTABLE_ASCII = bytes([0x09, 0x0A, 0x0D, *range(0x20, 0x7F)])  # what _NON_PRINTABLE allows below 0x80
@@ -614,7 +608,7 @@ def _printable_ascii(text: str, chunk: int = 1 << 20) -> bool:
                    for i in range(0, len(text), chunk))
 
 
-def _checked(text: str, source: str) -> str:
+def checked_text(text: str, source: str) -> str:
     """`text` without a leading byte-order mark, refused if it has control characters."""
     bad = None if _printable_ascii(text) else _NON_PRINTABLE.search(text)
     if bad is not None:
@@ -815,20 +809,6 @@ class Node:
             out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
         return out
 
-    def scalar_items(self) -> list[tuple[builtins.str, Any]] | None:
-        """A mapping of plain values as (key text, converted value) pairs as written, duplicates included,
-        without a Node per value: for readers that take a common shape quickly and leave everything else to
-        `fields` (None: not a mapping, a key that is not a name, or a value that is not a scalar)."""
-        node = self._node
-        if not isinstance(node, yaml.MappingNode):
-            return None
-        out = []
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode) or not isinstance(k.value, builtins.str) or type(v) is not _Scalar:
-                return None
-            out.append((k.value, v.data))
-        return out
-
     def plain(self) -> Any:
         """The document's own value under this node when it was read as JSON (`migplan.yamljson`), else None:
         for readers that check a common shape directly on it and leave everything else, errors included, to
@@ -891,20 +871,13 @@ def _describe_value(v: Any) -> str:
     return type(v).__name__
 
 
-_JSON_START = re.compile(r"[ \n]*[\[{]")
+def parse(text: str, source: str) -> Node | None:
+    """Compose YAML text into a `Node` (None for an empty document)."""
+    return parse_checked(checked_text(text, source), source)
 
 
-def parse(text: str, source: str, *, fast_json: bool = False) -> Node | None:
-    """Compose YAML text into a `Node` (None for an empty document). With `fast_json`, a JSON document (a
-    mapping or list) is read by `json.loads` when that reads it as YAML would (`migplan.yamljson`)."""
-    text = _checked(text, source)
-    if fast_json and USE_JSON and _JSON_START.match(text):
-        from migplan import yamljson  # imports this module: here, not at the top
-
-        with paused_gc():
-            node = yamljson.read(text, source)
-        if node is not None:
-            return node
+def parse_checked(text: str, source: str) -> Node | None:
+    """`parse` of a text `checked_text` returned (`migplan.yamljson` reads JSON plans first, then this)."""
     composed = _compose_checked(text, source)
     return None if composed is None else Node(composed, source)
 
@@ -984,10 +957,14 @@ def read_text(path: str | os.PathLike[str]) -> str:
                          hint="save the file as UTF-8") from None
 
 
-def load(path: str | os.PathLike[str], *, fast_json: bool = False) -> Node:
-    """Read and compose a YAML file; an empty file is an error. `fast_json`: see `parse`."""
+def load(path: str | os.PathLike[str]) -> Node:
+    """Read and compose a YAML file; an empty file is an error."""
     source = os.fspath(path)
-    node = parse(read_text(source), source, fast_json=fast_json)
+    return present(parse(read_text(source), source), source)
+
+
+def present(node: Node | None, source: str) -> Node:
+    """The document of a file, refused when the file holds none."""
     if node is None:
         raise InputError("file is empty", source=source, hint="see README for the expected format")
     return node

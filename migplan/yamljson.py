@@ -1,10 +1,10 @@
 """JSON documents read by `json.loads`, with the values, errors and lines `yamldoc`'s YAML reader gives.
 
-Why: plans are JSON, and a 200,000-GPU plan is 250 MB; composing it as YAML (yamlplain, libyaml and the
-composer, one node object per value) took minutes, `json.loads` takes seconds. JSON is YAML, so the same
-text must read the same either way: `read(text, source)` returns a `JsonNode` tree only when it is sure the
-YAML reader would compose exactly these values, and None for anything doubtful, which `yamldoc.parse` then
-reads as YAML (so refusals keep their message and line). Doubtful, read as YAML:
+Why: plans are JSON, and a 200,000-GPU plan is 250 MB; composing it as YAML (libyaml and the composer, one
+node object per value) took minutes, `json.loads` takes seconds (bench/README.md, "Speed measures"). JSON is
+YAML, so the same text must read the same either way: `read(text, source)` returns a `JsonNode` tree only when
+it is sure the YAML reader would compose exactly these values, and None for anything doubtful, which `parse`
+and `load` then read as YAML through `yamldoc` (so refusals keep their message and line). Doubtful, read as YAML:
 
 * text `json.loads` refuses (its message and line would differ), or with NaN/Infinity (YAML reads a string);
 * duplicate keys (YAML refuses them where the mapping is read) and empty keys (refused at compose);
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import re
 from collections.abc import Iterator
 from json.decoder import WHITESPACE, scanstring  # type: ignore[attr-defined]  # not in typeshed
@@ -90,6 +91,28 @@ def _shape_ok(root: Any, text: str) -> bool:
                 nxt += [v for v in x if type(v) is dict or type(v) is list]
         level = nxt
     return longest < _LONG_KEY and keys == text.count('":')
+
+
+USE_JSON = True  # tests set this False to compare with the YAML reader alone
+_JSON_START = re.compile(r"[ \n]*[\[{]")
+
+
+def parse(text: str, source: str) -> yamldoc.Node | None:
+    """`yamldoc.parse(text, source)`, a JSON mapping or list read by `json.loads` when that reads it as YAML
+    would (`read`)."""
+    text = yamldoc.checked_text(text, source)
+    if USE_JSON and _JSON_START.match(text):
+        with yamldoc.paused_gc():
+            node = read(text, source)
+        if node is not None:
+            return node
+    return yamldoc.parse_checked(text, source)
+
+
+def load(path: str | os.PathLike[str]) -> yamldoc.Node:
+    """`yamldoc.load(path)` through `parse`: a file's document, JSON read by json.loads where it can be."""
+    source = os.fspath(path)
+    return yamldoc.present(parse(yamldoc.read_text(source), source), source)
 
 
 def read(text: str, source: str) -> JsonNode | None:
@@ -280,16 +303,6 @@ class JsonNode(yamldoc.Node):
             return dict(self.items())  # the error `items` gives
         doc = self._doc
         return {k: JsonNode(x, doc, self, k) for k, x in v.items()}
-
-    def scalar_items(self) -> list[tuple[builtins.str, Any]] | None:
-        v = self._v
-        if type(v) is not dict:
-            return None
-        out = list(v.items())
-        for _, x in out:
-            if type(x) is dict or type(x) is list:
-                return None
-        return out
 
     def list(self) -> list[yamldoc.Node]:
         v = self._v

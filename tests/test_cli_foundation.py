@@ -334,7 +334,7 @@ def test_a_usage_error_of_the_console_script_is_one_line(tmp_path: Path) -> None
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from migplan.cli.entry import main; main()", "apply", "--nope"],
+    proc = subprocess.run([sys.executable, "-c", "from migplan.cli.app import main; main()", "apply", "--nope"],
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
                                                                            "HOME": str(tmp_path)})
     assert proc.returncode == 2 and proc.stdout == ""

@@ -25,7 +25,7 @@ PROF = str(ROOT / "profiles" / "example")
 
 def _limited(argv: list[str], limit: int, tmp: Path, *, stdout: Path | None = None,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The console script (migplan.cli.entry:main) run with RLIMIT_FSIZE = `limit` bytes."""
+    """The console script (migplan.cli.app:main) run with RLIMIT_FSIZE = `limit` bytes."""
 
     def limit_size() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -38,7 +38,7 @@ def _limited(argv: list[str], limit: int, tmp: Path, *, stdout: Path | None = No
         base.pop(var, None)
     out = open(stdout, "w") if stdout is not None else subprocess.PIPE  # noqa: SIM115 - closed below
     try:
-        return subprocess.run([sys.executable, "-c", "from migplan.cli.entry import main; main()", *argv],
+        return subprocess.run([sys.executable, "-c", "from migplan.cli.app import main; main()", *argv],
                               preexec_fn=limit_size, stdout=out, stderr=subprocess.PIPE, text=True, env=base,
                               cwd=tmp, timeout=300)
     finally:

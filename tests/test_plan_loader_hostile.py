@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from planner_fixtures import CAT, fleet, gpu, profiles, run, wl
 
-from migplan import jsontext, yamldoc
+from migplan import jsontext, yamljson
 from migplan.documents import load_plan, write_plan
 from migplan.errors import InputError
 from migplan.planner import plan_from_dict, plan_to_dict
@@ -72,7 +72,7 @@ def test_hostile_plan_is_refused(doc: dict, case: str) -> None:
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_plan_file_is_refused_alike_by_the_json_path(doc: dict, case: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """load_plan reads a JSON plan with json.loads (yamldoc's fast_json): the same refusal, key and line as
+    """load_plan reads a JSON plan with json.loads (migplan.yamljson): the same refusal, key and line as
     the YAML reader's."""
     mutate, where = HOSTILE[case]
     bad = copy.deepcopy(doc)
@@ -81,7 +81,7 @@ def test_hostile_plan_file_is_refused_alike_by_the_json_path(doc: dict, case: st
     path.write_text(jsontext.dumps(bad) + "\n")
     errors = []
     for use_json in (True, False):
-        monkeypatch.setattr(yamldoc, "USE_JSON", use_json)
+        monkeypatch.setattr(yamljson, "USE_JSON", use_json)
         with pytest.raises(InputError) as err:
             load_plan(path, CAT)
         errors.append((err.value.message, err.value.line, err.value.key, err.value.hint))

@@ -1,7 +1,7 @@
 """Differential fuzz of apply's plan reader: valid plans (a bench one, one with a busy GPU and a reserved one,
 a consolidated one with migrations), mutated (keys deleted, duplicated, reordered; wrong types; huge, negative
 and non-finite numbers; deep nesting; unicode and control characters; truncation; duplicated GPUs and
-workloads), read by the JSON path (`yamldoc.parse(fast_json=True)`, what `load_plan` does) and by the YAML
+workloads), read by the JSON path (`yamljson.parse`, what `load_plan` does) and by the YAML
 reader alone: the same Plan, or an InputError with the same message, file, key and line; never another
 exception."""
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
-from migplan import jsontext, yamldoc
+from migplan import jsontext, yamldoc, yamljson
 from migplan.catalog.layout import Instance
 from migplan.documents import load_plan
 from migplan.errors import InputError
@@ -54,7 +54,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 def _outcome(text: str, fast: bool) -> tuple[str, Any]:
     """(how it was read, the Plan or the error's fields); any other exception fails the test."""
     try:
-        node = yamldoc.parse(text, SRC, fast_json=fast)
+        node = yamljson.parse(text, SRC) if fast else yamldoc.parse(text, SRC)
     except InputError as err:
         return "refused as text", (err.message, err.source, err.line, err.key, err.hint)
     how = "json" if isinstance(node, JsonNode) else "yaml"
@@ -205,7 +205,7 @@ def test_load_plan_reads_a_plan_file_through_the_json_path(bases: list[dict[str,
 
     monkeypatch.setattr("migplan.documents.parse_plan", spy)
     fast = load_plan(path, CAT)
-    monkeypatch.setattr(yamldoc, "USE_JSON", False)
+    monkeypatch.setattr(yamljson, "USE_JSON", False)
     slow = load_plan(path, CAT)
     assert used == [JsonNode, yamldoc.Node] and fast == slow
 

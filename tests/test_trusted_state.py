@@ -559,12 +559,11 @@ def test_apply_last_lock_file_below_an_unsafe_directory_exits_2_naming_the_optio
 
 
 def test_collect_local_history_below_an_unsafe_directory_exits_2_naming_the_option(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from migplan.cli.entry import fast_path
-
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     hist, bad = _above(tmp_path, "parent-0777")
-    assert fast_path(["collect", "--local", "--history", str(hist), "-q"]) == 2
-    assert _errors(capsys.readouterr().err) == [f"error: --history {hist}: the directory {bad} above it is writable "
-                                                "by group or others (mode 0777); refusing to trust it"]
+    r = CliRunner().invoke(app, ["collect", "--local", "--history", str(hist), "-q"])
+    assert r.exit_code == 2, r.output
+    assert _errors(r.stderr) == [f"error: --history {hist}: the directory {bad} above it is writable "
+                                 "by group or others (mode 0777); refusing to trust it"]
     assert not hist.exists()

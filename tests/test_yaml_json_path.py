@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from migplan import yamldoc
+from migplan import yamldoc, yamljson
 from migplan.errors import InputError
 from migplan.yamljson import JsonNode
 
@@ -16,11 +16,11 @@ SRC = "doc.json"
 
 
 def _fast(text: str) -> yamldoc.Node | None:
-    return yamldoc.parse(text, SRC, fast_json=True)
+    return yamljson.parse(text, SRC)
 
 
 def _slow(text: str) -> yamldoc.Node | None:
-    return yamldoc.parse(text, SRC, fast_json=False)
+    return yamldoc.parse(text, SRC)
 
 
 def _outcome(call: Any) -> Any:
@@ -34,7 +34,7 @@ def _probe(node: yamldoc.Node, out: list[Any]) -> None:
     """Every reader of every node of the tree, in document order (values, errors, paths and lines)."""
     out.append((node.path, node.is_map, node.is_list, node.is_scalar, node.is_null, node.text, node.line,
                 node.key_line))
-    for name in ("value", "str", "int", "number", "bool", "list", "scalar_items"):
+    for name in ("value", "str", "int", "number", "bool", "list"):
         out.append((name, _outcome(lambda name=name: _plain(getattr(node, name)()))))
     out.append(("int range", _outcome(lambda: node.int(minimum=0, maximum=5))))
     out.append(("number range", _outcome(lambda: node.number(minimum=-1, maximum=1))))
@@ -191,5 +191,5 @@ def test_yaml_text_is_not_read_as_json() -> None:
     assert _fast("") is None
 
 
-def test_the_json_path_is_off_without_fast_json() -> None:
+def test_yamldoc_alone_reads_json_as_yaml() -> None:
     assert type(_slow('{"a": 1}')) is yamldoc.Node

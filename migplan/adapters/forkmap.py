@@ -70,8 +70,13 @@ def default_jobs() -> int:
     return min(MAX_JOBS, usable_cpus())
 
 
+def _threads() -> int:
+    """Threads running in this process, this one included."""
+    return threading.active_count()
+
+
 def can_fork() -> bool:
-    return hasattr(os, "fork") and sys.platform.startswith("linux") and threading.active_count() == 1
+    return hasattr(os, "fork") and sys.platform.startswith("linux") and _threads() == 1
 
 
 def chunks(weights: Sequence[int], jobs: int) -> list[range]:
@@ -229,46 +234,3 @@ def fork_start(fn: Callable[[T], R], items: Sequence[T], *, jobs: int | None = N
         return Pending(fn, items, parts, None)
     except OSError:  # no more processes or pipes (EAGAIN, EMFILE): the started ones are reaped; run here
         return _Inline(fn, items)
-
-
-class _Call(Generic[R]):
-    """One call `fn(*args)` as a one-item map (the forked worker's function)."""
-
-    def __init__(self, fn: Callable[..., R], args: tuple[object, ...]) -> None:
-        self.fn, self.args = fn, args
-
-    def __call__(self, _item: None) -> R:
-        return self.fn(*self.args)
-
-
-class _One(Generic[R]):
-    """A started call: `result()` is `fn(*args)`, from the worker or (it could not run there) from here."""
-
-    def __init__(self, pending: Pending[None, R]) -> None:
-        self.pending = pending
-
-    def result(self) -> R:
-        try:
-            return self.pending.result()[0]
-        finally:
-            self.pending.cancel()
-
-    def cancel(self) -> None:
-        self.pending.cancel()
-
-
-class Forked:
-    """`planner.background.Background` in a forked process, at the parent's priority (its result is on the
-    planner's critical path): the call runs there while the parent goes on. It runs in the parent instead,
-    when its result is asked for, where forking is not possible or would not help (one job, one usable CPU,
-    other threads). A call that fails, or a worker that dies, is done again in the parent, so `result()`
-    raises the very exception a plain call raises."""
-
-    def start(self, fn: Callable[..., R], *args: object) -> _One[R]:
-        call = _Call(fn, args)
-        if default_jobs() <= 1 or not can_fork():
-            return _One(_Inline(call, [None]))
-        try:
-            return _One(Pending(call, [None], [range(1)], None, nice=0))
-        except OSError:  # no more processes or pipes: here, then
-            return _One(_Inline(call, [None]))

@@ -18,6 +18,7 @@ with `app.command("x")(fn)` still works, but imports `fn`'s module on every run.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from typer.main import get_command, get_group_from_info
 from typer.models import TyperInfo
 
 from migplan import __version__
+from migplan.cli.console import named_stdout
 from migplan.text import printable
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -193,11 +195,16 @@ def root(
 
 
 def main() -> None:
-    # `collect --local` (cron, every minute) runs without typer's start-up: migplan/cli/entry.py, which is
-    # also the console script; every other command line comes back here to typer.
-    from migplan.cli.entry import main as entry_main
-
-    entry_main()
+    """The console script (`migplan = "migplan.cli.app:main"` in pyproject.toml): every command line through
+    typer, standard output named in write errors and flushed while the exit code can still say so."""
+    with named_stdout():
+        try:
+            app()
+        finally:
+            # The process is about to exit: its final full garbage collection would only walk and free what
+            # the OS takes back anyway (bench/README.md, "Speed measures"). Frozen objects are skipped by it;
+            # atexit handlers and weakref finalizers still run.
+            gc.freeze()
 
 
 if __name__ == "__main__":

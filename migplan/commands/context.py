@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog, load_catalog
 from migplan.config import Config, load_config
+from migplan.documents import PendingProfiles, load_profiles, start_profiles
 from migplan.errors import InputError
 from migplan.inventory import Inventory, load_inventory
-from migplan.profiles import PendingProfiles, ProfileSet, check_models, load_profiles, start_profiles
+from migplan.profiles import ProfileSet, check_models
 
 
 @dataclass(frozen=True)

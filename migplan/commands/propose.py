@@ -110,9 +110,7 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
         for g in state.gpus:
             g.fingerprint()
         profiles = ctx.profiles_result(pending)
-    from migplan.adapters.forkmap import Forked  # the plan's checks on another CPU while it is finished
-
-    result = plan(state, profiles, catalog, policy, solver, progress=report, background=Forked())
+    result = plan(state, profiles, catalog, policy, solver, progress=report)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:

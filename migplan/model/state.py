@@ -18,7 +18,6 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from typing import Literal
 
 from migplan.catalog import Catalog
@@ -85,13 +84,10 @@ class GpuState:
         }
 
     def canonical(self) -> str:
-        """The canonical JSON text of `identity()` (sorted keys, no spaces), made once: the object is immutable.
-        Written field by field with json's own string escaper: `json.dumps(identity(), sort_keys=True,
-        separators=(",", ":"))` byte for byte (tests/test_fleet_state.py), at a fifth of its cost (the fleet's
-        fingerprint covers every GPU: 0.09 s at 7,000 GPUs, bench/large_inputs.py)."""
+        """The canonical JSON text of `identity()` (sorted keys, no spaces), made once: the object is immutable."""
         done = self.__dict__.get("_canonical")
         if done is None:
-            done = _identity_text(self)
+            done = _canonical(self.identity())
             object.__setattr__(self, "_canonical", done)
         return str(done)
 
@@ -135,29 +131,6 @@ def _memo(obj: object, make: Callable[[], str]) -> str:
 
 def _canonical(doc: object) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
-
-
-_JSON_CONST = {None: "null", True: "true", False: "false"}
-
-
-def _text(value: str | None) -> str:
-    return "null" if value is None else str(encode_basestring_ascii(value))
-
-
-def _identity_text(g: GpuState) -> str:
-    """`_canonical(g.identity())`: the same keys in sorted order, the same texts (fields of other types than
-    declared, which json would write otherwise, go to json)."""
-    whole = g.whole_busy
-    if not (type(g.host) is str and type(g.index) is int and type(g.model) is str and type(g.mig_enabled) is bool
-            and (g.uuid is None or type(g.uuid) is str) and type(whole) is bool
-            and (g.mig_pending is None or type(g.mig_pending) is bool)):
-        return _canonical(g.identity())
-    current = g.current
-    layout = "null" if current is None else "[" + ",".join(_text(str(i)) for i in current.instances) + "]"
-    busy = ",".join(_text(str(i)) for i in sorted(g.busy))
-    return (f'{{"busy":[{busy}],"host":{_text(g.host)},"index":{int.__repr__(g.index)},"layout":{layout},'
-            f'"mig_enabled":{_JSON_CONST[g.mig_enabled]},"mig_pending":{_JSON_CONST[g.mig_pending]},'
-            f'"model":{_text(g.model)},"uuid":{_text(g.uuid)},"whole_gpu_busy":{_JSON_CONST[whole]}}}')
 
 
 def _digest(text: str) -> str:

@@ -26,7 +26,7 @@ from migplan.catalog.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); sys.argv = ['migplan', *sys.argv[1:]]; "
-          "from migplan.cli.entry import main; sys.exit(main())")
+          "from migplan.cli.app import main; sys.exit(main())")
 
 
 
