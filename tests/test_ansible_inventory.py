@@ -19,17 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim.fleet import host_state, sim_env, write_state
 
-from migplan import ansible_inventory
 from migplan.catalog import builtin_catalog
 from migplan.cli.app import app
 from migplan.commands.fleet import select_hosts
 from migplan.errors import InputError
-from migplan.inventory import Inventory, load_inventory
+from migplan.inventory import Inventory, ansible, load_inventory
 
 CAT = builtin_catalog()
 DATA = Path(__file__).resolve().parent / "data" / "ansible"
 SECRET = "hunter2-not-for-logs"
-needs_ansible = pytest.mark.skipif(not ansible_inventory.has_ansible_core()
+needs_ansible = pytest.mark.skipif(not ansible.has_ansible_core()
                                    or shutil.which("ansible-inventory") is None,
                                    reason="ansible-core is not installed (it is in the test extra)")
 
@@ -169,7 +168,7 @@ def test_yaml_inventory_with_group_vars_beside_it_gets_those_vars(tmp_path: Path
 
 
 def test_without_ansible_core_an_ini_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ansible_inventory, "has_ansible_core", lambda: False)
+    monkeypatch.setattr(ansible, "has_ansible_core", lambda: False)
     p = tmp_path / "hosts"
     p.write_text("[gpu]\ng1 ansible_host=10.0.0.1\n")
     with pytest.raises(InputError) as err:

@@ -36,7 +36,7 @@ import yaml
 from migplan import host_patterns, yamldoc
 from migplan.catalog import Catalog
 from migplan.errors import InputError
-from migplan.inventory import Host, _ansible_settings, _AnsibleHost, _build_host, _Settings
+from migplan.inventory.yaml_file import Host, _ansible_settings, _AnsibleHost, _build_host, _Settings
 from migplan.text import printable
 from migplan.yamldoc import Node
 

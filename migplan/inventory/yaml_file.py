@@ -598,9 +598,9 @@ def _ansible(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
         _ansible_walk(gname, gnode, 0, [], entries, [])
     if not entries:
         root.fail("no hosts found in this Ansible inventory", hint="groups list hosts under 'hosts:'")
-    from migplan import ansible_inventory  # migplan_limit, hosts without GPUs, become passwords
+    from migplan.inventory import ansible  # migplan_limit, hosts without GPUs, become passwords
 
-    return ansible_inventory.yaml_hosts(root, {h: entries[h] for h in sorted(entries)}, catalog)
+    return ansible.yaml_hosts(root, {h: entries[h] for h in sorted(entries)}, catalog)
 
 
 def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
@@ -608,14 +608,14 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
         root.fail("an inventory is a mapping (migplan 'version: 1' format or an Ansible YAML inventory)")
     keys = {k for k, _ in root.items()}
     if "kind" in keys:  # a node list says its kind (imported only then: it brings mig_parted's parser)
-        from migplan import k8s_nodes  # `kubectl get nodes -o json` (migplan/k8s_nodes.py)
+        from migplan.inventory import k8s_nodes  # `kubectl get nodes -o json` (migplan/inventory/k8s_nodes.py)
 
         if k8s_nodes.is_node_list(root):
             return k8s_nodes.parse_nodes(root, catalog)
-    if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/ansible_inventory.py)
-        from migplan import ansible_inventory
+    if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/ansible.py)
+        from migplan.inventory import ansible
 
-        hosts = ansible_inventory.list_hosts(root, catalog)
+        hosts = ansible.list_hosts(root, catalog)
     else:
         hosts = _native(root, catalog) if "version" in keys or "hosts" in keys else _ansible(root, catalog)
     seen_addr: dict[tuple[str, int | None], str] = {}
@@ -629,7 +629,7 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
 
 
 def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:
-    from migplan import ansible_inventory  # `-` (stdin), INI files and directories (through ansible-core)
+    from migplan.inventory import ansible  # `-` (stdin), INI files and directories (through ansible-core)
 
     with yamldoc.paused_gc():
-        return parse_inventory(ansible_inventory.read_root(path), catalog)
+        return parse_inventory(ansible.read_root(path), catalog)
