@@ -10,16 +10,14 @@ How a document is read (every refusal is an `InputError` with file and line, nev
   which never blocks: the file is opened with O_NONBLOCK and checked with fstat on the opened
   descriptor), at most `MAX_FILE_MB` MiB (64; the environment variable MIGPLAN_MAX_FILE_MB
   raises or lowers it), UTF-8, without control characters.
-* Parsing: first `migplan.yamlplain`, a reader of the plain YAML that large inventories and profiles
-  are made of (block mappings and lists of plain words and one-line flow collections; it builds the
-  same tree as below and gives up on anything else). Then libyaml's C parser (`yaml.cyaml.CParser`,
-  the parser of `CSafeLoader`) when PyYAML was built with it, else PyYAML's pure-Python parser.
+* Parsing: libyaml's C parser (`yaml.cyaml.CParser`, the parser of `CSafeLoader`) when PyYAML was built
+  with it, else PyYAML's pure-Python parser.
   Both only produce events; the same iterative composer below builds the tree from them, so tags,
   anchors, merge keys, limits and values are handled identically. Where the two parsers differ
   (libyaml accepts tabs after tokens, `#` right after `|` or `>`, and a byte-order mark anywhere)
   the text goes to PyYAML alone; when the libyaml path refuses a document of at most
   `REPARSE_LIMIT_BYTES`, PyYAML reads it again. So a document is accepted, read and refused (same
-  message, same line) alike by the three; differential fuzz tests check it. Speed: a 7 MB profiles
+  message, same line) alike by both; differential fuzz tests check it. Speed: a 7 MB profiles
   file of 20,000 workloads loads in about 4.5 s instead of 27 s (libyaml, and the garbage collector
   paused while the tree is built and read, see `paused_gc`).
 * JSON plans are read first by `json.loads` (`migplan.yamljson`, which builds on this module; `documents.load_plan`
@@ -93,7 +91,6 @@ MAX_ALIAS_NODES = 200_000  # nodes reached through aliases (and merge keys), in 
 MAX_NUMBER_CHARS = 64  # characters of one integer or float (2**64 has 20 digits)
 REPARSE_LIMIT_BYTES = 1024 * 1024  # libyaml errors in documents up to this are re-read by PyYAML (~3 s)
 USE_LIBYAML = _CParser is not None  # tests set this False to check the pure-Python parser
-USE_PLAIN = True  # migplan.yamlplain first (tests set this False to check the parsers alone)
 
 _KINDS = {
     "str": (str,),
@@ -261,8 +258,8 @@ def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
 
 
 def _plain_scalar(value: str, mark: Any, style: str | None = None) -> _Scalar:
-    """A plain scalar (no tag, no quotes), resolved and converted as YAML 1.1 reads it (migplan.yamlplain
-    makes its scalars here too); `_Problem` when it does not convert (`2026-02-30`)."""
+    """A plain scalar (no tag, no quotes), resolved and converted as YAML 1.1 reads it; `_Problem` when it
+    does not convert (`2026-02-30`)."""
     if value and value[0] not in _RESOLVERS:
         return _Scalar(STR, value, mark, None, style, value)  # most strings
     if value[:1] in _NUMBER_START and len(value) < 19:  # most numbers: what the resolver and constructor give
@@ -621,13 +618,6 @@ def checked_text(text: str, source: str) -> str:
 
 
 def _compose_checked(text: str, source: str) -> yaml.Node | None:
-    if USE_PLAIN:
-        from migplan import yamlplain  # imports this module: here, not at the top
-
-        with paused_gc():
-            plain = yamlplain.compose(text)
-        if plain is not None:
-            return plain
     if USE_LIBYAML and _CParser is not None and not _libyaml_lenient(text):
         try:
             return _compose_with(_CParser(text), source)

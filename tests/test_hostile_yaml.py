@@ -2,8 +2,7 @@
 
 Classes: value conversion (dates, tags, huge numbers), merge keys, alias bombs and nesting, keys
 and strings read as written, non-finite numbers, files that are not regular files or are too big,
-and the three readers (migplan.yamlplain first, libyaml alone, PyYAML's pure-Python parser alone)
-agreeing on every document.
+and the two parsers (libyaml's, PyYAML's pure-Python one) agreeing on every document.
 """
 
 from __future__ import annotations
@@ -49,13 +48,11 @@ def read(text: str) -> object:
     return node.value()
 
 
-@pytest.fixture(params=["plain", "libyaml", "pure"])
+@pytest.fixture(params=["libyaml", "pure"])
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Run a test with each reader: migplan.yamlplain first (what migplan does), libyaml's parser alone (when
-    installed) and PyYAML's pure-Python one alone."""
+    """Run a test with each parser: libyaml's (when installed: what migplan uses) and PyYAML's pure-Python one."""
     if request.param == "libyaml" and yamldoc._CParser is None:
         pytest.skip("PyYAML without libyaml: the pure-Python parser is tested alone")
-    monkeypatch.setattr(yamldoc, "USE_PLAIN", request.param == "plain")
     monkeypatch.setattr(yamldoc, "USE_LIBYAML", request.param != "pure" and yamldoc._CParser is not None)
     return request.param != "pure"
 
@@ -287,14 +284,13 @@ SYNTAX_ERRORS = [
 @pytest.mark.parametrize("text", SYNTAX_ERRORS)
 def test_syntax_errors_are_the_same_with_libyaml_and_without(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     messages = []
-    for plain, use in ((True, True), (False, True), (False, False)):
-        monkeypatch.setattr(yamldoc, "USE_PLAIN", plain)
+    for use in (True, False):
         monkeypatch.setattr(yamldoc, "USE_LIBYAML", use)
         with pytest.raises(InputError) as err:
             read(text)
         assert err.value.source == SRC and err.value.line is not None
         messages.append(str(err.value))
-    assert messages[0] == messages[1] == messages[2]
+    assert messages[0] == messages[1]
 
 
 _PIECES = st.sampled_from([
@@ -309,21 +305,20 @@ _PIECES = st.sampled_from([
           suppress_health_check=list(HealthCheck))
 @given(st.lists(_PIECES, max_size=30).map("".join))
 def test_libyaml_and_pure_python_read_every_document_alike(text: str) -> None:
-    """Differential: the plain-YAML reader first (migplan's way), the libyaml build alone and the pure-Python
-    parser alone accept the same documents, read the same values, and refuse the others with the same
-    message and line."""
+    """Differential: the libyaml build and the pure-Python parser accept the same documents, read the same
+    values, and refuse the others with the same message and line."""
     outcomes = []
-    for plain, use in ((True, True), (False, True), (False, False)):
+    for use in (True, False):
         if use and yamldoc._CParser is None:
             continue
-        yamldoc.USE_PLAIN, yamldoc.USE_LIBYAML = plain, use
+        yamldoc.USE_LIBYAML = use
         try:
             node = yamldoc.parse(text, SRC)
             outcomes.append(("ok", None if node is None else repr(node.value())))
         except InputError as err:
             outcomes.append(("error", str(err)))
         finally:
-            yamldoc.USE_PLAIN, yamldoc.USE_LIBYAML = True, yamldoc._CParser is not None
+            yamldoc.USE_LIBYAML = yamldoc._CParser is not None
     assert len(set(outcomes)) == 1, outcomes
 
 
