@@ -36,7 +36,8 @@ import yaml
 from migplan import host_patterns, yamldoc
 from migplan.catalog import Catalog
 from migplan.errors import InputError
-from migplan.inventory.yaml_file import Host, _ansible_settings, _AnsibleHost, _build_host, _Settings
+from migplan.inventory.model import Host
+from migplan.inventory.settings import AnsibleHost, Settings, ansible_settings, build_host
 from migplan.text import printable
 from migplan.yamldoc import Node
 
@@ -234,7 +235,7 @@ def list_hosts(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
     depth = _depths(children, group_names, root)
     order = sorted(gvars, key=lambda g: (depth.get(g, 1), _priority(gvars[g]), g))
     rank = {g: i for i, g in enumerate(order)}
-    entries: dict[str, _AnsibleHost] = {}
+    entries: dict[str, AnsibleHost] = {}
     for hname in chosen:
         hv = hostvars.get(hname)
         layers: list[tuple[int, dict[str, Node]]] = []
@@ -242,13 +243,13 @@ def list_hosts(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
             layers.append((rank[g], dict(gvars[g].items())))
         if hv is not None and hv.is_map:
             layers.append((_HOST_LAYER, dict(hv.items())))
-        entries[hname] = _AnsibleHost(groups=[g for g in member[hname] if g not in ("all", "ungrouped")],
-                                      layers=layers, node=hv if hv is not None else root)
+        entries[hname] = AnsibleHost(groups=[g for g in member[hname] if g not in ("all", "ungrouped")],
+                                     layers=layers, node=hv if hv is not None else root)
     return build_hosts(root.source, entries, catalog)
 
 
-def yaml_hosts(root: Node, entries: Mapping[str, _AnsibleHost], catalog: Catalog) -> list[tuple[Host, Node]]:
-    """The hosts of an Ansible YAML inventory (read by migplan.inventory) that its `migplan_limit`
+def yaml_hosts(root: Node, entries: Mapping[str, AnsibleHost], catalog: Catalog) -> list[tuple[Host, Node]]:
+    """The hosts of an Ansible YAML inventory (walked by migplan.inventory.yaml_file) that its `migplan_limit`
     (the `all` group's variable) selects."""
     pinv = host_patterns.from_membership((h, e.groups) for h, e in entries.items())
     pattern = None
@@ -271,7 +272,7 @@ def _chosen(pinv: host_patterns.PatternInventory, pattern: str | None, source: s
     return chosen
 
 
-def build_hosts(source: str, entries: Mapping[str, _AnsibleHost], catalog: Catalog) -> list[tuple[Host, Node]]:
+def build_hosts(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalog) -> list[tuple[Host, Node]]:
     """Hosts from their merged variable layers: a host without GPU facts is `discover: true`, and a
     become password gets its warning."""
     out = []
@@ -279,17 +280,17 @@ def build_hosts(source: str, entries: Mapping[str, _AnsibleHost], catalog: Catal
         node = entry.node
         assert node is not None
         layers = [(d, _settings_vars(layer)) for d, layer in entry.layers]
-        settings: _Settings = _ansible_settings(hname, _AnsibleHost(entry.groups, layers, node), catalog)
+        settings: Settings = ansible_settings(hname, AnsibleHost(entry.groups, layers, node), catalog)
         if "gpus" not in settings.values and "discover" not in settings.values:
             settings.set("discover", True, node)  # selected but no GPU facts: read them live
         # (an explicit migplan_discover: false without migplan_gpus stays the "lists no GPUs" error)
         _become_note(source, hname, layers, settings.values.get("user"))
-        out.append((_build_host(hname, node, settings, tuple(entry.groups)), node))
+        out.append((build_host(hname, node, settings, tuple(entry.groups)), node))
     return out
 
 
 def _settings_vars(layer: Mapping[str, Node]) -> dict[str, Node]:
-    """The variables `_ansible_settings` reads; `migplan_limit` (not a host setting) and Ansible's other
+    """The variables `ansible_settings` reads; `migplan_limit` (not a host setting) and Ansible's other
     variables are left out, so that only a misspelt `migplan_*` variable is an error."""
     keep = {}
     for k, n in layer.items():

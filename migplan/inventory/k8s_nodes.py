@@ -31,7 +31,7 @@ from migplan import mig_parted, names
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Layout
-from migplan.inventory.yaml_file import DeclaredGpu, Host, Inventory
+from migplan.inventory.model import DeclaredGpu, Host, Inventory
 from migplan.yamldoc import Node
 
 PRODUCT = "nvidia.com/gpu.product"

@@ -1,0 +1,99 @@
+"""The inventory's model, which every source (migplan's YAML, Ansible, Kubernetes nodes) produces:
+an `Inventory` of `Host`s (how to reach them, their settings) and their `DeclaredGpu`s, the defaults a
+host gets when a setting is not given, and how a hook's command line is split.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from migplan.catalog.layout import Layout
+
+INVENTORY_VERSION = 1
+DEFAULT_LOCK_FILE = "/run/lock/migplan-apply.lock"  # FHS lock directory, writable by every user
+DEFAULT_STATE_DIR = "/etc/migplan"  # where apply tells the host's tasks which MIG device is theirs
+HOOK_STAGES = ("pre_apply", "post_apply", "on_move")  # on_move: per moved workload (docs/apply.md, "Hooks")
+
+
+@dataclass(frozen=True)
+class DeclaredGpu:
+    """A GPU as the inventory declares it."""
+
+    index: int
+    model: str  # catalog model id
+    uuid: str | None = None
+    mig_enabled: bool | None = None  # None: not declared
+    layout: Layout | None = None  # None: not declared (discover it)
+    reserved: bool = False  # planner leaves it as it is and places nothing new on it
+    excluded: bool = False  # migplan never touches or plans it
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Commands run on the host around an apply (as mig-parted's apply hooks)."""
+
+    pre_apply: tuple[str, ...] = ()
+    post_apply: tuple[str, ...] = ()
+    on_move: tuple[str, ...] = ()  # per moved workload, with its old and new MIG device (MIGPLAN_* env, JSON file)
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    port: int | None = None  # None: ~/.ssh/config, else 22
+    user: str | None = None
+    key_file: str | None = None
+    become: tuple[str, ...] = ()  # e.g. ('sudo', '-n'); empty when commands run as the login user
+    groups: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    gpus: tuple[DeclaredGpu, ...] = ()
+    discover: bool = False
+    hooks: Hooks = field(default_factory=Hooks)
+    # As declared, so that they also apply to GPUs found by discovery (`discover: true`).
+    reserved_gpus: tuple[int, ...] = ()
+    excluded_gpus: tuple[int, ...] = ()
+    lock_file: str = DEFAULT_LOCK_FILE  # the apply lock on the host (flock)
+    driver: str | None = None  # the host's NVIDIA driver version, for the profiles the catalog marks min_driver
+    state_dir: str = DEFAULT_STATE_DIR  # on the host: assignments.json and env/<workload>.env after an apply
+    connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
+
+    def gpu(self, index: int) -> DeclaredGpu | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def is_reserved(self, index: int) -> bool:
+        return index in self.reserved_gpus
+
+    def is_excluded(self, index: int) -> bool:
+        return index in self.excluded_gpus
+
+
+@dataclass(frozen=True)
+class Inventory:
+    source: str
+    hosts: tuple[Host, ...]
+
+    def host(self, name: str) -> Host | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def gpus(self) -> Iterator[tuple[Host, DeclaredGpu]]:
+        for h in self.hosts:
+            for g in h.gpus:
+                yield h, g
+
+    def select(self, patterns: list[str]) -> Inventory:
+        """Hosts whose name or a group matches one of the names (shell-style wildcards)."""
+        if not patterns:
+            return self
+        keep = tuple(h for h in self.hosts
+                     if any(fnmatch.fnmatch(n, p) for p in patterns for n in (h.name, *h.groups)))
+        return Inventory(self.source, keep)
+
+
+def hook_argv(line: str) -> list[str]:
+    """A hook's command line split as a shell would, but run without one (no pipes, redirections or
+    variables; write `sh -c '...'` for those)."""
+    return shlex.split(line)
