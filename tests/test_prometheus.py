@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from migplan.adapters import prometheus as adapter
 from migplan.commands import collect_prometheus as cp
+from migplan.commands.history import prometheus_history
 from migplan.errors import InputError
 from migplan.history import prom_series as ps
 from migplan.history.samples import Sample
@@ -698,8 +699,8 @@ def test_cli_out_writes_profiles_that_migplan_reads(prom: PromServer, data: tupl
 def test_history_source_passes_repeat_the_same_samples(prom: PromServer,
                                                        data: tuple[Dataset, dict[str, Raw]]) -> None:
     d = data[0]
-    p = cp.plan(cp.PromRequest(url=prom.url, start=str(d.query_start), end=str(d.query_end), chunk_points=50))
-    h = cp.history(p)
+    req = cp.PromRequest(url=prom.url, chunk_points=50)  # the span given replaces --start/--end/--window
+    h = prometheus_history(req, (d.query_start, d.query_end), _catalog())
     first, second = list(h.passes()), list(h.passes())
     assert first == second and len(first) > 400
     assert h.latest_hint is not None and h.latest_hint() == d.query_end

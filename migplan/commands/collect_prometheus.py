@@ -22,7 +22,7 @@ from migplan.adapters.prometheus import (
 )
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
-from migplan.commands.history import History, check_out_dir, write_profiles
+from migplan.commands.profiles_dir import check_out_dir, write_profiles
 from migplan.errors import InputError
 from migplan.history import prom_series as ps
 from migplan.history.rollup import Rollup, Window, rollup
@@ -202,15 +202,12 @@ def collect_prometheus(p: Plan, *, report: Report = quiet, keep_samples: bool = 
     return result
 
 
-def history(p: Plan, report: Report = quiet) -> History:
-    """Prometheus as a `migplan.commands.history.History` for `profiles build` and `backtest`: each pass
-    runs the queries again, chunk by chunk (bounded memory); `History.passes()` yields the samples."""
-    def passes() -> Iterator[Sample]:
-        tally = ps.Tally()
-        for batch in iter_samples(p, tally, report):
-            yield from batch
-
-    return History(label=p.client.base, passes=passes, latest_hint=lambda: p.end)
+def passes(p: Plan, report: Report = quiet) -> Iterator[Sample]:
+    """One pass over the plan's range for `profiles build` and `backtest` (a
+    `migplan.commands.history.History`): each call runs the queries again, chunk by chunk (bounded memory)."""
+    tally = ps.Tally()
+    for batch in iter_samples(p, tally, report):
+        yield from batch
 
 
 def _iso(ts: float) -> str:

@@ -27,13 +27,13 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from migplan import files, yamldoc, yamlemit
+from migplan import yamldoc
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
+from migplan.commands.profiles_dir import check_out_dir, write_profiles
 from migplan.errors import InputError
 from migplan.history import csv_series
 from migplan.history.backtest import Backtest, SizingRule, backtest, parse_rule
@@ -184,7 +184,8 @@ def open_history(history: str | None, csv: str | None, report: Report = quiet, *
 def prometheus_history(req: PromRequest, span: tuple[float, float], catalog: Catalog,
                        report: Report = quiet) -> History:
     """Prometheus over `span` (start, end) as a History: the request's own --start/--end/--window are
-    replaced by the span; every pass runs the queries again (collect_prometheus.history)."""
+    replaced by the span; every pass runs the queries again, chunk by chunk (collect_prometheus.passes:
+    bounded memory)."""
     from migplan.commands import collect_prometheus as cp
 
     def model_of(name: str) -> str | None:
@@ -195,7 +196,7 @@ def prometheus_history(req: PromRequest, span: tuple[float, float], catalog: Cat
     p = cp.plan(dataclasses.replace(req, start=repr(start), end=repr(end), window=None), model_of=model_of,
                 report=report)
     report(f"querying {p.client.base} from {iso(p.start)} to {iso(p.end)}, step {p.step:g}s")
-    return cp.history(p, report)
+    return History(label=p.client.base, passes=lambda: cp.passes(p, report), latest_hint=lambda: p.end)
 
 
 def _store_reader(path: str) -> Callable[[], Iterable[Sample]]:
@@ -306,34 +307,6 @@ def _write(out: BuildResult, directory: str, inputs: list[str]) -> None:
         if size > cap:  # the files are written, but `--profiles` reads at most `cap` bytes of a file
             out.notes.append(f"{f} is {size / 2**20:.1f} MiB, above the {cap / 2**20:g} MiB migplan reads of a file: "
                              f"set {yamldoc.MAX_FILE_ENV} to at least {math.ceil(size / 2**20)} to read it back")
-
-
-def check_out_dir(directory: str) -> None:
-    d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise InputError("--out must be a directory (one profiles file per host is written in it)",
-                         source=directory, key="--out")
-
-
-def write_profiles(rolled: Rollup, directory: str, *,
-                   forbid: Iterable[str] = ()) -> tuple[list[tuple[str, int]], list[str]]:
-    """One profiles document per host, `DIR/HOST.yaml`, each written atomically (never over a file in
-    `forbid`: the inputs). Returns (written: (file, workloads), stale: the other profiles files in DIR,
-    which a later `--profiles DIR` would read with these)."""
-    check_out_dir(directory)
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    docs = rolled.documents()
-    written = []
-    for host, doc in docs.items():
-        path = d / f"{host}.yaml"
-        with yamldoc.paused_gc():  # the text's many small strings: no cycles to find
-            text = yamlemit.dump(doc)  # the bytes PyYAML (libyaml) writes, 8x faster (migplan.yamlemit)
-        files.write_atomic(path, text, forbid=list(forbid))
-        written.append((str(path), len(doc["workloads"])))  # type: ignore[arg-type]  # Rollup.documents made it a list
-    mine = {f"{h}.yaml" for h in docs}
-    stale = sorted(str(p) for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.name not in mine)
-    return written, stale
 
 
 # --- backtest -------------------------------------------------------------------------------------
