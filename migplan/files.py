@@ -89,6 +89,35 @@ def _check_link_is_safe(link: str) -> None:
                          hint="write to a path in a directory that only you (or root) can write")
 
 
+# Two walks over a path's components follow links as the kernel does: `resolve_target` (where a write lands) and
+# `check_ancestors` (whether every directory on the way may be trusted). They share the steps that are the same
+# (`_without_lookup`, `_follow`, MAX_LINKS) but stay two loops on purpose, because they differ where a refusal is
+# decided: a missing component ends `resolve_target` with the rest of the path as written (the write creates it)
+# but ends `check_ancestors` only after the directory it is missing from is checked; ENOTDIR reaches the writer
+# of `resolve_target` as the OSError it is, while `check_ancestors` stops there (the write then fails on its own);
+# `resolve_target` counts a link against MAX_LINKS before it checks the link (ELOOP, an OSError) while
+# `check_ancestors` checks the directory holding it first and refuses too many links as an InputError. One walker
+# would need a switch for each of these three, and which refusal wins, with which message, would hang on them.
+MAX_LINKS = 40  # Linux's MAXSYMLINKS
+
+
+def _without_lookup(resolved: str, part: str) -> str | None:
+    """Where the component `part` leads from `resolved` when it names no entry ('' and '.': nowhere, '..': the
+    parent); None when it names one, to look up."""
+    if part in ("", "."):
+        return resolved
+    if part == "..":
+        return os.path.dirname(resolved)
+    return None
+
+
+def _follow(link: str, resolved: str, pending: list[str]) -> tuple[str, list[str]]:
+    """The walk after the symbolic link `link` (in the directory `resolved`): its target's components first, from /
+    when the target is absolute."""
+    target = os.readlink(link)
+    return ("/" if target.startswith("/") else resolved), target.split("/") + pending
+
+
 def resolve_target(path: PathLike) -> str:
     """The absolute path a write to `path` lands on: every symlink on the way followed and checked.
 
@@ -101,10 +130,9 @@ def resolve_target(path: PathLike) -> str:
     links = 0
     while pending:
         part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            resolved = os.path.dirname(resolved)
+        lexical = _without_lookup(resolved, part)
+        if lexical is not None:
+            resolved = lexical
             continue
         candidate = os.path.join(resolved, part)
         try:
@@ -115,13 +143,10 @@ def resolve_target(path: PathLike) -> str:
             resolved = candidate
             continue
         links += 1
-        if links > 40:  # Linux's MAXSYMLINKS
+        if links > MAX_LINKS:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
         _check_link_is_safe(candidate)
-        target = os.readlink(candidate)
-        if target.startswith("/"):
-            resolved = "/"
-        pending = target.split("/") + pending
+        resolved, pending = _follow(candidate, resolved, pending)
     return resolved
 
 
@@ -436,10 +461,9 @@ def check_ancestors(path: PathLike, what: str) -> None:
     links = 0
     while pending:
         part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            resolved = os.path.dirname(resolved)
+        lexical = _without_lookup(resolved, part)
+        if lexical is not None:
+            resolved = lexical
             continue
         candidate = os.path.join(resolved, part)
         try:
@@ -453,12 +477,9 @@ def check_ancestors(path: PathLike, what: str) -> None:
             resolved = candidate
             continue
         links += 1
-        if links > 40:  # Linux's MAXSYMLINKS
+        if links > MAX_LINKS:
             raise InputError(f"{what} {shown}: too many levels of symbolic links")
-        target = os.readlink(candidate)
-        if target.startswith("/"):
-            resolved = "/"
-        pending = target.split("/") + pending
+        resolved, pending = _follow(candidate, resolved, pending)
 
 
 def _check_ancestor(directory: str, entry: os.stat_result | None, candidate: str, shown: str, what: str,

@@ -554,7 +554,7 @@ class SshRunner:
             transport = self.connection.transport()
             log.debug("%s: running a batch of %d: %s", self.host, len(fulls), line)
             code, out, err = self.connection.exec(transport, (f"a batch of {len(fulls)} reads",), line, timeout,
-                                         batch_stdin(token), True)
+                                                  batch_stdin(token), True)
         parts = split_batch(self.host, out, err, token, len(fulls))
         took = time.monotonic() - start
         return [check_become(self.host, self.target.become,
