@@ -44,7 +44,7 @@ class Measure:
     where: str  # the code, as the table names it
     run: str  # "propose" (read + plan, JSON out), "table" (propose, table out), "load_plan"
     off: str  # Python run in the child before the command: switches the measure off
-    needs: str  # "module:attribute" the tree must have for the measure to exist there
+    needs: str  # "module:attribute" the tree must have for the measure to exist there ("|": one of them)
 
 
 MEASURES = (
@@ -56,8 +56,10 @@ MEASURES = (
             "import migplan.adapters.forkmap as m, migplan.planner.background as b; m.Forked = b.Here",
             "migplan.adapters.forkmap:Forked"),
     Measure("identity-text", "model/state.py _identity_text (fingerprint text field by field)", "propose",
-            "import migplan.model.state as m; m._identity_text = lambda g: m._canonical(g.identity())",
-            "migplan.model.state:_identity_text"),
+            "import importlib\nfor name in ('migplan.model.state', 'migplan.fleet.state'):\n"
+            "    try:\n        m = importlib.import_module(name)\n    except ImportError:\n        continue\n"
+            "    if hasattr(m, '_identity_text'): m._identity_text = lambda g, m=m: m._canonical(g.identity())",
+            "migplan.model.state:_identity_text|migplan.fleet.state:_identity_text"),
     Measure("quick-statistics", "profiles.py _memory_fast/_compute_fast", "propose",
             "import migplan.profiles as m; m._memory_fast = m._compute_fast = lambda n: None",
             "migplan.profiles:_memory_fast"),
@@ -96,8 +98,10 @@ def _entry_point(tree: Path) -> str:
 
 
 def _has(tree: Path, needs: str) -> bool:
-    module, _, attr = needs.partition(":")
-    code = f"import importlib, sys; sys.exit(0 if hasattr(importlib.import_module({module!r}), {attr!r}) else 1)"
+    places = [tuple(one.split(":")) for one in needs.split("|")]
+    code = ("import importlib, sys\nfor module, attr in " + repr(places) + ":\n    try:\n"
+            "        if hasattr(importlib.import_module(module), attr): sys.exit(0)\n"
+            "    except ImportError:\n        pass\nsys.exit(1)\n")
     try:
         done = subprocess.run([sys.executable, "-c", code], env=_env(tree), cwd=str(tree), capture_output=True,
                               timeout=120)

@@ -18,7 +18,6 @@ with `app.command("x")(fn)` still works, but imports `fn`'s module on every run.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import logging
 from collections.abc import Iterator
@@ -198,13 +197,7 @@ def main() -> None:
     """The console script (`migplan = "migplan.cli.app:main"` in pyproject.toml): every command line through
     typer, standard output named in write errors and flushed while the exit code can still say so."""
     with named_stdout():
-        try:
-            app()
-        finally:
-            # The process is about to exit: its final full garbage collection would only walk and free what
-            # the OS takes back anyway (bench/README.md, "Speed measures"). Frozen objects are skipped by it;
-            # atexit handlers and weakref finalizers still run.
-            gc.freeze()
+        app()
 
 
 if __name__ == "__main__":
