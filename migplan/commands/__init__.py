@@ -7,6 +7,15 @@ returns; a cron-driven `replan` (or any other caller) uses the same functions wi
   propose.py   policy and solver settings merged (flag > config > default), state chosen
                (snapshot or inventory), the plan made and written
   fleet.py     host selection, discovery, status and catalog learning over SSH
+  apply.py     a plan applied to every host in parallel; hooks, env files, the last-applied record
+  collect.py   `collect`: samples from NVML on this host (cron) or from every host over SSH
+  collect_prometheus.py  samples from a Prometheus that scrapes dcgm-exporter, pass by pass
+  history.py   profiles from history (CSV, on-host store, Prometheus) and backtests of a sizing rule
+  profiles_dir.py  the profiles directory writer (one document per host), below collect and history
+  replan.py    one unattended run: lock, read, plan, decide, apply when worth it, record
+  schedule.py  the cron entry and systemd units, written or removed idempotently
+  export.py    a plan as the mig-parted configs NVIDIA's tools apply
+  report.py    the plan as one self-contained HTML page
   results.py   per-host outcomes (ok, partial, failed) and the exit code they add up to
 
 May import everything in migplan except `migplan.cli`; never typer.
