@@ -154,3 +154,28 @@ def test_each_workload_is_sized_on_the_model_it_was_measured_on() -> None:
     assert got["chat"][0] == "A100-SXM4-40GB" and got["infer"][0] == "H100-SXM5-80GB", got
     assert got["chat"][1] is not None and got["infer"][1] is not None  # each on an instance of its own model
     assert all(w.oom_samples == 0 for w in r.workloads)
+
+
+@pytest.mark.parametrize("column", [True, False], ids=["gpu_model-column", "gpu-model-flag"])
+def test_utilisation_counts_whatever_gives_the_gpu_model(tmp_path, column) -> None:
+    """`--gpu-model` instead of a gpu_model column: the same util_pct rows, the same answer. 'hot' holds
+    3000 MiB (a 1g.5gb instance by memory) at 60% of the A100-40GB's 98 SMs in training (58.8 SMs, 5 of
+    its 14-SM slices): sized by compute it needs the 7g.40gb instance; its last 10 test samples at 90%
+    (89 SMs, 7 slices) still fit it. Before the fix the flag left every sample's compute unknown: 'hot'
+    got 1g.5gb and 200 unknown samples."""
+    model = ",A100-SXM4-40GB" if column else ""
+    lines = ["timestamp,workload,memory_used_mib,util_pct" + (",gpu_model" if column else "")]
+    lines += [f"{T0 + i * 60:.0f},hot,3000,60{model}" for i in range(100)]
+    lines += [f"{TEST0 + i * 60:.0f},hot,3000,{90 if i >= 90 else 60}{model}" for i in range(100)]
+    path = tmp_path / "h.csv"
+    path.write_text("\n".join(lines) + "\n")
+    args = ["backtest", "--csv", str(path), "--train", "100m", "--test", "100m", "--policy", "max+10%", "-o", "json"]
+    res = CliRunner().invoke(app, args + ([] if column else ["--gpu-model", "A100-SXM4-40GB"]))
+    assert res.exit_code == 0, res.output
+    import json
+
+    doc = json.loads(res.stdout)
+    (w,) = doc["workloads"]
+    assert (w["instance"], w["test_samples"], w["compute_unknown_samples"], w["compute_short_samples"]) == (
+        "7g.40gb@0", 101, 0, 0), w  # 101: the windows end at the last row, so the test begins a minute early
+    assert doc["totals"][0]["slices_allocated"] == 7

@@ -31,7 +31,7 @@ import re
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from migplan.catalog import Catalog
@@ -39,7 +39,7 @@ from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance, Layout
 from migplan.errors import InputError
 from migplan.history.rollup import Rollup, Window, place_sm, rollup
-from migplan.history.samples import Sample
+from migplan.history.samples import Place, Sample
 from migplan.model.state import FleetState, GpuState
 from migplan.planner import Plan, Policy, Solver, plan
 from migplan.planner.demand import MEMORY_PERCENTILES, headroom_rule, sm_per_slice
@@ -161,6 +161,25 @@ def _measured(rolled: Rollup, default_model: str | None, catalog: Catalog) -> li
                          + ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else ""),
                          key="--gpu-model", hint="add a gpu_model column, or give --gpu-model MODEL for them")
     return out
+
+
+def with_model(samples: Iterable[Sample], model: str | None) -> Iterator[Sample]:
+    """The samples, those whose place names no GPU model placed on `model` (the --gpu-model fallback).
+
+    The model of a place is what turns its utilisation into SMs (`rollup.place_sm`): without it every
+    utilisation sample of the history would count as compute unknown, in the training window (so the
+    rule sizes on memory alone) and in the test replay alike, although the GPU model was given."""
+    if model is None:
+        yield from samples
+        return
+    filled: dict[Place, Place] = {}  # a history repeats the same few places
+    for s in samples:
+        if s.place.gpu_model is None:
+            place = filled.get(s.place)
+            if place is None:
+                place = filled[s.place] = dataclasses.replace(s.place, gpu_model=model)
+            s = dataclasses.replace(s, place=place)
+        yield s
 
 
 def model_host(model: str) -> str:
@@ -316,7 +335,8 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
     `train` and `test` may be the same history read twice: each pass keeps only its window."""
     if not rules:
         raise InputError("no sizing rule given", key="--policy", hint="give --policy max+10% (repeatable)")
-    rolled = rollup(train, catalog, train_window)
+    fallback = catalog.get(default_model).id if default_model else None
+    rolled = rollup(with_model(train, fallback), catalog, train_window)
     workloads = _measured(rolled, default_model, catalog)
     if not workloads:
         raise InputError("no workload has a memory sample in the training window",
@@ -329,7 +349,7 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
         p = plan(state, profiles, catalog, policy, solver)
         given[rule.text] = _given(p, state, catalog)
         totals_plans[rule.text] = (policy, p)
-    series, others = collect_test(test, test_window, {w.name for w in workloads}, catalog)
+    series, others = collect_test(with_model(test, fallback), test_window, {w.name for w in workloads}, catalog)
     out_w: list[WorkloadResult] = []
     totals = []
     for rule in rules:
