@@ -26,6 +26,7 @@ EXPECTED = {
     "RTX-PRO-6000-WS": ("blackwell", 4, 12, {"1g.24gb": 14, "1g.24gb+me.all": 65, "4g.96gb": 0}),
     "H100-NVL": ("hopper", 7, 8, {"1g.12gb": 19, "3g.47gb": 9, "7g.94gb": 0}),
     "H200-141GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.141gb": 0}),
+    "H200-NVL": ("hopper", 7, 8, {"1g.18gb": 19, "2g.35gb": 14, "3g.71gb": 9, "7g.141gb": 0}),
     "GH200-96GB": ("hopper", 7, 8, {"1g.12gb": 19, "7g.96gb": 0}),
     "GH200-144GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.144gb": 0}),
     "B200": ("blackwell", 7, 8, {"1g.23gb": 19, "7g.180gb": 0}),
@@ -44,7 +45,8 @@ def test_model_profiles(model_id: str) -> None:
 
 
 def test_unverified_models_are_marked() -> None:
-    assert {m.id for m in CAT if not m.verified} == {"GH200-144GB", "B200", "A800-80GB", "RTX-PRO-6000-WS"}
+    assert {m.id for m in CAT if not m.verified} == {"GH200-144GB", "B200", "A800-80GB", "RTX-PRO-6000-WS",
+                                                          "H200-NVL"}
 
 
 def test_real_values_from_lgip() -> None:
@@ -80,6 +82,8 @@ def test_real_values_from_lgip() -> None:
     ("NVIDIA H200", 143771, None, "H200-141GB"),
     ("NVIDIA A30", 24576, None, "A30"),
     ("Some Future Name", None, "0x233510DE", "H200-141GB"),
+    ("NVIDIA H200 NVL", 143771, None, "H200-NVL"),  # the alias 'H200 NVL' (the name was never seen printed)
+    ("Some Future Name", None, "0x233B10DE", "H200-NVL"),
     ("GH200 renamed", None, "0x2342", "GH200-96GB"),
 ])
 def test_match_what_nvidia_smi_reports(name: str, memory: int | None, pci: str | None, expected: str) -> None:

@@ -42,7 +42,9 @@ REPORTED = {
     ("H100-SXM5-80GB", "7g.80gb"): [81152, 81024],     # H100_SXM / H100_P5
     # H100_PCIE_570, and the H100 80GB SXM sibling's smallest (H100_GCP_525, H100_P5): inferred for the PCIe board
     ("H100-PCIE-80GB", "1g.10gb"): [9984, 9856],
-    ("H100-PCIE-80GB", "7g.80gb"): [81152, 81024],
+    # 7g.80gb: and the PCIe board's own 79.00 GiB on driver 525.125.06 (H100_PCIE_525, issue 23): the catalog carried
+    # 81024 (p5's 79.12), 128 MiB more than that driver prints
+    ("H100-PCIE-80GB", "7g.80gb"): [81152, 81024, 80896],
     ("H100-NVL", "1g.12gb"): [11008, 10880],            # H100_NVL / H100_NVL_ONE
     ("H100-NVL", "7g.94gb"): [95360, 94848],
     ("B200", "1g.23gb"): [22528, 20992],                # B200_166 / B200_187
@@ -65,6 +67,66 @@ def test_h100_pcie_is_its_own_model() -> None:
     assert [p.sm_count for p in pcie.profiles] == [14, 14, 14, 30, 46, 62, 114]  # real, not the SXM's 16..132
     assert pcie.profile("1g.10gb").memory_mib == 9856 and pcie.profile("1g.10gb").confidence.startswith("real;")
     assert CAT.match("NVIDIA H100 PCIe", memory_total_mib=81559).id == "H100-PCIE-80GB"
+
+
+def test_h100_pcie_never_claims_more_than_driver_525_prints() -> None:
+    """79.00 GiB = 80896 MiB on driver 525.125.06 (H100_PCIE_525): the whole-GPU instance, and so the model's MIG
+    memory, is at most that; the SXM board keeps its own figure (its plans must not change)."""
+    pcie = CAT.get("H100-PCIE-80GB")
+    assert pcie.profile("7g.80gb").memory_mib == pcie.memory_mib == 80896
+    assert CAT.get("H100-SXM5-80GB").profile("7g.80gb").memory_mib == 81024
+    assert max(p.memory_mib for p in pcie.profiles) <= 80896
+    assert "H100_PCIE_525" in pcie.source.split(", ")
+
+
+def test_h200_nvl_is_its_own_model() -> None:
+    """No source shows the H200 NVL's (0x233B) MIG geometry, so it is not filed under the H200 SXM (0x2335):
+    its own id, PCI id and names, marked unverified, with the SXM's rows (the least any H200 prints)."""
+    sxm, nvl = CAT.get("H200-141GB"), CAT.get("H200-NVL")
+    assert (sxm.pci_device_ids, nvl.pci_device_ids) == (("0x2335",), ("0x233b",))
+    assert not {a.lower() for a in sxm.aliases} & {"h200-nvl", "h200 nvl"}
+    assert not nvl.verified and nvl.confidence.startswith("UNVERIFIED")
+    assert [(p.name, p.id, p.memory_mib, p.sm_count) for p in nvl.profiles] == [
+        (p.name, p.id, p.memory_mib, p.sm_count) for p in sxm.profiles]
+    assert all(not p.confidence.startswith("real") for p in nvl.profiles)
+    # the three profiles NVIDIA's mig-parted names for 0x233B (all-balanced) are the ones marked as named
+    assert {p.name for p in nvl.profiles if p.confidence.startswith("names real")} == {"1g.18gb", "2g.35gb", "3g.71gb"}
+
+
+@pytest.mark.parametrize(("name", "pci"), [("NVIDIA H200 NVL", None), ("H200 NVL", None), ("H200-NVL", None),
+                                           ("h200-nvl-141gb", None), ("A renamed board", "0x233B10DE"),
+                                           ("A renamed board", "0x233b")])
+def test_h200_nvl_is_found_by_name_and_by_device_id(name: str, pci: str | None) -> None:
+    assert CAT.match(name, pci_device_id=pci).id == "H200-NVL"
+    assert CAT.match("NVIDIA H200", memory_total_mib=143771, pci_device_id="0x233510DE").id == "H200-141GB"
+
+
+def test_nvidia_h200_mig_parted_config_selects_each_board_by_its_own_device_id() -> None:
+    """mig-parted config-default.yaml's all-balanced entry for 'H200 141GB, H200 NVL' (both device ids) selects
+    both models and places on each; an entry for 0x2335 alone no longer selects the NVL."""
+    from migplan import mig_parted, yamldoc
+
+    text = """version: v1
+mig-configs:
+  all-balanced:
+    - device-filter: ["0x233510DE", "0x233B10DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
+  sxm-only:
+    - device-filter: "0x233510DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.35gb": 4}
+"""
+    configs = mig_parted.parse_spec(yamldoc.parse(text, "config.yaml"))
+    sxm, nvl = CAT.get("H200-141GB"), CAT.get("H200-NVL")
+    (balanced,) = configs["all-balanced"]
+    assert balanced.selects(0, sxm) and balanced.selects(0, nvl)
+    for model in (sxm, nvl):
+        assert mig_parted.place_counts(model, balanced.counts()) is not None
+    (sxm_only,) = configs["sxm-only"]
+    assert sxm_only.selects(0, sxm) and not sxm_only.selects(0, nvl)
 
 
 def test_every_source_key_is_explained() -> None:

@@ -180,6 +180,15 @@ MODELS: list[dict[str, Any]] = [
         ],
     },
     {
+        "id": "H200-NVL", "architecture": "hopper", "memory_slices": 8, "compute_slices": 7,
+        "smi_name": "NVIDIA H200 NVL", "pci_device_id": "0x233B", "unknown_identity": ("smi_name",),
+        "placements": P8, "placements_source": P8_INFERRED,
+        "source": "INFERRED: the reference files the H200 NVL (PCI 0x233B) under H200-141GB (mig-catalog.yaml: "
+                  "pci_device_id H200-NVL 0x233B, 'H200 NVL name not seen') and holds no -lgip of it: the rows are the "
+                  "H200-141GB rows above (H200_120, an H200 SXM); the product name is a placeholder",
+        "profiles": "H200-141GB",
+    },
+    {
         "id": "GH200-96GB", "architecture": "hopper", "memory_slices": 8, "compute_slices": 7,
         "smi_name": "NVIDIA GH200 480GB", "pci_device_id": "0x233D",
         "placements": P8, "placements_source": P8_INFERRED,
