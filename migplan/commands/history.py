@@ -361,9 +361,9 @@ def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet,
 class _Lazy:
     """The second pass, started only when the backtest iterates it (after the training pass ended)."""
 
-    def __init__(self, h: History, report: Report) -> None:
-        self.h, self.report = h, report
+    def __init__(self, history: History, report: Report) -> None:
+        self.history, self.report = history, report
 
     def __iter__(self) -> Iterator[Sample]:
-        self.report(f"replaying the test window of {self.h.label}")
-        return iter(self.h.passes())
+        self.report(f"replaying the test window of {self.history.label}")
+        return iter(self.history.passes())
