@@ -802,7 +802,7 @@ class Node:
     def plain(self) -> Any:
         """The document's own value under this node when it was read as JSON (`migplan.yamljson`), else None:
         for readers that check a common shape directly on it and leave everything else, errors included, to
-        `fields` and the other readers, like `scalar_items`. Never modify it."""
+        `fields` and the other readers. Never modify it."""
         return None
 
     def list(self) -> list[Node]:
