@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 from sim.fleet import host_state, sim_env, write_state  # noqa: E402
 
 from bench.generate import workload  # noqa: E402
-from migplan import jsontext  # noqa: E402
 from migplan.adapters.solver import PulpSolver  # noqa: E402
 from migplan.catalog import builtin_catalog  # noqa: E402
 from migplan.model.diff import diff  # noqa: E402
@@ -82,7 +81,7 @@ def write_plan(n_gpus: int, path: str, first: list[str] | None = None) -> int:
     big = dataclasses.replace(tmpl, gpus=tuple(gpus), workloads=tuple(workloads), summary=summary,
                               created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               fingerprint=FleetState(tuple(g.observed for g in gpus)).fingerprint())  # of them all
-    text = jsontext.dumps(plan_to_dict(big)) + "\n"
+    text = json.dumps(plan_to_dict(big), indent=2) + "\n"
     Path(path).write_text(text)
     return len(text.encode())
 

@@ -14,6 +14,7 @@ the same ProfileSet and the same first error as `profiles.load_profiles`, which 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path as FilePath
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from migplan import jsontext, yamldoc, yamljson
+from migplan import yamldoc, yamljson
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.errors import InputError
 from migplan.files import write_atomic
@@ -48,7 +49,7 @@ def dump(doc: Any, fmt: str = "json") -> str:
         if fmt == "yaml":  # libyaml's emitter when built (the same YAML; PyYAML's own took 90% of a 200,000-
             # workload CSV import, bench/scale_bounds.py), else PyYAML's
             return str(yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, width=120))
-        return jsontext.dumps(doc) + "\n"
+        return json.dumps(doc, indent=2) + "\n"
 
 
 def write_document(path: Path, doc: Any, *, forbid: Iterable[Path] = ()) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from planner_fixtures import CAT, fleet, gpu, profiles, run, wl
 
-from migplan import jsontext, yamljson
+from migplan import yamljson
 from migplan.documents import load_plan, write_plan
 from migplan.errors import InputError
 from migplan.planner import plan_from_dict, plan_to_dict
@@ -78,7 +78,7 @@ def test_hostile_plan_file_is_refused_alike_by_the_json_path(doc: dict, case: st
     bad = copy.deepcopy(doc)
     mutate(bad)
     path = tmp_path / "plan.json"
-    path.write_text(jsontext.dumps(bad) + "\n")
+    path.write_text(json.dumps(bad, indent=2) + "\n")
     errors = []
     for use_json in (True, False):
         monkeypatch.setattr(yamljson, "USE_JSON", use_json)

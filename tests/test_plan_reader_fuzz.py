@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from planner_fixtures import CAT, EXACT, fleet, gpu, profiles, run, wl
 
-from migplan import jsontext, yamldoc, yamljson
+from migplan import yamldoc, yamljson
 from migplan.catalog.layout import Instance
 from migplan.documents import load_plan
 from migplan.errors import InputError
@@ -135,7 +135,7 @@ def _mutate_doc(doc: Any, rnd: random.Random) -> str:
 
 
 def _text(doc: Any, rnd: random.Random) -> str:
-    text = jsontext.dumps(doc) if rnd.random() < 0.7 else json.dumps(doc)
+    text = json.dumps(doc, indent=2) if rnd.random() < 0.7 else json.dumps(doc)
     while RAW in text:  # a placeholder string becomes its raw text
         start = text.index('"' + RAW)
         raw, end = scanstring(text, start + 1)
@@ -195,7 +195,7 @@ def test_json_path_and_yaml_reader_agree_on_mutated_plans(bases: list[dict[str, 
 def test_load_plan_reads_a_plan_file_through_the_json_path(bases: list[dict[str, Any]], tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "plan.json"
-    path.write_text(jsontext.dumps(bases[1]) + "\n")
+    path.write_text(json.dumps(bases[1], indent=2) + "\n")
     used: list[type] = []
     real = parse_plan
 

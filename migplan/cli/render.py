@@ -18,9 +18,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def emit(data: Any, fmt: str, table: Callable[[], str]) -> None:
     """Print `data` as JSON/YAML, or the text `table()` builds, on stdout."""
     if fmt == "json":
-        from migplan import jsontext  # json.dumps(indent=2), faster on large plans
+        import json
 
-        sys.stdout.write(jsontext.dumps(data) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif fmt == "yaml":
         import yaml  # imported when used: start-up time of every command counts
 

@@ -15,5 +15,6 @@
 
 Pure: no files, clock, NVML, SQLite, HTTP or processes; the stores and sources that read the outside
 world live in `migplan.adapters` and hand `Sample`s in. May import: names, errors, text, catalog,
-model, profiles, planner (sizing policy; the backtest plans). Never: adapters, commands, cli, pynvml, paramiko, pulp, typer.
+model, profiles, planner (sizing policy; the backtest plans). Never: adapters, commands, cli, pynvml,
+paramiko, pulp, typer.
 """
