@@ -18,10 +18,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state
+import sim_runner
+from sim.fleet import host_state, read_state, write_state
 from sim_runner import InProcess
 
-from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import Layout
 from migplan.fleet.apply import ApplyOptions, GpuOutcome, apply_host
@@ -51,7 +51,7 @@ MODE_CASES = [(step, fault) for step in MODE_STEPS for fault in MODE_FAULTS]
 def _run(tmp_path: Path, step: str, fault: dict[str, object]) -> tuple[GpuOutcome, Layout | None, str]:
     state = write_state(tmp_path / "h.json", host_state("A100-SXM4-40GB", 1, hostname="h", layouts=[BEFORE]))
     # a hang needs a real process for the timeout; everything else runs in-process (fast)
-    runner = LocalRunner(host="h", env=sim_env(state)) if "hang" in fault else InProcess(state)
+    runner = sim_runner.local(state, "h") if "hang" in fault else InProcess(state)
     res, _ = _apply_with_fault(state, runner, BEFORE, step, fault)
     return res.outcome, discover_host(InProcess(state), HOST, CAT).gpus[0].layout, res.reason
 

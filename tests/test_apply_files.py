@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state
-from test_apply_roundtrips import Counted, pass_through_sudo
+import sim_runner
+from helpers.local_runners import Counted, pass_through_sudo
+from sim.fleet import host_state, read_state, write_state
 
 from migplan import names
 from migplan.adapters.recording import RecordingRunner
@@ -71,8 +72,12 @@ PRUNE = Prune(*ENV_PRUNE_RULE)
 ROUTES = ["os-calls", "become-script"]
 
 
-def _runner(tmp: Path, route: str, env: dict[str, str] | None = None) -> Counted:
-    return Counted(host="h1", env=env, become=pass_through_sudo(tmp / "bin") if route == "become-script" else ())
+def _runner(tmp: Path, route: str, state: Path | None = None) -> Counted:
+    """A counting local runner by `route`; with `state`, its nvidia-smi is that simulated host's."""
+    become = pass_through_sudo(tmp / "bin") if route == "become-script" else ()
+    if state is None:
+        return Counted(host="h1", become=become)
+    return sim_runner.local(state, "h1", become=become, runner=Counted)
 
 
 def _set(*items: tuple[str, bytes] | tuple[str, bytes, int]) -> list[FileToPut]:
@@ -319,7 +324,7 @@ def test_a_rolled_back_gpu_gets_no_env_file_and_its_old_ones_go(tmp_path: Path, 
     (etc / "env" / "ocr.env").write_text(f"{ENV_MARKER}ocr\nMIGPLAN_GPU=1\n")  # from an earlier apply
     (etc / "env" / "mine.conf").write_text("an admin's file\n")
     items = [Placement("chat", 0, "2g.10gb@4"), Placement("big", 1, "3g.20gb@0"), Placement("ocr", 1, "2g.10gb@4")]
-    runner = _runner(tmp_path, route, sim_env(state))
+    runner = _runner(tmp_path, route, state)
     rep = _apply(runner, host, plans, items, tmp_path / "j.jsonl")
     assert [g.outcome for g in rep.gpus] == [GpuOutcome.APPLIED, GpuOutcome.ROLLED_BACK], rep
     assert read_state(state)["faults"][0].get("fired") == 1
@@ -336,32 +341,32 @@ def test_a_workload_no_longer_on_the_host_loses_its_file_and_the_others_are_not_
     state, host, plans = _two_gpu_host(tmp_path)
     etc = tmp_path / "etc"
     first = [Placement("chat", 0, "2g.10gb@4"), Placement("ns/moved:1", 1, "1g.5gb@6")]
-    _apply(LocalRunner(host="h1", env=sim_env(state)), host, plans, first, tmp_path / "j.jsonl")
+    _apply(sim_runner.local(state), host, plans, first, tmp_path / "j.jsonl")
     assert sorted(p.name for p in (etc / "env").iterdir()) == ["chat.env", "ns_moved_1.env"]
     chat = _stamp(etc / "env" / "chat.env")
     again = [GpuPlan(dataclasses.replace(p.observed, layout=AFTER), AFTER, ()) for p in plans]
     # the next plan put ns/moved:1 on another host: this host's apply removes its file, leaves chat's alone
-    rep = _apply(LocalRunner(host="h1", env=sim_env(state)), host, again, first[:1], tmp_path / "j2.jsonl")
+    rep = _apply(sim_runner.local(state), host, again, first[:1], tmp_path / "j2.jsonl")
     assert {g.outcome for g in rep.gpus} == {GpuOutcome.UNCHANGED}
     assert [p.name for p in (etc / "env").iterdir()] == ["chat.env"] and _stamp(etc / "env" / "chat.env") == chat
     assert _assigned(etc) == ["chat"]
 
 
 @pytest.mark.slow  # plans with CBC, then apply and apply --last through real processes
-def test_apply_last_reconciles_the_env_files_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_last_reconciles_the_env_files_too(tmp_path: Path) -> None:
     """After a reboot one GPU is another one (its UUID changed): apply --last refuses it, and the env files of its
     workloads go, while the other GPU's workloads get theirs with the new MIG devices."""
     from sim.fleet import reboot
-    from test_apply_last import _connect, _last, _setup
+    from test_apply_last import _last, _setup
 
     from migplan.commands.apply import ApplyRequest, apply, apply_last
     from migplan.commands.context import build_context
     from migplan.commands.fleet import FleetRequest
 
-    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB")
     ctx = build_context(None, None, None)
     assert apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))),
-                 connect=_connect).exit_code == 0
+                 connect=sim_runner.connect(state)).exit_code == 0
     etc = tmp_path / "etc"
     before = json.loads((etc / "assignments.json").read_text())["workloads"]
     on1 = {w["name"] for w in before if w["gpu"] == 1}
@@ -370,7 +375,8 @@ def test_apply_last_reconciles_the_env_files_too(tmp_path: Path, monkeypatch: py
     booted["gpus"][1]["uuid"] = "GPU-00000000-1111-2222-3333-444444444444"  # another GPU in that slot
     write_state(state, booted)
     (etc / "env" / "gone.env").write_text(f"{ENV_MARKER}gone\n")
-    res = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    res = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")),
+                     connect=sim_runner.connect(state))
     assert {g.gpu: g.outcome for g in res.hosts[0].gpus}[1] is GpuOutcome.REFUSED
     names_now = set(_assigned(etc))
     assert names_now == {w["name"] for w in before} - on1

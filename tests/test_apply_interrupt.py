@@ -25,11 +25,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
+from helpers.samples import flat_workload, local_inventory, write_profiles
 from planner_fixtures import EXACT, profiles, wl
-from sim.fleet import host_state, read_state, sim_env, write_state
+from sim.fleet import host_state, read_state, write_state
 
 from migplan import documents
-from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import Layout
@@ -50,7 +51,7 @@ BEFORE = ["3g.20gb@0", "3g.20gb@4"]
 ROOT = Path(__file__).resolve().parent.parent
 # the child starts with SIGINT at its default even when pytest runs as a background job (SIGINT ignored)
 LAUNCH = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-          "sys.argv = ['migplan', *sys.argv[1:]]; from migplan.cli.entry import main; sys.exit(main())")
+          "sys.argv = ['migplan', *sys.argv[1:]]; from migplan.cli.app import main; sys.exit(main())")
 
 
 
@@ -64,17 +65,13 @@ def _world(tmp: Path) -> tuple[Path, Path, Host]:
                                                      layouts=[Layout.parse(BEFORE)]))
     host = Host(name="h1", address="h1", connection="local", lock_file=str(tmp / "apply.lock"),
                 state_dir=str(tmp / "etc"))
-    inv = tmp / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": host.lock_file, "state_dir": host.state_dir}}}))
-    return state, inv, host
+    return state, local_inventory(tmp), host  # the same lock file and state directory as `host`
 
 
 def _plan(state: Path, host: Host, out: Path) -> Plan:
     """GPU 0 keeps 3g.20gb@0 (a runs there) and turns 3g.20gb@4 into smaller instances for b and c: a destroy,
     then a create."""
-    runner = LocalRunner(host="h1", env=sim_env(state))
-    snap = Snapshot((discover_host(runner, host, CAT),))
+    snap = Snapshot((discover_host(sim_runner.local(state), host, CAT),))
     p = plan(snap.fleet_state(catalog=CAT), profiles(wl("a", 15000, host="h1", gpu_idx=0, inst="3g.20gb@0"),
                                                      wl("b", 9000), wl("c", 4000)),
              CAT, EXACT, PulpSolver(time_limit=30))  # type: ignore[arg-type]
@@ -125,7 +122,7 @@ def _lock_free(path: str) -> bool:
 
 
 def _kill(tmp: Path, state: Path, inv: Path, plan_path: Path, step: str, how: str) -> int:
-    env = {**os.environ, **sim_env(state), "PYTHONPATH": str(ROOT)}
+    env = sim_runner.environ(state, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "apply", str(plan_path), "-i", str(inv), "--yes",
                              "--journal", str(tmp / "journal.jsonl"), "--state-dir", str(tmp / "local")],
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -172,7 +169,7 @@ def test_each_signal_at_each_step_stops_cleanly_and_the_next_apply_repairs(tmp_p
         ctx = build_context(None, None, None)
         res = apply(ctx, ApplyRequest(plan=str(tmp / "plan.json"), fleet=FleetRequest(inventory=str(inv)),
                                       state_dir=str(tmp / "local")),
-                    connect=lambda h, s=state: LocalRunner(host=h.name, env=sim_env(s)))  # type: ignore[misc]
+                    connect=sim_runner.connect(state))
         assert res.exit_code == 0, res.to_dict()
         assert _layout(state) == sorted(p.gpu("h1", 0).target.as_list())  # type: ignore[union-attr]
         assert not _in_flight(tmp / "etc")
@@ -195,8 +192,7 @@ def test_an_apply_of_another_plan_puts_a_half_done_gpu_back_first(tmp_path: Path
     inflight = json.loads((tmp_path / "etc" / "inflight.json").read_text())
     assert inflight["gpus"][0]["checkpoint"] == BEFORE and inflight["host"] == "h1"
     # a plan with nothing for GPU 0 (here: none at all) does not want the recorded target: put back
-    runner = LocalRunner(host="h1", env=sim_env(state))
-    res = apply_host(runner, host, (), CAT, ApplyOptions())
+    res = apply_host(sim_runner.local(state), host, (), CAT, ApplyOptions())
     (only,) = res.gpus
     assert only.outcome is GpuOutcome.REPAIRED and "rolled back to" in only.reason, only
     assert only.repair == "rolled back", only
@@ -204,42 +200,32 @@ def test_an_apply_of_another_plan_puts_a_half_done_gpu_back_first(tmp_path: Path
     assert not _in_flight(tmp_path / "etc")
 
 
-def test_replan_repairs_before_it_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replan_repairs_before_it_plans(tmp_path: Path) -> None:
     from migplan.commands.replan import EXIT_APPLIED, ReplanRequest, replan
 
     state, inv, host = _world(tmp_path)
     _plan(state, host, tmp_path / "plan.json")
     assert _kill(tmp_path, state, inv, tmp_path / "plan.json", "-cgi", "HUP") == -signal.SIGHUP
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    (tmp_path / "profiles.yaml").write_text(yaml.safe_dump({"version": 1, "workloads": [
-        {"name": n, "memory_mib": {"p50": m, "p95": m, "p99": m, "max": m},
-         "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}} for n, m in (("a", 15000), ("b", 9000))]}))
+    write_profiles(tmp_path / "profiles.yaml", [flat_workload("a", 15000), flat_workload("b", 9000)])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"version": 1, "inventory": str(inv),
                                                           "profiles": str(tmp_path / "profiles.yaml"),
                                                           "planner": {"headroom": 0.0, "headroom_min_mib": 0}}))
     ctx = build_context(str(tmp_path / "config.yaml"), None, None)
     r = replan(ctx, ReplanRequest(state_dir=str(tmp_path / "state")),
-               now=dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc),
-               connect=lambda h: LocalRunner(host=h.name))
+               now=dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc), connect=sim_runner.connect(state))
     assert r.line.startswith("repaired 1 GPU(s) an interrupted apply left half-done"), r.line
     assert r.exit_code == EXIT_APPLIED, r.line
     assert not _in_flight(tmp_path / "etc")
     assert _layout(state) != ["3g.20gb@0"]  # finished (and planned from there)
 
 
-def test_a_host_unreachable_after_the_kill_is_repaired_when_it_returns(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_host_unreachable_after_the_kill_is_repaired_when_it_returns(tmp_path: Path) -> None:
     from migplan.commands.replan import EXIT_APPLIED, ReplanRequest, replan
 
     state, inv, host = _world(tmp_path)
     _plan(state, host, tmp_path / "plan.json")
     assert _kill(tmp_path, state, inv, tmp_path / "plan.json", "-cgi", "KILL") == -signal.SIGKILL
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    (tmp_path / "profiles.yaml").write_text(yaml.safe_dump({"version": 1, "workloads": [
-        {"name": "a", "memory_mib": {"p50": 15000, "p95": 15000, "p99": 15000, "max": 15000},
-         "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}}]}))
+    write_profiles(tmp_path / "profiles.yaml", [flat_workload("a", 15000)])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"version": 1, "inventory": str(inv),
                                                           "profiles": str(tmp_path / "profiles.yaml")}))
     ctx = build_context(str(tmp_path / "config.yaml"), None, None)
@@ -247,15 +233,14 @@ def test_a_host_unreachable_after_the_kill_is_repaired_when_it_returns(tmp_path:
     st["ssh"] = "down"
     write_state(state, st)
     when = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
-    down = replan(ctx, ReplanRequest(state_dir=str(tmp_path / "state")), now=when,
-                  connect=lambda h: LocalRunner(host=h.name))
+    down = replan(ctx, ReplanRequest(state_dir=str(tmp_path / "state")), now=when, connect=sim_runner.connect(state))
     assert not down.line.startswith("repaired") and _in_flight(tmp_path / "etc")  # the record waits on the host
     assert _layout(state) == ["3g.20gb@0"]
     st = read_state(state)
     st["ssh"] = "ok"
     write_state(state, st)
     back = replan(ctx, ReplanRequest(state_dir=str(tmp_path / "state")), now=when + dt.timedelta(hours=24),
-                  connect=lambda h: LocalRunner(host=h.name))
+                  connect=sim_runner.connect(state))
     assert back.line.startswith("repaired 1 GPU(s)") and back.exit_code == EXIT_APPLIED, back.line
     assert not _in_flight(tmp_path / "etc") and _layout(state) != ["3g.20gb@0"]
 
@@ -265,7 +250,7 @@ def test_killing_only_the_shell_that_started_apply_lets_it_finish(tmp_path: Path
     as planned; then nothing of it is left and the lock is free."""
     state, inv, host = _world(tmp_path)
     p = _plan(state, host, tmp_path / "plan.json")
-    env = {**os.environ, **sim_env(state), "PYTHONPATH": str(ROOT)}
+    env = sim_runner.environ(state, PYTHONPATH=str(ROOT))
     line = " ".join([sys.executable, "-c", repr(LAUNCH), "apply", str(tmp_path / "plan.json"), "-i", str(inv),
                      "--yes", "--state-dir", str(tmp_path / "local")])
     st = read_state(state)

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
+from helpers.samples import local_inventory, lowmem_catalog
 from planner_fixtures import EXACT, profiles, wl
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state
+from sim.fleet import host_state, read_state, reboot, write_state
 
 from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
@@ -38,19 +39,18 @@ def _last(**kw: str) -> LastRequest:
     return LastRequest(host_name="h1", **kw)
 
 
-def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
-    """A two-GPU host (GPU 0 partitioned, GPU 1 MIG off), a plan for it, and an inventory (connection local)."""
+def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Path, Path, Path]:
+    """A two-GPU host (GPU 0 partitioned, GPU 1 MIG off), a plan for it, and an inventory (connection local).
+    With `monkeypatch`, the host is also served (sim_runner.serve), for tests/test_input_guards.py and
+    tests/test_output_errors.py, which run the CLI or a child process on it and connect with `_connect`."""
     st = host_state(model, 2, hostname="h1", layouts=[None, None])
     st["gpus"][1].update(mig_current=False, mig_pending=False)
     state = write_state(tmp / "h.json", st)
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    inv = tmp / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp / "apply.lock"),
-        "state_dir": str(tmp / "etc")}}}))
+    if monkeypatch is not None:
+        sim_runner.serve(monkeypatch, state)
+    inv = local_inventory(tmp)
     host = Host(name="h1", address="h1")
-    snap = Snapshot((discover_host(LocalRunner(host="h1"), host, CAT),))
+    snap = Snapshot((discover_host(sim_runner.local(state), host, CAT),))
     big = CAT.get(model).profile("3g.40gb" if model.startswith("H100") else "3g.20gb").memory_mib - 2000
     fs = snap.fleet_state(catalog=CAT)
     p = plan(fs, profiles(wl("a", big, model=model), wl("b", 4000, model=model),
@@ -63,22 +63,23 @@ def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
 
 
 def _layouts(state: Path) -> dict[int, Layout | None]:
-    return {g.index: g.layout for g in discover_host(LocalRunner(host="h1", env=sim_env(state)),
-                                                      Host(name="h1", address="h1"), CAT).gpus}
+    return {g.index: g.layout for g in discover_host(sim_runner.local(state), Host(name="h1", address="h1"),
+                                                      CAT).gpus}
 
 
 def _connect(h: Host) -> LocalRunner:
+    """A command's `connect=` for the host `_setup(..., monkeypatch)` served (the other files' route)."""
     return LocalRunner(host=h.name)
 
 
 # Slow: each of these plans with CBC and applies through real processes (the simulator as nvidia-smi).
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["A100-SXM4-40GB", "H100-SXM5-80GB"])
-def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, model: str,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    state, inv, plan_file = _setup(tmp_path, model, monkeypatch)
+def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, model: str) -> None:
+    state, inv, plan_file = _setup(tmp_path, model)
     ctx = build_context(None, None, None)
-    res = apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))), connect=_connect)
+    res = apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))),
+                connect=sim_runner.connect(state))
     assert res.exit_code == 0, res.to_dict()
     planned = {g.index: g.target for g in res.plan.gpus}  # type: ignore[union-attr]
     assert any(t is not None and len(t) for t in planned.values())
@@ -92,7 +93,8 @@ def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, m
     assert all(not g["gpu_instances"] for g in after_boot["gpus"])
     if model.startswith("H100"):
         assert not any(g["mig_current"] for g in after_boot["gpus"])  # Hopper: MIG mode is gone too
-    res2 = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    res2 = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")),
+                      connect=sim_runner.connect(state))
     assert res2.exit_code == 0, res2.to_dict()
     assert _layouts(state) == planned  # exactly the layout applied before, placement for placement
     now = json.loads((etc / "assignments.json").read_text())["workloads"]
@@ -104,16 +106,17 @@ def test_after_a_reboot_apply_last_restores_the_layout_exactly(tmp_path: Path, m
     live = {ci["uuid"] for g in read_state(state)["gpus"] for gi in g["gpu_instances"] for ci in gi["cis"]}
     assert {w["device"] for w in moved} <= live  # files name the devices that exist now
 
-    again = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")), connect=_connect)
+    again = apply_last(ctx, _last(state_dir=str(etc), lock_file=str(tmp_path / "apply.lock")),
+                       connect=sim_runner.connect(state))
     assert {g.outcome.value for g in again.hosts[0].gpus} == {"unchanged"}
 
 
 @pytest.mark.slow
-def test_the_fleet_map_is_also_written_locally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+def test_the_fleet_map_is_also_written_locally(tmp_path: Path) -> None:
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB")
     local = tmp_path / "local"
     res = apply(build_context(None, None, None), ApplyRequest(plan=str(plan_file), fleet=FleetRequest(
-        inventory=str(inv)), state_dir=str(local)), connect=_connect)
+        inventory=str(inv)), state_dir=str(local)), connect=sim_runner.connect(state))
     assert res.exit_code == 0 and res.local_assignments == str(local / "assignments.json")
     doc = json.loads((local / "assignments.json").read_text())
     on_host = json.loads((tmp_path / "etc" / "assignments.json").read_text())
@@ -123,21 +126,22 @@ def test_the_fleet_map_is_also_written_locally(tmp_path: Path, monkeypatch: pyte
 def test_apply_last_without_a_last_layout_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read the last applied layout"):
         apply_last(build_context(None, None, None), _last(state_dir=str(tmp_path), lock_file=str(
-            tmp_path / "l")), connect=_connect)
+            tmp_path / "l")), connect=sim_runner.connect(tmp_path / "no-host.json"))  # refused before it connects
 
 
 @pytest.mark.slow
-def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+def test_a_tampered_last_layout_is_refused_naming_the_key(tmp_path: Path) -> None:
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB")
     ctx = build_context(None, None, None)
     assert apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))),
-                 connect=_connect).exit_code == 0
+                 connect=sim_runner.connect(state)).exit_code == 0
     path = tmp_path / "etc" / "last-applied.json"
     doc = json.loads(path.read_text())
     doc["gpus"][0]["layout"] = ["7g.40gb@0", "1g.5gb@0"]
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"gpus\[0\]\.layout"):
-        apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")), connect=_connect)
+        apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "l")),
+                   connect=sim_runner.connect(state))
 
 
 @pytest.mark.slow
@@ -146,7 +150,8 @@ def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
     from migplan.cli.app import app
 
-    state, inv, plan_file = _setup(tmp_path, "H100-SXM5-80GB", monkeypatch)
+    state, inv, plan_file = _setup(tmp_path, "H100-SXM5-80GB")
+    sim_runner.serve(monkeypatch, state)  # the CLI builds its own runner
     cli = CliRunner()
     r = cli.invoke(app, ["apply", str(plan_file), "-i", str(inv), "--yes", "-o", "json"])
     assert r.exit_code == 0, r.output
@@ -161,48 +166,38 @@ def test_cli_apply_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.slow
-def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_last_on_a_host_whose_own_table_gives_less_than_the_catalog(tmp_path: Path) -> None:
     """The plan was made with the host's own (smaller) profile table; --last re-applies with that table too,
     instead of refusing the GPU for having less memory than the catalog."""
-    from test_host_table import LOWMEM
-
-    cat = tmp_path / "sim-catalog.yaml"
-    cat.write_text(LOWMEM)
+    cat = lowmem_catalog(tmp_path)
     state = write_state(tmp_path / "h.json", host_state("A100-LOWMEM", 1, hostname="h1", catalog_files=[str(cat)]))
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    snap = Snapshot((discover_host(LocalRunner(host="h1"), Host(name="h1", address="h1"), CAT),))
+    snap = Snapshot((discover_host(sim_runner.local(state), Host(name="h1", address="h1"), CAT),))
     fs = snap.fleet_state(catalog=CAT)
     assert fs.models  # the host's table differs from the catalog
     p = plan(fs, profiles(wl("w", 4800), wl("v", 9000)), Catalog((*CAT.models, *fs.models)), EXACT,
              PulpSolver(time_limit=30))
     write_plan(tmp_path / "plan.json", p)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"),
-        "state_dir": str(tmp_path / "etc")}}}))
+    inv = local_inventory(tmp_path)
     ctx = build_context(None, None, None)
     assert apply(ctx, ApplyRequest(plan=str(tmp_path / "plan.json"), fleet=FleetRequest(inventory=str(inv))),
-                 connect=_connect).exit_code == 0
+                 connect=sim_runner.connect(state)).exit_code == 0
     planned = _layouts(state)
     assert planned[0] is not None and len(planned[0])
     reboot(state)
     res = apply_last(ctx, _last(state_dir=str(tmp_path / "etc"), lock_file=str(tmp_path / "apply.lock")),
-                     connect=_connect)
+                     connect=sim_runner.connect(state))
     assert res.exit_code == 0, res.to_dict()
     assert _layouts(state) == planned
 
 
 @pytest.mark.slow
-def test_last_applied_holds_what_is_on_the_host_after_a_partial_apply(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
+def test_last_applied_holds_what_is_on_the_host_after_a_partial_apply(tmp_path: Path) -> None:
+    state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB")
     st = read_state(state)
     st["gpus"][1]["processes"] = [{"pid": 9, "name": "late.py", "used_memory_mib": 100, "gi": None, "ci": None}]
     write_state(state, st)  # a process started on the MIG-disabled GPU 1 after planning: it is refused
     res = apply(build_context(None, None, None), ApplyRequest(plan=str(plan_file), fleet=FleetRequest(
-        inventory=str(inv))), connect=_connect)
+        inventory=str(inv))), connect=sim_runner.connect(state))
     outcomes = {g.gpu: g.outcome.value for g in res.hosts[0].gpus}
     assert outcomes.get(1) == "refused", res.to_dict()
     last = {g["index"]: g["layout"] for g in json.loads((tmp_path / "etc" / "last-applied.json").read_text())["gpus"]}

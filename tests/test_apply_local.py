@@ -12,8 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
+from helpers.samples import local_inventory
 from planner_fixtures import EXACT, profiles, wl
-from sim.fleet import Proc, host_state, read_state, sim_env, write_state
+from sim.fleet import Proc, host_state, read_state, write_state
 
 from migplan.adapters.recording import RecordingRunner
 from migplan.adapters.runner import LocalRunner
@@ -35,7 +37,7 @@ HOST = Host(name="h1", address="h1", lock_file=f"/tmp/migplan-test-apply-{os.get
 
 
 def _runner(state: Path) -> LocalRunner:
-    return LocalRunner(host="h1", env=sim_env(state))
+    return sim_runner.local(state, "h1")
 
 
 def _plan(state: Path, *work: object) -> Plan:
@@ -149,8 +151,7 @@ def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_
 
     from migplan.cli.app import app
 
-    for k, v in sim_env(host).items():
-        monkeypatch.setenv(k, v)
+    sim_runner.serve(monkeypatch, host)  # the CLI builds its own runner
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h1": {
         "ansible_connection": "local", "migplan_discover": True,
@@ -174,13 +175,7 @@ def test_connection_local_discovers_and_applies_on_this_machine(host: Path, tmp_
 
 
 def _local_inventory(tmp_path: Path, hooks: dict[str, list[str]]) -> Path:
-    import yaml
-
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"), "hooks": hooks,
-        "state_dir": str(tmp_path / "etc")}}}))
-    return inv
+    return local_inventory(tmp_path, hooks=hooks)
 
 
 def _plan_file(host: Path, tmp_path: Path) -> Path:
@@ -192,19 +187,16 @@ def _plan_file(host: Path, tmp_path: Path) -> Path:
     return out
 
 
-def test_hooks_run_around_the_apply_with_what_changes(host: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hooks_run_around_the_apply_with_what_changes(host: Path, tmp_path: Path) -> None:
     from migplan.commands.apply import ApplyRequest, apply
     from migplan.commands.context import build_context
     from migplan.commands.fleet import FleetRequest
 
-    for k, v in sim_env(host).items():
-        monkeypatch.setenv(k, v)
     out = tmp_path / "hooks.out"
     inv = _local_inventory(tmp_path, {"pre_apply": [f"sh -c 'echo pre $MIGPLAN_GPUS > {out}'"],
                                       "post_apply": [f"sh -c 'echo post $MIGPLAN_RESULT >> {out}'"]})
     req = ApplyRequest(plan=str(_plan_file(host, tmp_path)), fleet=FleetRequest(inventory=str(inv)))
-    res = apply(build_context(None, None, None), req, connect=lambda h: LocalRunner(host=h.name))
+    res = apply(build_context(None, None, None), req, connect=sim_runner.connect(host))
     assert res.exit_code == 0, res.to_dict()
     changed = ",".join(str(g.index) for g in res.plan.gpus if g.actions)
     assert out.read_text().split("\n")[:2] == [f"pre {changed}", "post ok"]
@@ -217,17 +209,15 @@ def test_hooks_run_around_the_apply_with_what_changes(host: Path, tmp_path: Path
     assert f"CUDA_VISIBLE_DEVICES={mine['device']}" in env and f"MIGPLAN_INSTANCE={mine['instance']}" in env
 
 
-def test_a_failing_pre_apply_hook_skips_the_host(host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_pre_apply_hook_skips_the_host(host: Path, tmp_path: Path) -> None:
     from migplan.commands.apply import EXIT_NOTHING_APPLIED, ApplyRequest, apply
     from migplan.commands.context import build_context
     from migplan.commands.fleet import FleetRequest
 
-    for k, v in sim_env(host).items():
-        monkeypatch.setenv(k, v)
     inv = _local_inventory(tmp_path, {"pre_apply": ["sh -c 'echo drain refused >&2; exit 3'"]})
     before = _layouts(host)
     req = ApplyRequest(plan=str(_plan_file(host, tmp_path)), fleet=FleetRequest(inventory=str(inv)))
-    res = apply(build_context(None, None, None), req, connect=lambda h: LocalRunner(host=h.name))
+    res = apply(build_context(None, None, None), req, connect=sim_runner.connect(host))
     assert res.exit_code == EXIT_NOTHING_APPLIED
     assert "pre_apply hook" in (res.hosts[0].error or "") and "drain refused" in (res.hosts[0].error or "")
     assert _layouts(host) == before

@@ -15,10 +15,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import Proc, host_state, read_state, sim_env, write_state
+import sim_runner
+from helpers.samples import local_inventory
+from sim.fleet import Proc, host_state, read_state, write_state
 from sim_runner import InProcess
 
-from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, LocalRunner, Prune
+from migplan.adapters.runner import DEFAULT_TIMEOUT, Completed, FilesDone, FileToPut, Prune
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import Instance, Layout
 from migplan.commands.apply import _Journal, _MoveHooks
@@ -40,7 +42,7 @@ class Hybrid(InProcess):
 
     def __init__(self, state: Path) -> None:
         super().__init__(state)
-        self.local = LocalRunner(host="h", env=sim_env(state))
+        self.local = sim_runner.local(state, "h")
 
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, stdin: bytes | None = None) -> Completed:
         if argv[0] == "nvidia-smi":
@@ -223,7 +225,7 @@ def test_a_become_prefix_that_refuses_fails_the_preflight(tmp_path: Path) -> Non
     sudo.parent.mkdir()
     sudo.write_text("#!/bin/sh\necho 'sudo: a password is required' >&2\nexit 1\n")
     sudo.chmod(0o755)
-    runner = LocalRunner(host="h", become=(str(sudo), "-n"), env=sim_env(state))
+    runner = sim_runner.local(state, "h", become=(str(sudo), "-n"))
     plans = _plans(state, {0: ["3g.20gb@0", "3g.20gb@4"]})
     seen = len(read_state(state)["log"])
     res = apply_host(runner, HOST, plans, CAT, ApplyOptions())
@@ -319,11 +321,10 @@ def test_a_move_to_a_mig_disabled_gpu_enables_mig_there_first_and_stops_what_the
 
 
 @pytest.mark.slow  # plans with CBC and applies through real processes
-def test_a_planned_move_runs_its_on_move_hook_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_planned_move_runs_its_on_move_hook_end_to_end(tmp_path: Path) -> None:
     """The planner's own migrations (Plan.migrations, read back from the plan document) drive the hooks."""
     import dataclasses
 
-    import yaml
     from planner_fixtures import EXACT, profiles, wl
 
     from migplan.adapters.solver import PulpSolver
@@ -338,9 +339,7 @@ def test_a_planned_move_runs_its_on_move_hook_end_to_end(tmp_path: Path, monkeyp
                     busy={0: [Proc(77, start=0)]})
     st["gpus"][1].update(mig_current=False, mig_pending=False)
     state = write_state(tmp_path / "h.json", st)
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    snap = Snapshot((discover_host(LocalRunner(host="h1"), Host(name="h1", address="h1"), CAT),))
+    snap = Snapshot((discover_host(sim_runner.local(state), Host(name="h1", address="h1"), CAT),))
     p = plan(snap.fleet_state(catalog=CAT), profiles(wl("a", 21000, host="h1", gpu_idx=0, inst="3g.20gb@0"),
                                                     wl("b", 9000)),
              CAT, dataclasses.replace(EXACT, allow_disrupt=True), PulpSolver(time_limit=30))
@@ -349,13 +348,10 @@ def test_a_planned_move_runs_its_on_move_hook_end_to_end(tmp_path: Path, monkeyp
     write_plan(tmp_path / "plan.json", p)
     out = tmp_path / "hook"
     out.mkdir()
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"),
-        "state_dir": str(tmp_path / "etc"),
-        "hooks": {"on_move": [f"sh -c 'env > {out}/$MIGPLAN_WORKLOAD.$MIGPLAN_MOVE_PHASE.env'"]}}}}))
+    inv = local_inventory(tmp_path, hooks={
+        "on_move": [f"sh -c 'env > {out}/$MIGPLAN_WORKLOAD.$MIGPLAN_MOVE_PHASE.env'"]})
     res = apply(build_context(None, None, None), ApplyRequest(plan=str(tmp_path / "plan.json"), fleet=FleetRequest(
-        inventory=str(inv)), allow_disrupt=True), connect=lambda h: LocalRunner(host=h.name))
+        inventory=str(inv)), allow_disrupt=True), connect=sim_runner.connect(state))
     assert res.exit_code == 0, res.to_dict()
     [m] = moves
     [env_file] = list(out.glob(f"{m.workload}.*.env"))

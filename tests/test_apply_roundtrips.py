@@ -15,7 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state
+import sim_runner
+from helpers.local_runners import Counted, pass_through_sudo
+from sim.fleet import host_state, read_state, write_state
 
 from migplan.adapters.runner import (
     DEFAULT_TIMEOUT,
@@ -23,7 +25,6 @@ from migplan.adapters.runner import (
     Completed,
     FilesDone,
     FileToPut,
-    LocalRunner,
     Prune,
 )
 from migplan.catalog import builtin_catalog
@@ -44,25 +45,13 @@ AFTER = Layout.parse(["3g.20gb@0", "2g.10gb@4", "1g.5gb@6"])
 GPUS = 8
 
 
-class Counted(LocalRunner):
-    """A local runner that keeps the argv of every process it starts (each one SSH exec on a real host)."""
-
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.execs: list[tuple[str, ...]] = []
-
-    def _spawn(self, full: tuple[str, ...], stdin: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
-        self.execs.append(full)
-        return super()._spawn(full, stdin, timeout)
-
-
 class Trips:
     """The simulated host behind a local runner, counting what would each be one SSH round trip: a command, a
     batch of reads (`run_batch`, one exec), a file put, a set of files (`put_files`), the lock. `become`: the
     runner's prefix (a pass-through stand-in for `sudo -n`); `file_execs`: the processes each put_files started."""
 
     def __init__(self, state: Path, become: Sequence[str] = ()) -> None:
-        self.local = Counted(host="h1", env=sim_env(state), become=become)
+        self.local = sim_runner.local(state, "h1", become=become, runner=Counted)
         self.trips: list[str] = []
         self.file_execs: list[list[tuple[str, ...]]] = []
         self.files: list[FilesDone] = []
@@ -99,15 +88,6 @@ class Trips:
     def hold(self, argv: Sequence[str], **kw: Any) -> Any:
         self.trips.append("lock")
         return self.local.hold(argv, **kw)
-
-
-def pass_through_sudo(where: Path) -> tuple[str, ...]:
-    """A become prefix that runs its argv as it is (the real sudo's rules: tests/fleet/test_sudo.py)."""
-    where.mkdir(parents=True, exist_ok=True)
-    stub = where / "sudo"
-    stub.write_text('#!/bin/sh\nexec "$@"\n')
-    stub.chmod(0o755)
-    return (str(stub),)
 
 
 def _file_trips(runner: Trips, host: Host) -> list[str]:

@@ -18,11 +18,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
 from planner_fixtures import EXACT, profiles, wl
 from sim import geometry as simgeo
-from sim.fleet import sim_env, write_host
+from sim.fleet import write_host
 
-from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.catalog.cache import _model as cached_model
@@ -194,7 +194,7 @@ def test_an_inventory_layout_holding_the_combination_is_planned_as_a_newer_drive
 
 def _discovered(tmp_path: Path, driver: str, gpus: int = 2, layouts: object = None) -> Snapshot:
     state = write_host(tmp_path / f"h-{driver}.json", "A100-SXM4-40GB", gpus, layouts=layouts, driver_version=driver)
-    return Snapshot((discover_host(LocalRunner(host="h1", env=sim_env(state)), Host(name="h1", address="h1"), CAT),))
+    return Snapshot((discover_host(sim_runner.local(state), Host(name="h1", address="h1"), CAT),))
 
 
 def _plan(snap: Snapshot) -> Plan:
@@ -277,7 +277,7 @@ def test_apply_refuses_a_layout_the_hosts_driver_refuses_before_running_anything
     assert len(_together(blind)) == 1
     state = tmp_path / f"h-{OLD}.json"
     host = Host(name="h1", address="h1", lock_file=str(tmp_path / "lock"), state_dir=str(tmp_path / "etc"))
-    res = apply_host(LocalRunner(host="h1", env=sim_env(state)), host, list(blind.gpus), CAT, ApplyOptions())
+    res = apply_host(sim_runner.local(state), host, list(blind.gpus), CAT, ApplyOptions())
     refused = [g for g in res.gpus if g.outcome is GpuOutcome.REFUSED]
     assert len(refused) == 1 and "driver refuses" in refused[0].reason, res.gpus
     assert not [a for a in read_state(state)["log"] if not is_read_only(["nvidia-smi", *a])]

@@ -456,14 +456,14 @@ def _mig_manager(model_id: str, counts: dict[str, int]) -> list[tuple[str, int]]
 
 # Not slow though it takes about 5 s: the inner loop's one in-process run of `discover` and `status` (cli/fleet.py).
 def test_status_with_a_plan_shows_other_placements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sim.fleet import host_state, sim_env, write_state
+    import sim_runner
+    from sim.fleet import host_state, write_state
 
     state = tmp_path / "h.json"
     st = host_state("A100-SXM4-40GB", 2, hostname="h1", layouts=[Layout.parse(["3g.20gb@0", "1g.5gb@4"]), None])
     st["gpus"][1].update(mig_current=False, mig_pending=False, gpu_instances=[])
     write_state(state, st)
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
+    sim_runner.serve(monkeypatch, state)  # the CLI builds its own runner
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
         "connection": "local", "discover": True, "lock_file": str(tmp_path / "lock")}}}))

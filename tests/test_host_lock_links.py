@@ -15,8 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
 from planner_fixtures import EXACT, profiles, wl
-from sim.fleet import host_state, read_state, sim_env, write_state
+from sim.fleet import host_state, read_state, write_state
 
 from migplan.adapters.host_lock import LOCK_SCRIPT, HostLocked, acquire, lock_argv
 from migplan.adapters.runner import BadPath, HostError, LocalRunner
@@ -137,7 +138,7 @@ def test_apply_on_a_host_with_a_planted_lock_link_changes_no_gpu(tmp_path: Path)
     lock = _lock_dir(tmp_path) / "migplan-apply.lock"
     lock.symlink_to(victim)
     host = Host(name="h1", address="h1", lock_file=str(lock), state_dir=str(tmp_path / "etc"))
-    runner = LocalRunner(host="h1", env=sim_env(state))
+    runner = sim_runner.local(state)  # the real sh and flock meet the planted link
     snap = Snapshot((discover_host(runner, host, CAT),))
     p = plan(snap.fleet_state(catalog=CAT), profiles(wl("a", 4000), wl("b", 9000)), CAT, EXACT,
              PulpSolver(time_limit=30))

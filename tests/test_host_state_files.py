@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, sim_env, write_state
+import sim_runner
+from sim.fleet import host_state, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import Layout
 from migplan.fleet.discover import discover_host
@@ -92,7 +92,7 @@ def test_discovery_notes_an_unusable_state_file_and_plans_without_it(tmp_path: P
         else:
             path.mkdir()
     host = Host(name="h1", address="h1", state_dir=str(etc))
-    rec = discover_host(LocalRunner(host="h1", env=sim_env(state)), host, CAT, timeout=10)
+    rec = discover_host(sim_runner.local(state), host, CAT, timeout=10)
     assert rec.ok and rec.assignments is None and rec.inflight is None
     for name in ("assignments.json", "inflight.json"):
         assert any(name in n for n in rec.notes), rec.notes

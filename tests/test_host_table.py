@@ -10,8 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sim_runner
+from helpers.samples import lowmem_catalog
 from planner_fixtures import EXACT, profiles, wl
-from sim.fleet import sim_env, write_host
+from sim.fleet import write_host
 
 from migplan import smi
 from migplan.adapters.runner import LocalRunner
@@ -29,31 +31,6 @@ CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")
 DATA = Path(__file__).resolve().parent / "data" / "smi"
 
-# A host model the simulator plays (its own catalog file, written by hand): an A100-40GB whose driver
-# gives 1g.5gb 4736 MiB (prints 4.62) instead of 4864 (4.75), and offers no 1g.10gb.
-LOWMEM = """\
-version: 1
-models:
-  - id: A100-LOWMEM
-    architecture: ampere
-    memory_slices: 8
-    compute_slices: 7
-    smi_names: ["NVIDIA A100-SXM4-40GB"]
-    pci_device_ids: ["0x20b0"]
-    profiles:
-      - {name: 1g.5gb, id: 19, compute_slices: 1, memory_slices: 1, memory_mib: 4736, max_count: 7, sm_count: 14,
-         starts: [0, 1, 2, 3, 4, 5, 6], engines: {ce: 1, dec: 0, enc: 0, jpeg: 0, ofa: 0}}
-      - {name: 2g.10gb, id: 14, compute_slices: 2, memory_slices: 2, memory_mib: 9856, max_count: 3, sm_count: 28,
-         starts: [0, 2, 4], engines: {ce: 2, dec: 1, enc: 0, jpeg: 0, ofa: 0}}
-      - {name: 3g.20gb, id: 9, compute_slices: 3, memory_slices: 4, memory_mib: 19968, max_count: 2, sm_count: 42,
-         starts: [0, 4], engines: {ce: 3, dec: 2, enc: 0, jpeg: 0, ofa: 0}}
-      - {name: 4g.20gb, id: 5, compute_slices: 4, memory_slices: 4, memory_mib: 19968, max_count: 1, sm_count: 56,
-         starts: [0], engines: {ce: 4, dec: 2, enc: 0, jpeg: 0, ofa: 0}}
-      - {name: 7g.40gb, id: 0, compute_slices: 7, memory_slices: 8, memory_mib: 40192, max_count: 1, sm_count: 98,
-         starts: [0], engines: {ce: 7, dec: 5, enc: 0, jpeg: 1, ofa: 1}}
-"""
-
-
 def test_lowest_mib_prints_back_as_the_hosts_value() -> None:
     for gib in ("4.75", "4.62", "9.62", "19.50", "0.01", "39.38"):
         low = lowest_mib(gib)
@@ -68,10 +45,9 @@ def test_the_real_a100_sample_agrees_with_the_catalog() -> None:
 
 @pytest.fixture
 def lowmem_host(tmp_path: Path) -> tuple[LocalRunner, Host]:
-    cat = tmp_path / "sim-catalog.yaml"
-    cat.write_text(LOWMEM)
+    cat = lowmem_catalog(tmp_path)  # an A100-40GB whose driver gives 1g.5gb less memory, and no 1g.10gb
     state = write_host(tmp_path / "h.json", "A100-LOWMEM", 1, layouts=None, catalog_files=[str(cat)])
-    return LocalRunner(host="h1", env=sim_env(state)), Host(name="h1", address="h1")
+    return sim_runner.local(state), Host(name="h1", address="h1")
 
 
 @pytest.mark.slow

@@ -16,9 +16,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state
+import sim_runner
+from helpers.samples import flat_workload, local_inventory, write_profiles
+from sim.fleet import host_state, read_state, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.adapters.state_dir import StateDir
 from migplan.commands.context import build_context
 from migplan.commands.fleet import FleetRequest
@@ -35,18 +36,19 @@ from migplan.fleet.steps import is_read_only
 T0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
 
 
-def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: int = 2, config: dict | None = None) -> Path:
-    state = write_state(tmp_path / "h.json", host_state("A100-SXM4-40GB", gpus, hostname="h1",
+def _state(tmp_path: Path) -> Path:
+    """Where `_setup` puts the simulated host h1."""
+    return tmp_path / "h.json"
+
+
+def _setup(tmp_path: Path, gpus: int = 2, config: dict | None = None) -> Path:
+    state = write_state(_state(tmp_path), host_state("A100-SXM4-40GB", gpus, hostname="h1",
                                                         layouts=[None] * gpus))
     st = read_state(state)
     for g in st["gpus"]:
         g.update(mig_current=False, mig_pending=False, gpu_instances=[])
     write_state(state, st)
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
-    (tmp_path / "inv.yaml").write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp_path / "apply.lock"),
-        "state_dir": str(tmp_path / "etc")}}}))
+    local_inventory(tmp_path)
     cfg = {"version": 1, "inventory": "inv.yaml", "profiles": "profiles.yaml",
            "planner": {"headroom": 0.0, "headroom_min_mib": 0}, "replan": config or {}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -54,9 +56,7 @@ def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: int = 2, confi
 
 
 def _profiles(tmp_path: Path, work: dict[str, int]) -> None:
-    (tmp_path / "profiles.yaml").write_text(yaml.safe_dump({"version": 1, "workloads": [
-        {"name": n, "memory_mib": {"p50": m, "p95": m, "p99": m, "max": m},
-         "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}} for n, m in sorted(work.items())]}))
+    write_profiles(tmp_path / "profiles.yaml", [flat_workload(n, m) for n, m in sorted(work.items())])
 
 
 def _run(tmp_path: Path, when: dt.datetime, **kw: object):  # type: ignore[no-untyped-def]
@@ -64,7 +64,7 @@ def _run(tmp_path: Path, when: dt.datetime, **kw: object):  # type: ignore[no-un
     (tmp_path / "textfile").mkdir(exist_ok=True)  # node_exporter's directory: replan creates none but the state dir
     req = ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state"),
                         metrics_file=str(tmp_path / "textfile" / "migplan.prom"), **kw)  # type: ignore[arg-type]
-    return replan(ctx, req, now=when, connect=lambda h: LocalRunner(host=h.name))
+    return replan(ctx, req, now=when, connect=sim_runner.connect(_state(tmp_path)))
 
 
 def _mutations(state: Path) -> list[list[str]]:
@@ -72,9 +72,8 @@ def _mutations(state: Path) -> list[list[str]]:
 
 
 # Not slow though it takes about 4 s: the inner loop's one run of `replan` end to end (commands/replan.py).
-def test_first_run_places_new_demand_and_a_second_run_has_nothing_to_do(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    state = _setup(tmp_path, monkeypatch)
+def test_first_run_places_new_demand_and_a_second_run_has_nothing_to_do(tmp_path: Path) -> None:
+    state = _setup(tmp_path)
     _profiles(tmp_path, {"a": 15000, "b": 9000, "c": 4000})
     r = _run(tmp_path, T0)
     assert r.exit_code == EXIT_APPLIED and r.result == "applied", r.line
@@ -105,16 +104,13 @@ def _profiles_running(tmp_path: Path, plan, extra: dict[str, int] | None = None,
         if w.instance:
             prof, start = w.instance.split("@")
             observed.update(mig_profile=prof, mig_start=int(start))
-        out.append({"name": w.name, "memory_mib": {"p50": m, "p95": m, "p99": m, "max": m},
-                    "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}, "observed": observed})
-    for n, m in sorted((extra or {}).items()):
-        out.append({"name": n, "memory_mib": {"p50": m, "p95": m, "p99": m, "max": m},
-                    "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}})
-    (tmp_path / "profiles.yaml").write_text(yaml.safe_dump({"version": 1, "workloads": out}))
+        out.append(flat_workload(w.name, m, observed=observed))
+    out += [flat_workload(n, m) for n, m in sorted((extra or {}).items())]
+    write_profiles(tmp_path / "profiles.yaml", out)
 
 
-def test_a_second_run_is_refused_by_the_lock_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    state = _setup(tmp_path, monkeypatch)
+def test_a_second_run_is_refused_by_the_lock_at_once(tmp_path: Path) -> None:
+    state = _setup(tmp_path)
     _profiles(tmp_path, {"a": 15000})
     with StateDir(tmp_path / "state").lock():
         r = _run(tmp_path, T0)
@@ -123,8 +119,8 @@ def test_a_second_run_is_refused_by_the_lock_at_once(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_lock_left_by_a_killed_run_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _setup(tmp_path, monkeypatch)
+def test_a_lock_left_by_a_killed_run_is_released(tmp_path: Path) -> None:
+    _setup(tmp_path)
     _profiles(tmp_path, {"a": 15000})
     code = (f"import sys, os; sys.path.insert(0, {str(Path.cwd())!r})\n"
             "from migplan.adapters.state_dir import StateDir\n"
@@ -135,8 +131,8 @@ def test_a_lock_left_by_a_killed_run_is_released(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.slow
-def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _setup(tmp_path, monkeypatch)
+def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path) -> None:
+    _setup(tmp_path)
     _profiles(tmp_path, {"a": 15000, "b": 9000})
     r = _run(tmp_path, T0)
     text = (tmp_path / "textfile" / "migplan.prom").read_text()
@@ -152,9 +148,8 @@ def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.slow
-def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    state = _setup(tmp_path, monkeypatch, gpus=1)
+def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: Path) -> None:
+    state = _setup(tmp_path, gpus=1)
     st = read_state(state)
     st["faults"] = [{"match": "-cgi", "times": 5, "error": "Insufficient Resources"}]
     write_state(state, st)
@@ -169,10 +164,9 @@ def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: P
 
 
 @pytest.mark.slow
-def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: Path) -> None:
     """After a change, a non-urgent change on that GPU waits 24 h; new demand does not wait."""
-    _setup(tmp_path, monkeypatch, gpus=1)
+    _setup(tmp_path, gpus=1)
     _profiles(tmp_path, {"a": 15000, "b": 9000})
     first = _run(tmp_path, T0)
     assert first.exit_code == EXIT_APPLIED
@@ -186,8 +180,7 @@ def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: P
     assert StateDir(tmp_path / "state").runs()[0]["cooling"] == ["h1:0"]
     # new demand that needs a new instance on the cooling GPU (b's idle 2g.10gb is too small): placed at once,
     # the cool-down overridden
-    doc["workloads"].append({"name": "c", "memory_mib": {"p50": 12000, "p95": 12000, "p99": 12000, "max": 12000},
-                             "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1}})
+    doc["workloads"].append(flat_workload("c", 12000))
     (tmp_path / "profiles.yaml").write_text(yaml.safe_dump(doc))
     r = _run(tmp_path, T0 + dt.timedelta(hours=3))
     assert r.exit_code == EXIT_APPLIED and "cool-down overridden" in r.line, r.line
@@ -195,11 +188,10 @@ def test_the_cool_down_holds_a_changed_gpu_unless_demand_is_left_out(tmp_path: P
 
 
 @pytest.mark.slow
-def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_path: Path) -> None:
     """Hourly runs; demand jitters around a fixed level (never crossing an instance size). A real shift at
     hour 30 (a new workload) is followed by the next run."""
-    state = _setup(tmp_path, monkeypatch, gpus=2, config={"cooldown_h": 24})
+    state = _setup(tmp_path, gpus=2, config={"cooldown_h": 24})
     base = {"a": 14000, "b": 8000, "c": 3500, "d": 8000}
     rng = random.Random(7)
     _profiles(tmp_path, base)
@@ -230,11 +222,10 @@ def test_48_hours_of_stationary_demand_change_each_gpu_at_most_once_a_day(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tmp_path: Path) -> None:
     """Sized as peak + 10% (at least 512 MiB), a workload whose peak nears its instance's memory has outgrown it
     while its peak still fits: replan (disruption allowed) moves it then, not after an OOM."""
-    _setup(tmp_path, monkeypatch, gpus=1, config={"allow_disrupt": True})
+    _setup(tmp_path, gpus=1, config={"allow_disrupt": True})
     cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
     cfg["planner"] = {}  # the default headroom rule: +10%, at least 512 MiB
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -263,11 +254,10 @@ def test_a_workload_growing_toward_its_instance_is_moved_before_it_exceeds_it(tm
 
 
 @pytest.mark.slow
-def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Path) -> None:
     """Profiles without an observed place (nothing has started yet): the assignments the apply wrote on the host
     are read back as each workload's place, so later runs, also past the cool-down, change nothing."""
-    state = _setup(tmp_path, monkeypatch, gpus=3)
+    state = _setup(tmp_path, gpus=3)
     _profiles(tmp_path, {"a": 15000, "b": 9000, "c": 4000, "d": 30000})
     first = _run(tmp_path, T0)
     assert first.exit_code == EXIT_APPLIED, first.line
@@ -281,10 +271,9 @@ def test_workloads_placed_but_not_started_keep_their_assigned_place(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Path) -> None:
     """Assigned instances are never orphans; once a workload leaves the profiles, its instance is reported."""
-    _setup(tmp_path, monkeypatch, gpus=2)
+    _setup(tmp_path, gpus=2)
     _profiles(tmp_path, {"a": 15000, "b": 9000})
     assert _run(tmp_path, T0).exit_code == EXIT_APPLIED
     _run(tmp_path, T0 + dt.timedelta(hours=1))
@@ -295,6 +284,6 @@ def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Pa
     lines: list[str] = []
     ctx = build_context(str(tmp_path / "config.yaml"), None, None)
     replan(ctx, ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state")), report=lines.append,
-           now=T0 + dt.timedelta(hours=2), connect=lambda h: LocalRunner(host=h.name))
+           now=T0 + dt.timedelta(hours=2), connect=sim_runner.connect(_state(tmp_path)))
     assert StateDir(tmp_path / "state").runs()[0]["orphans"] == [f"h1:{b['gpu']}:{b['instance']}"]
     assert any("event=orphans instances=1" in line for line in lines), lines

@@ -25,9 +25,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, sim_env, write_state
+import sim_runner
+from helpers.samples import flat_workload, write_profiles
+from sim.fleet import host_state, read_state, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import enumerate_layouts
 from migplan.commands.context import build_context
@@ -62,10 +63,8 @@ def _fleet(rng: random.Random, paths: Sequence[Path]) -> dict[str, Path]:
 
 
 def _profiles(path: Path, demand: dict[str, int], observed: dict[str, dict[str, Any]]) -> None:
-    path.write_text(yaml.safe_dump({"version": 1, "workloads": [
-        {"name": n, "memory_mib": {"p50": m, "p95": m, "p99": m, "max": m},
-         "compute": {"p50": 0.05, "p95": 0.1, "p99": 0.1, "max": 0.1},
-         **({"observed": observed[n]} if n in observed else {})} for n, m in sorted(demand.items())]}))
+    write_profiles(path, [flat_workload(n, m, **({"observed": observed[n]} if n in observed else {}))
+                          for n, m in sorted(demand.items())])
 
 
 def _start(states: dict[str, Path], placed: Any, names: set[str], when: dt.datetime,
@@ -101,7 +100,7 @@ def test_stationary_demand_converges_after_the_first_run(tmp_path: Path, seed: i
     hosts = {name: {"connection": "local", "discover": True, "lock_file": str(tmp_path / f"{name}.lock"),
                     "state_dir": str(tmp_path / f"{name}-etc")} for name in states}
     print(converge(tmp_path, rng, states, hosts, FleetRequest(),
-                   lambda h: LocalRunner(host=h.name, env=sim_env(states[h.name]))))
+                   sim_runner.connect(states)))
 
 
 def converge(tmp_path: Path, rng: random.Random, states: dict[str, Path], hosts: dict[str, Any], fleet: FleetRequest,

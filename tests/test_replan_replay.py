@@ -26,9 +26,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state
+import sim_runner
+from helpers.samples import local_inventory
+from sim.fleet import host_state, read_state, reboot, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.catalog import builtin_catalog
 from migplan.commands.apply import LastRequest, apply_last
 from migplan.commands.collect import LocalSettings, collect_local
@@ -85,12 +86,9 @@ def _world(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                            "ci": None}]
         assert g["index"] == i
     state = write_state(tmp / "h.json", st)
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
+    sim_runner.serve(monkeypatch, state)  # apply --last as the boot unit runs it: no connect=, its own runner
     (tmp / "hook.py").write_text(HOOK)
-    (tmp / "inv.yaml").write_text(yaml.safe_dump({"version": 1, "hosts": {"h1": {
-        "connection": "local", "discover": True, "lock_file": str(tmp / "apply.lock"),
-        "state_dir": str(tmp / "etc"), "hooks": {"on_move": [f"{sys.executable} {tmp / 'hook.py'}"]}}}}))
+    local_inventory(tmp, hooks={"on_move": [f"{sys.executable} {tmp / 'hook.py'}"]})
     (tmp / "config.yaml").write_text(yaml.safe_dump({
         "version": 1, "inventory": "inv.yaml", "replan": {"allow_disrupt": True, "cooldown_h": 24}}))
     return state
@@ -179,7 +177,7 @@ def test_48_hours_of_replan_fed_by_the_collector(tmp_path: Path, monkeypatch: py
         # the hourly run collects first: the host's store is fetched (here through the local runner)
         r = replan(ctx, ReplanRequest(fleet=FleetRequest(), state_dir=str(tmp_path / "state"), collect=True,
                                       remote_history=str(history / "history.sqlite"), window_s=24 * 3600.0),
-                   now=now, connect=lambda h: LocalRunner(host=h.name))
+                   now=now, connect=sim_runner.connect(state))
         assert r.exit_code in (EXIT_APPLIED, EXIT_NOTHING), (hour, r.line, r.applied and r.applied.to_dict())
         if r.exit_code == EXIT_APPLIED:
             applied_at.append(hour)

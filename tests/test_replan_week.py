@@ -34,9 +34,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, read_state, reboot, sim_env, write_state
+import sim_runner
+from sim.fleet import host_state, read_state, reboot, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.commands.apply import LastRequest, apply_last
 from migplan.commands.context import build_context
 from migplan.commands.replan import ReplanRequest, replan
@@ -52,16 +52,16 @@ A30 = {14: "1g.6gb", 5: "2g.12gb", 0: "4g.24gb", 21: "1g.6gb+me", 6: "2g.12gb+me
 
 KILLED_RUN = """
 import json, sys
-from migplan.adapters.runner import LocalRunner
+from pathlib import Path
+import sim_runner
 from migplan.commands.context import build_context
 from migplan.commands.replan import ReplanRequest, replan
 import datetime as dt
 cfg, state_dir, when, states = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
 from migplan.commands.fleet import FleetRequest
-from tests.sim.fleet import sim_env
 ctx = build_context(cfg, None, None)
 r = replan(ctx, ReplanRequest(state_dir=state_dir), now=dt.datetime.fromtimestamp(when, dt.timezone.utc),
-           connect=lambda h: LocalRunner(host=h.name, env=sim_env(states[h.name])))
+           connect=sim_runner.connect({h: Path(p) for h, p in states.items()}))
 print(r.line, file=sys.stderr)
 """
 
@@ -133,7 +133,7 @@ def _killed_run(tmp: Path, states: dict[str, Path], hour: int) -> bool:
         st = read_state(path)
         st["faults"] = [{"match": "-cgi", "hang": 60}, {"match": "-mig", "hang": 60}]
         write_state(path, st)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}  # migplan, sim_runner
     proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp / "config.yaml"), str(tmp / "state"),
                              str((T0 + dt.timedelta(hours=hour)).timestamp()),
                              json.dumps({h: str(p) for h, p in states.items()})],
@@ -192,7 +192,7 @@ def test_a_week_of_hourly_replans(world: tuple[Path, dict[str, Path]]) -> None:
             ctx = build_context(None, None, None)
             boot = apply_last(ctx, LastRequest(state_dir=str(tmp / "h0-etc"), lock_file=str(tmp / "h0.lock"),
                                            host_name="h0"),
-                              connect=lambda h: LocalRunner(host="localhost", env=sim_env(states["h0"])))
+                              connect=lambda h: sim_runner.local(states["h0"], "localhost"))
             assert boot.exit_code == 0, boot.to_dict()
             assert _layouts(states) == before  # the boot unit put every instance back
         _profiles(tmp, demand, hour, observed)
@@ -208,7 +208,7 @@ def test_a_week_of_hourly_replans(world: tuple[Path, dict[str, Path]]) -> None:
         else:
             ctx = build_context(str(tmp / "config.yaml"), None, None)
             r = replan(ctx, ReplanRequest(state_dir=str(tmp / "state")), now=T0 + dt.timedelta(hours=hour),
-                       connect=lambda h: LocalRunner(host=h.name, env=sim_env(states[h.name])))
+                       connect=sim_runner.connect(states))
             results.append(r.result)
             assert r.exit_code in (0, 5), (hour, r.line)
             if hour == KILLED + 1:  # repaired when the kill left a GPU half-done, else only the record goes

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from migplan.catalog import GpuModel, builtin_catalog
 from migplan.catalog.layout import Layout, enumerate_layouts
-from tests.sim.fleet import Proc, host_state, write_state
+from tests.sim.fleet import Proc, host_state, read_state, write_state
 
 MODELS = builtin_catalog().models
 
@@ -35,13 +33,8 @@ def state(model: GpuModel | str | None, n_gpus: int, *, hostname: str, layouts: 
     return st
 
 
-def write(path: Any, st: dict[str, Any]) -> None:
-    write_state(path, st)
-
-
-def read(path: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(path).read_text())
-    return data
+# the fleet tests' short names for the simulator's own (they were copies of these)
+read, write = read_state, write_state
 
 
 __all__ = ["MODELS", "Proc", "mixed_layout", "read", "state", "write"]

@@ -3,6 +3,11 @@ prepends the directory of tests/conftest.py, the same way `planner_fixtures` and
 
 `own_tmpdir` is a fixture: a module that wants it for every test says
 `pytestmark = pytest.mark.usefixtures("own_tmpdir")`; tests/conftest.py registers it.
+
+Modules: `helpers.samples` (input documents: a `connection: local` inventory, flat workload profiles, the
+simulator catalog of a low-memory A100), `helpers.local_runners` (a LocalRunner counting its processes, a
+pass-through become prefix). The simulator's driver is tests/sim_runner.py (`import sim_runner`): every test
+that runs migplan against the nvidia-smi simulator gets its runner there.
 """
 
 from __future__ import annotations
