@@ -26,7 +26,7 @@ EXPECTED = {
     "RTX-PRO-6000-WS": ("blackwell", 4, 12, {"1g.24gb": 14, "1g.24gb+me.all": 65, "4g.96gb": 0}),
     "H100-NVL": ("hopper", 7, 8, {"1g.12gb": 19, "3g.47gb": 9, "7g.94gb": 0}),
     "H200-141GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.141gb": 0}),
-    "H200-NVL": ("hopper", 7, 8, {"1g.18gb": 19, "2g.35gb": 14, "3g.71gb": 9, "7g.141gb": 0}),
+    "H200-NVL": ("hopper", 7, 8, {"1g.18gb": 19, "2g.35gb": 14, "3g.71gb": 9, "7g.141gb": 0}),  # no 1g.35gb
     "GH200-96GB": ("hopper", 7, 8, {"1g.12gb": 19, "7g.96gb": 0}),
     "GH200-144GB": ("hopper", 7, 8, {"1g.18gb": 19, "7g.144gb": 0}),
     "B200": ("blackwell", 7, 8, {"1g.23gb": 19, "7g.180gb": 0}),

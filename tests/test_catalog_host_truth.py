@@ -81,13 +81,15 @@ def test_h100_pcie_never_claims_more_than_driver_525_prints() -> None:
 
 def test_h200_nvl_is_its_own_model() -> None:
     """No source shows the H200 NVL's (0x233B) MIG geometry, so it is not filed under the H200 SXM (0x2335):
-    its own id, PCI id and names, marked unverified, with the SXM's rows (the least any H200 prints)."""
+    its own id, PCI id and names, marked unverified, with the SXM's rows (the least any H200 prints) but 1g.35gb,
+    which NVIDIA's mig-parted creates on 0x2335 only."""
     sxm, nvl = CAT.get("H200-141GB"), CAT.get("H200-NVL")
     assert (sxm.pci_device_ids, nvl.pci_device_ids) == (("0x2335",), ("0x233b",))
     assert not {a.lower() for a in sxm.aliases} & {"h200-nvl", "h200 nvl"}
     assert not nvl.verified and nvl.confidence.startswith("UNVERIFIED")
-    assert [(p.name, p.id, p.memory_mib, p.sm_count) for p in nvl.profiles] == [
-        (p.name, p.id, p.memory_mib, p.sm_count) for p in sxm.profiles]
+    assert [(p.name, p.id, p.memory_mib, p.sm_count, p.starts) for p in nvl.profiles] == [
+        (p.name, p.id, p.memory_mib, p.sm_count, p.starts) for p in sxm.profiles if p.name != "1g.35gb"]
+    assert not nvl.has_profile("1g.35gb") and sxm.has_profile("1g.35gb")
     assert all(not p.confidence.startswith("real") for p in nvl.profiles)
     # the three profiles NVIDIA's mig-parted names for 0x233B (all-balanced) are the ones marked as named
     assert {p.name for p in nvl.profiles if p.confidence.startswith("names real")} == {"1g.18gb", "2g.35gb", "3g.71gb"}
@@ -102,9 +104,11 @@ def test_h200_nvl_is_found_by_name_and_by_device_id(name: str, pci: str | None) 
 
 
 def test_nvidia_h200_mig_parted_config_selects_each_board_by_its_own_device_id() -> None:
-    """mig-parted config-default.yaml's all-balanced entry for 'H200 141GB, H200 NVL' (both device ids) selects
-    both models and places on each; an entry for 0x2335 alone no longer selects the NVL."""
+    """mig-parted config-default.yaml's (@bd7160f) all-balanced entry for 'H200 141GB, H200 NVL' (both device
+    ids) selects both models and places on each; its all-1g.35gb entry (0x2335 only) selects the SXM alone, and
+    the NVL has no 1g.35gb to place."""
     from migplan import mig_parted, yamldoc
+    from migplan.errors import CatalogError
 
     text = """version: v1
 mig-configs:
@@ -113,8 +117,8 @@ mig-configs:
       devices: all
       mig-enabled: true
       mig-devices: {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
-  sxm-only:
-    - device-filter: "0x233510DE"
+  all-1g.35gb:
+    - device-filter: ["0x233510DE"]
       devices: all
       mig-enabled: true
       mig-devices: {"1g.35gb": 4}
@@ -125,8 +129,11 @@ mig-configs:
     assert balanced.selects(0, sxm) and balanced.selects(0, nvl)
     for model in (sxm, nvl):
         assert mig_parted.place_counts(model, balanced.counts()) is not None
-    (sxm_only,) = configs["sxm-only"]
+    (sxm_only,) = configs["all-1g.35gb"]
     assert sxm_only.selects(0, sxm) and not sxm_only.selects(0, nvl)
+    assert mig_parted.place_counts(sxm, sxm_only.counts()) is not None
+    with pytest.raises(CatalogError, match="no MIG profile '1g.35gb'"):
+        mig_parted.place_counts(nvl, sxm_only.counts())
 
 
 def test_every_source_key_is_explained() -> None:

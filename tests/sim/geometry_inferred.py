@@ -185,8 +185,16 @@ MODELS: list[dict[str, Any]] = [
         "placements": P8, "placements_source": P8_INFERRED,
         "source": "INFERRED: the reference files the H200 NVL (PCI 0x233B) under H200-141GB (mig-catalog.yaml: "
                   "pci_device_id H200-NVL 0x233B, 'H200 NVL name not seen') and holds no -lgip of it: the rows are the "
-                  "H200-141GB rows above (H200_120, an H200 SXM); the product name is a placeholder",
-        "profiles": "H200-141GB",
+                  "H200-141GB rows above (H200_120, an H200 SXM) but row 15 (1g.35gb), which mig-parted's "
+                  "config-default.yaml (MIGPARTED_CFG) creates on 0x2335 only; the product name is a placeholder",
+        "profiles": [
+            ("1g.18gb", 19, 1, 1, 16384, 7, 16, (1, 1, 0, 1, 0), "inferred: H200_120's row"),
+            ("1g.18gb+me", 20, 1, 1, 16384, 1, 16, (1, 1, 0, 1, 1), "inferred: H200_120's row"),
+            ("2g.35gb", 14, 2, 2, 33024, 3, 32, (2, 2, 0, 2, 0), "inferred: H200_120's row"),
+            ("3g.71gb", 9, 3, 4, 71168, 2, 60, (3, 3, 0, 3, 0), "inferred: H200_120's row"),
+            ("4g.71gb", 5, 4, 4, 71168, 1, 64, (4, 4, 0, 4, 0), "inferred: H200_120's row"),
+            ("7g.141gb", 0, 7, 8, 143104, 1, 132, (8, 7, 0, 7, 1), "inferred: H200_120's row"),
+        ],
     },
     {
         "id": "GH200-96GB", "architecture": "hopper", "memory_slices": 8, "compute_slices": 7,
