@@ -6,9 +6,11 @@ review the diff, commit the result. The output is what `migplan` loads at run ti
     python tools/build_catalog.py ../shared/reference/mig-catalog.yaml > migplan/catalog/data/models.yaml
 
 What the reference does not hold is in this file, each fact with its source key (docs/sources.md §5):
-real `nvidia-smi` output of GPUs and drivers the reference lacks (H100 PCIe, H100 NVL on another driver,
-H100 SXM on driver 525, RTX PRO 6000 Blackwell), the MIG User Guide's per-profile driver notes, and the
-inferences migplan makes where no source prints a value (marked `confidence: inferred`).
+real `nvidia-smi` output of GPUs and drivers the reference lacks (H100 PCIe on drivers 570 and 525, H100 NVL
+on another driver, H100 SXM on driver 525, RTX PRO 6000 Blackwell), the MIG User Guide's per-profile driver
+notes, the models the reference files under another (A800, H200 NVL), and the inferences migplan makes where no
+source prints a value (marked `confidence: inferred`). Where a row or model needs more than its one-line
+`confidence:` to say why, a `comment` below becomes a `#` block above it in the output.
 
 The offline catalog is conservative (docs/mig-geometry.md §10): each profile's memory is the smallest
 any known driver prints for the model, and a profile that older supported drivers lack carries
@@ -17,11 +19,33 @@ any known driver prints for the model, and a profile that older supported driver
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from typing import Any
 
 import yaml
+from yaml.events import SequenceEndEvent
+
+
+class _Folded(str):
+    """A string written folded after each of `lines` (joined by one space), not where PyYAML would fold it.
+
+    PyYAML folds a long quoted scalar at the first space past 120 columns; models.yaml's hand edits of 59826f8
+    and 9cbcce3 folded two `drivers:` strings at or before 120, so those carry their output lines here."""
+
+    lines: tuple[str, ...]
+
+    def __new__(cls, *lines: str) -> _Folded:
+        self = super().__new__(cls, " ".join(lines))
+        self.lines = lines
+        return self
+
+
+# H200 NVL rows (MIGPARTED_CFG, @bd7160f): the profiles mig-parted's all-balanced names for 0x233B are real names
+# with the H200 SXM's numbers; the others no source names for the NVL at all.
+_NVL_NAMED = "names real (MIGPARTED_CFG all-balanced for 0x233B); numbers inferred (H200_120)"
+_NVL_UNNAMED = "inferred: the H200 SXM row (H200_120); no source names it for 0x233B"
 
 # Our model ids, aliases and facts the research file holds only as prose.
 # arch decides MIG-mode semantics (Ampere: reset to take effect; Hopper+: immediate), UG getting-started.
@@ -59,19 +83,51 @@ MODELS: list[dict[str, Any]] = [
                 "1g.20gb from the same (19.50 GiB; H100_SXM prints 19.62), 4g.40gb and 7g.80gb from AWS p5 "
                 "(H100_P5: 39.38 and 79.12 GiB; H100_SXM prints 79.25) (docs/mig-geometry.md §10)."},
     {"table": "H100-PCIE-80GB", "id": "H100-PCIE-80GB", "aliases": ["H100-PCIE", "H100 PCIe"], "arch": "hopper",
-     "smi_name": ["NVIDIA H100 PCIe"], "pci": ["0x2331"], "source": ["H100_PCIE_570", "H100_GCP_525", "H100_P5"],
-     "confidence": "profiles real (H100_PCIE_570); memory the smallest H100 80GB sample (inferred); placements "
-                   "inferred",
-     "drivers": "R525 and later (UG_DEPLOY). -lgip from driver 570.169 (H100_PCIE_570: 9.75/19.62/39.50/79.25 GiB); "
-                "memory lowered to the smallest any H100 80GB driver prints (525.125.06, H100_GCP_525; p5 7g.80gb)."},
+     "smi_name": ["NVIDIA H100 PCIe"], "pci": ["0x2331"],
+     "source": ["H100_PCIE_570", "H100_PCIE_525", "H100_GCP_525", "H100_P5"],
+     "confidence": "profiles real (H100_PCIE_570); memory the smallest H100 80GB sample (inferred; 7g.80gb "
+                   "H100_PCIE_525); placements inferred",
+     "drivers": _Folded(
+         "R525 and later (UG_DEPLOY). -lgip from driver 570.169 (H100_PCIE_570: 9.75/19.62/39.50/79.25 GiB); memory "
+         "lowered",
+         "to the smallest any H100 80GB driver prints (525.125.06, H100_GCP_525 9.62/19.50/39.25 GiB, its 3g.40gb for "
+         "4g.40gb",
+         "too); 7g.80gb the H100 PCIe's own 79.00 GiB on 525.125.06 (H100_PCIE_525), below p5's 79.12.")},
     {"src": "H100-NVL-94GB", "id": "H100-NVL",
      "aliases": ["H100-NVL-94GB", "H100 NVL", "H800 NVL"], "arch": "hopper",
      "source_add": ["H100_NVL_ONE"],
      "drivers": "R525 and later (UG_DEPLOY, H100). Numbers: the smallest seen, H100_NVL_ONE (driver not shown: "
                 "10.62/21.50/46.12/92.62 GiB); driver 560.35.03 (H100_NVL) prints 128-512 MiB more."},
     {"src": "H200-141GB", "id": "H200-141GB",
-     "aliases": ["H200", "H200-SXM5-141GB", "H200-NVL", "H200 NVL"], "arch": "hopper",
+     # The reference's H200-NVL alias and 0x233B: the H200 NVL is its own model below (no source shows its geometry).
+     "aliases": ["H200", "H200-SXM5-141GB"], "arch": "hopper", "pci_drop": ["0x233b"],
      "drivers": "R550 and later (MIG from 550.90.07, UG_DEPLOY). Numbers: H200_120 (one driver, version not shown)."},
+    {"copy": "H200-141GB", "id": "H200-NVL", "aliases": ["H200-NVL-141GB", "H200 NVL"], "arch": "hopper",
+     "verified": False, "smi_name": [], "pci": ["0x233b"],  # the reference's H200-NVL id; its name never seen
+     "source": ["H200_120", "MIGPARTED_CFG", "UG_DEPLOY"],
+     "confidence": "UNVERIFIED: no H200 NVL -lgip/-lgipp in any source; the H200-141GB rows (H200_120, an H200 SXM) "
+                   "but 1g.35gb",
+     # The rows kept from H200-141GB, each with its confidence; 1g.35gb is left out (see the comment).
+     "copy_rows": {"1g.18gb": _NVL_NAMED, "1g.18gb+me": _NVL_UNNAMED, "2g.35gb": _NVL_NAMED,
+                   "3g.71gb": _NVL_NAMED, "4g.71gb": _NVL_UNNAMED, "7g.141gb": _NVL_UNNAMED},
+     "comment": (
+         "H200 NVL (PCI 0x233B) has its own model: no source shows its MIG geometry. The reference files it under",
+         'H200-141GB (mig-catalog.yaml: "H200 NVL name not seen"), its only -lgip (H200_120) is of an H200 SXM '
+         "(0x2335),",
+         "and NVIDIA's mig-parted config-default.yaml (MIGPARTED_CFG, @bd7160f) names three profiles for 0x233B",
+         "(all-balanced: 1g.18gb x2, 2g.35gb, 3g.71gb) but creates all-1g.35gb's four 1g.35gb only on 0x2335 (its",
+         "device-filter): so the conservative model has no 1g.35gb (a plan never asks the NVL for it). The other "
+         "rows are",
+         "the H200 SXM's numbers (the least any source prints for an H200), not verified on an NVL: learn the real",
+         "geometry from the host ('migplan catalog learn') before trusting a plan that uses a profile no source "
+         "names for it.",
+     ),
+     "drivers": _Folded(
+         "R550 and later (UG_DEPLOY, H200). Numbers: H200_120 (an H200 SXM, 0x2335; one driver, version not shown), "
+         "the",
+         "only H200 -lgip found and so the least known; no source prints an H200 NVL row. No 1g.35gb: mig-parted "
+         "creates it on",
+         "0x2335 only (MIGPARTED_CFG all-1g.35gb).")},
     {"src": "GH200-96GB", "id": "GH200-96GB", "aliases": ["GH200", "H100-96GB"], "arch": "hopper",
      # 0x20B6 (PG506-232, an Ampere board) and 0x2329 (H20) share mig-parted's config list, not this geometry:
      # no real MIG output of either is known, so they stay unknown to the catalog.
@@ -181,9 +237,20 @@ TABLES: dict[str, dict[str, Any]] = {
              _PCIE_MEM.format(gib="39.50", src="H100_GCP_525", low="39.25")),
             ("4g.40gb", 5, 4, 4, 40192, 1, 62, _H100_PCIE_ENG["4"],
              _PCIE_MEM.format(gib="39.50", src="H100_GCP_525 3g.40gb", low="39.25")),
-            ("7g.80gb", 0, 7, 8, 81024, 1, 114, _H100_PCIE_ENG["7"],
-             _PCIE_MEM.format(gib="79.25", src="H100_P5", low="79.12")),
+            ("7g.80gb", 0, 7, 8, 80896, 1, 114, _H100_PCIE_ENG["7"],
+             "real; memory the smallest printed (H100_PCIE_525 79.00 GiB; own 79.25; H100_P5 79.12)"),
         ],
+        "comments": {
+            "7g.80gb": (
+                "7g.80gb: 80896 MiB = 79.00 GiB, what an H100 PCIe prints on driver 525.125.06 (H100_PCIE_525, "
+                "docs/sources.md",
+                "§5), 128 MiB below the 81024 (79.12 GiB, the SXM board's AWS p5) this row carried: the catalog never "
+                "claims",
+                "more than a real driver prints. The reference holds no H100 PCIe output (its mig-geometry.md §4: "
+                '"not',
+                'separately evidenced"); its smallest H100 80GB 7g.80gb is H100_P5\'s 79.12 GiB.',
+            ),
+        },
     },
     "RTX-PRO-6000-SE": {
         "memory_slices": 12, "compute_slices": 4,
@@ -235,6 +302,89 @@ CI_SEEN = {
     ("H100-PCIE-80GB", 1, 1): "H100_PCIE_570 '-cgi 19,... -C': (ID  0)",
 }
 ENGINES = ("ce", "dec", "enc", "jpeg", "ofa")
+
+
+class _Commented(dict[str, Any]):
+    """A model or profile the output carries a `#` block above: the why its one-line confidence cannot hold."""
+
+    def __init__(self, data: dict[str, Any], comment: tuple[str, ...]) -> None:
+        super().__init__(data)
+        self.comment = comment
+
+
+def _commented(data: dict[str, Any], comment: tuple[str, ...] | None) -> dict[str, Any]:
+    return _Commented(data, comment) if comment else data
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that writes a _Commented list item's comment lines above its `- `, at the item's indent, and a
+    _Folded string folded at its own lines.
+
+    PyYAML has neither: the representers put `comment` / `lines` on the node, serialize_node hands them to the
+    node's first event (its MappingStartEvent or ScalarEvent), and the emitter writes them: a comment when that
+    event starts a block sequence item (models and profiles always are), lines when it writes the scalar."""
+
+    _LAYOUT = ("comment", "lines")
+    _pending: dict[str, tuple[str, ...]] | None = None
+
+    def serialize_node(self, node: yaml.Node, parent: yaml.Node | None, index: Any) -> None:
+        layout = {k: getattr(node, k) for k in self._LAYOUT if getattr(node, k, None)}
+        if layout:
+            self._pending = layout  # the node's own first event is the next one emitted
+        super().serialize_node(node, parent, index)
+
+    def emit(self, event: yaml.Event) -> None:
+        if self._pending:
+            for k, v in self._pending.items():
+                setattr(event, k, v)
+            self._pending = None
+        super().emit(event)
+
+    def choose_scalar_style(self) -> str:
+        if getattr(self.event, "lines", None):
+            return "'"  # the one style write_single_quoted folds at a _Folded string's lines
+        return str(super().choose_scalar_style())
+
+    def write_single_quoted(self, text: str, split: bool = True) -> None:
+        lines = getattr(self.event, "lines", None)
+        if not lines or not split:
+            super().write_single_quoted(text, split)
+            return
+        self.write_indicator("'", True)
+        for i, line in enumerate(lines):
+            if i:
+                self.write_indent()  # the fold: a line break and the mapping's indent, read back as one space
+            data = line.replace("'", "''")
+            self.column += len(data)
+            self.stream.write(data)
+        self.write_indicator("'", False)
+
+    def expect_block_sequence_item(self, first: bool = False) -> None:
+        comment = getattr(self.event, "comment", None)
+        if comment and not isinstance(self.event, SequenceEndEvent):
+            for line in comment:
+                self.write_indent()
+                text = "# " + line
+                self.stream.write(text)
+                self.column += len(text)
+                self.whitespace = self.indention = False
+        super().expect_block_sequence_item(first)
+
+
+def _represent_commented(dumper: _Dumper, data: _Commented) -> yaml.Node:
+    node = dumper.represent_dict(data)
+    node.comment = data.comment  # type: ignore[attr-defined]
+    return node
+
+
+def _represent_folded(dumper: _Dumper, data: _Folded) -> yaml.Node:
+    node = dumper.represent_str(str(data))
+    node.lines = data.lines  # type: ignore[attr-defined]
+    return node
+
+
+_Dumper.add_representer(_Commented, _represent_commented)
+_Dumper.add_representer(_Folded, _represent_folded)
 
 
 def _pci_ids(raw: Any) -> list[str]:
@@ -322,16 +472,33 @@ def _table_profiles(m: dict[str, Any]) -> list[dict[str, Any]]:
     t = TABLES[m["table"]]
     places = t.get("placements") or TABLES[t["placements_from"]]["placements"]
     one_slice = min(r[3] for r in t["rows"] if r[2] == 1)
+    comments = t.get("comments", {})
+    unknown = set(comments) - {r[0] for r in t["rows"]}
+    if unknown:
+        raise SystemExit(f"{m['table']}: comments on rows the table lacks: {sorted(unknown)}")
     out = []
     for name, pid, g, mem_slices, mib, mx, sm, engines, conf in t["rows"]:
         ci_default, ci_seen = _ci_default(m["id"], m["arch"], g, mem_slices, one_slice)
-        out.append({
+        out.append(_commented({
             "name": name, "id": pid, "compute_slices": g, "memory_slices": mem_slices, "memory_mib": mib,
             "max_count": mx, "sm_count": sm, "starts": list(places[pid]), "media_extensions": name.endswith("+me"),
             "engines": dict(zip(ENGINES, engines, strict=True)), "ci_default_id": ci_default,
             "ci_default_verified": ci_seen, "confidence": conf,
-        })
+        }, comments.get(name)))
     return out
+
+
+def _copied_profiles(m: dict[str, Any], like: dict[str, Any]) -> list[dict[str, Any]]:
+    """The profiles of the model m copies: all of them inferred, or only its copy_rows with their confidence."""
+    if "copy_rows" not in m:
+        # Shared lists and dicts: the output writes them as YAML aliases of the original's (&idNNN).
+        return [dict(p, confidence="inferred") for p in like["profiles"]]
+    rows = m["copy_rows"]
+    unknown = set(rows) - {p["name"] for p in like["profiles"]}
+    if unknown:
+        raise SystemExit(f"{m['id']}: copy_rows {sorted(unknown)} not in {m['copy']}")
+    # Deep copies: the model's own rows in the output, not aliases of the original's.
+    return [dict(copy.deepcopy(dict(p)), confidence=rows[p["name"]]) for p in like["profiles"] if p["name"] in rows]
 
 
 def build(ref: dict[str, Any]) -> dict[str, Any]:
@@ -356,8 +523,7 @@ def build(ref: dict[str, Any]) -> dict[str, Any]:
         else:
             like = built[m["copy"]] if "copy" in m else None
             t = TABLES.get(m.get("table", ""), {})
-            profiles = ([dict(p, confidence="inferred") for p in like["profiles"]] if like is not None
-                        else _table_profiles(m))
+            profiles = _copied_profiles(m, like) if like is not None else _table_profiles(m)
             entry = {
                 "id": m["id"], "aliases": m["aliases"], "smi_names": m["smi_name"], "pci_device_ids": m.get("pci", []),
                 "architecture": m["arch"],
@@ -374,7 +540,7 @@ def build(ref: dict[str, Any]) -> dict[str, Any]:
             entry["exclusions"] = [{"profiles": list(names), "min_driver": branch, "reason": R510_REASON}
                                    for names, branch in rules]
         built[m["id"]] = entry
-        out.append(entry)
+        out.append(_commented(entry, m.get("comment")))
     return {"version": 1, "models": out}
 
 
@@ -385,7 +551,7 @@ def main() -> None:
     print("# `source:` keys are explained in docs/sources.md §5.")
     print("# Values are copied from real nvidia-smi output unless a profile says confidence: inferred/doc.")
     print("# Offline numbers are conservative: the smallest memory any known driver prints (docs/mig-geometry.md §10).")
-    print(yaml.safe_dump(build(ref), sort_keys=False, width=120, default_flow_style=None), end="")
+    print(yaml.dump(build(ref), Dumper=_Dumper, sort_keys=False, width=120, default_flow_style=None), end="")
 
 
 if __name__ == "__main__":
