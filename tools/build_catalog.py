@@ -28,20 +28,6 @@ import yaml
 from yaml.events import SequenceEndEvent
 
 
-class _Folded(str):
-    """A string written folded after each of `lines` (joined by one space), not where PyYAML would fold it.
-
-    PyYAML folds a long quoted scalar at the first space past 120 columns; models.yaml's hand edits of 59826f8
-    and 9cbcce3 folded two `drivers:` strings at or before 120, so those carry their output lines here."""
-
-    lines: tuple[str, ...]
-
-    def __new__(cls, *lines: str) -> _Folded:
-        self = super().__new__(cls, " ".join(lines))
-        self.lines = lines
-        return self
-
-
 # H200 NVL rows (MIGPARTED_CFG, @bd7160f): the profiles mig-parted's all-balanced names for 0x233B are real names
 # with the H200 SXM's numbers; the others no source names for the NVL at all.
 _NVL_NAMED = "names real (MIGPARTED_CFG all-balanced for 0x233B); numbers inferred (H200_120)"
@@ -87,12 +73,11 @@ MODELS: list[dict[str, Any]] = [
      "source": ["H100_PCIE_570", "H100_PCIE_525", "H100_GCP_525", "H100_P5"],
      "confidence": "profiles real (H100_PCIE_570); memory the smallest H100 80GB sample (inferred; 7g.80gb "
                    "H100_PCIE_525); placements inferred",
-     "drivers": _Folded(
-         "R525 and later (UG_DEPLOY). -lgip from driver 570.169 (H100_PCIE_570: 9.75/19.62/39.50/79.25 GiB); memory "
-         "lowered",
-         "to the smallest any H100 80GB driver prints (525.125.06, H100_GCP_525 9.62/19.50/39.25 GiB, its 3g.40gb for "
-         "4g.40gb",
-         "too); 7g.80gb the H100 PCIe's own 79.00 GiB on 525.125.06 (H100_PCIE_525), below p5's 79.12.")},
+     "drivers": (
+         "R525 and later (UG_DEPLOY). -lgip from driver 570.169 (H100_PCIE_570: 9.75/19.62/39.50/79.25 GiB); "
+         "memory lowered to the smallest any H100 80GB driver prints (525.125.06, H100_GCP_525 "
+         "9.62/19.50/39.25 GiB, its 3g.40gb for 4g.40gb too); 7g.80gb the H100 PCIe's own 79.00 GiB on "
+         "525.125.06 (H100_PCIE_525), below p5's 79.12.")},
     {"src": "H100-NVL-94GB", "id": "H100-NVL",
      "aliases": ["H100-NVL-94GB", "H100 NVL", "H800 NVL"], "arch": "hopper",
      "source_add": ["H100_NVL_ONE"],
@@ -122,12 +107,10 @@ MODELS: list[dict[str, Any]] = [
          "geometry from the host ('migplan catalog learn') before trusting a plan that uses a profile no source "
          "names for it.",
      ),
-     "drivers": _Folded(
-         "R550 and later (UG_DEPLOY, H200). Numbers: H200_120 (an H200 SXM, 0x2335; one driver, version not shown), "
-         "the",
-         "only H200 -lgip found and so the least known; no source prints an H200 NVL row. No 1g.35gb: mig-parted "
-         "creates it on",
-         "0x2335 only (MIGPARTED_CFG all-1g.35gb).")},
+     "drivers": (
+         "R550 and later (UG_DEPLOY, H200). Numbers: H200_120 (an H200 SXM, 0x2335; one driver, version not "
+         "shown), the only H200 -lgip found and so the least known; no source prints an H200 NVL row. No "
+         "1g.35gb: mig-parted creates it on 0x2335 only (MIGPARTED_CFG all-1g.35gb).")},
     {"src": "GH200-96GB", "id": "GH200-96GB", "aliases": ["GH200", "H100-96GB"], "arch": "hopper",
      # 0x20B6 (PG506-232, an Ampere board) and 0x2329 (H20) share mig-parted's config list, not this geometry:
      # no real MIG output of either is known, so they stay unknown to the catalog.
@@ -317,14 +300,13 @@ def _commented(data: dict[str, Any], comment: tuple[str, ...] | None) -> dict[st
 
 
 class _Dumper(yaml.SafeDumper):
-    """SafeDumper that writes a _Commented list item's comment lines above its `- `, at the item's indent, and a
-    _Folded string folded at its own lines.
+    """SafeDumper that writes a _Commented list item's comment lines above its `- `, at the item's indent.
 
-    PyYAML has neither: the representers put `comment` / `lines` on the node, serialize_node hands them to the
-    node's first event (its MappingStartEvent or ScalarEvent), and the emitter writes them: a comment when that
-    event starts a block sequence item (models and profiles always are), lines when it writes the scalar."""
+    PyYAML has no comments: the representer puts `comment` on the node, serialize_node hands it to the node's
+    first event (its MappingStartEvent), and the emitter writes it when that event starts a block sequence item
+    (models and profiles always are)."""
 
-    _LAYOUT = ("comment", "lines")
+    _LAYOUT = ("comment",)
     _pending: dict[str, tuple[str, ...]] | None = None
 
     def serialize_node(self, node: yaml.Node, parent: yaml.Node | None, index: Any) -> None:
@@ -339,25 +321,6 @@ class _Dumper(yaml.SafeDumper):
                 setattr(event, k, v)
             self._pending = None
         super().emit(event)
-
-    def choose_scalar_style(self) -> str:
-        if getattr(self.event, "lines", None):
-            return "'"  # the one style write_single_quoted folds at a _Folded string's lines
-        return str(super().choose_scalar_style())
-
-    def write_single_quoted(self, text: str, split: bool = True) -> None:
-        lines = getattr(self.event, "lines", None)
-        if not lines or not split:
-            super().write_single_quoted(text, split)
-            return
-        self.write_indicator("'", True)
-        for i, line in enumerate(lines):
-            if i:
-                self.write_indent()  # the fold: a line break and the mapping's indent, read back as one space
-            data = line.replace("'", "''")
-            self.column += len(data)
-            self.stream.write(data)
-        self.write_indicator("'", False)
 
     def expect_block_sequence_item(self, first: bool = False) -> None:
         comment = getattr(self.event, "comment", None)
@@ -377,14 +340,7 @@ def _represent_commented(dumper: _Dumper, data: _Commented) -> yaml.Node:
     return node
 
 
-def _represent_folded(dumper: _Dumper, data: _Folded) -> yaml.Node:
-    node = dumper.represent_str(str(data))
-    node.lines = data.lines  # type: ignore[attr-defined]
-    return node
-
-
 _Dumper.add_representer(_Commented, _represent_commented)
-_Dumper.add_representer(_Folded, _represent_folded)
 
 
 def _pci_ids(raw: Any) -> list[str]:
