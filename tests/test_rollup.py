@@ -40,14 +40,14 @@ def test_counts_give_the_exact_nearest_rank_percentiles(values) -> None:
     for v in values:
         c.add(v)
     assert c.nearest_rank([50, 95, 99]) == [_nearest_rank(values, p) for p in (50, 95, 99)]
-    assert c.max() == max(values) and c.n == len(values)
+    assert c.max() == max(values) and c.total == len(values)
 
 
 def test_counts_memory_grows_with_distinct_values_not_samples() -> None:
     c = Counts()
     for i in range(200_000):
         c.add(1000 + i % 7)
-    assert c.distinct() == 7 and c.n == 200_000
+    assert c.distinct() == 7 and c.total == 200_000
 
 
 def test_memory_percentiles_by_nearest_rank_rounded_up() -> None:

@@ -64,23 +64,23 @@ class Counts:
     with fewer samples than the buffer (most) is never compacted: its percentiles are read from the sorted
     buffer, and the arrays are never made."""
 
-    __slots__ = ("_buf", "_cnts", "_vals", "n")
+    __slots__ = ("_buf", "_cnts", "_vals", "total")
 
     def __init__(self) -> None:
         self._vals: array[int] | None = None  # made by the first compaction
         self._cnts: array[int] | None = None
         self._buf = array("Q")
-        self.n = 0
+        self.total = 0
 
     def add(self, value: int) -> None:
         self._buf.append(value)
-        self.n += 1
+        self.total += 1
         if len(self._buf) >= _BUFFER:
             self._compact()
 
     def add_many(self, value: int, count: int) -> None:
         self._merge(((value, count),))
-        self.n += count
+        self.total += count
 
     def _compact(self) -> tuple[array[int], array[int]]:
         if self._buf:
@@ -98,7 +98,7 @@ class Counts:
         keys = sorted(counts)
         out._vals = array("Q", keys)
         out._cnts = array("Q", [counts[v] for v in keys])
-        out.n = sum(out._cnts)
+        out.total = sum(out._cnts)
         return out
 
     def _merge(self, pairs: Iterable[tuple[int, int]]) -> None:
@@ -133,7 +133,7 @@ class Counts:
 
     def nearest_rank(self, pcts: Iterable[float]) -> list[int]:
         """The nearest-rank percentiles (each 0 < p <= 100) of the values added; n must be > 0."""
-        ranks = _ranks(self.n, tuple(pcts))
+        ranks = _ranks(self.total, tuple(pcts))
         if self._vals is None:
             ordered = sorted(self._buf)
             return [ordered[rank - 1] for rank in ranks]
@@ -377,7 +377,7 @@ def _compute_stats(acc: _Acc, ref: GpuModel | None) -> tuple[dict[str, float] | 
     scale = SHARE_GRID / (SM_GRID * ref.sm_total)
     p50, p95, p99, top = (min(SHARE_GRID, math.ceil(round(v * scale, 6))) / SHARE_GRID
                           for v in (*sms.nearest_rank(_RANKS), sms.max()))
-    return {"p50": p50, "p95": p95, "p99": p99, "max": top}, sms.n
+    return {"p50": p50, "p95": p95, "p99": p99, "max": top}, sms.total
 
 
 def _place_doc(place: Place, pa: _PlaceAcc, models: _Models) -> dict[str, object]:
@@ -391,8 +391,8 @@ def _place_doc(place: Place, pa: _PlaceAcc, models: _Models) -> dict[str, object
 
 def _notes(acc: _Acc, compute_n: int, ref: GpuModel | None) -> list[str]:
     notes = []
-    if acc.memory.n < FEW_SAMPLES:
-        notes.append(f"rests on few samples: {acc.memory.n} memory samples (fewer than {FEW_SAMPLES}); "
+    if acc.memory.total < FEW_SAMPLES:
+        notes.append(f"rests on few samples: {acc.memory.total} memory samples (fewer than {FEW_SAMPLES}); "
                      "its observed peak may be below its real one")
     if compute_n == 0:
         why = "no sample measured utilisation" if not acc.compute else "no known GPU model to convert it to"
@@ -420,7 +420,7 @@ def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _
     observed: dict[str, object] = {k: v for k, v in (
         ("host", lp.host), ("gpu", lp.gpu), ("gpu_model", model_id), ("mig_profile", lp.mig_profile),
         ("mig_start", lp.mig_start)) if v is not None}
-    observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.n,
+    observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.total,
                     compute_samples=compute_n, first_seen=iso(acc.first), last_seen=iso(acc.last),
                     places=[_place_doc(p, pa, models) for p, pa in
                             (acc.places.items() if len(acc.places) == 1 else
@@ -447,7 +447,7 @@ def rollup(samples: Iterable[Sample], catalog: Catalog, window: Window | None = 
     out = Rollup([], win, seen, kept)
     for name in sorted(accs):
         acc = accs[name]
-        if acc.memory.n == 0:
+        if acc.memory.total == 0:
             out.skipped.append(name)
             continue
         out.profiles.append(profile_of(name, acc, catalog, win, models))

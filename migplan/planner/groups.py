@@ -98,7 +98,7 @@ def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
 
 class _Splitter:
     def __init__(self, problem: Problem) -> None:
-        self.p = problem
+        self.problem = problem
         self.classes: dict[ClassKey, Klass] = {}
         self.kept: dict[str, tuple[GpuKey, Instance | None]] = {}
         self.unplaced: dict[str, str] = {}
@@ -114,14 +114,14 @@ class _Splitter:
         return self.classes[k]
 
     def item(self, it: Item) -> None:
-        gpu = self.p.gpu(it.running) if it.running else None
+        gpu = self.problem.gpu(it.running) if it.running else None
         if gpu is None:
             self.klass(it).free.append(it)
             return
         self.running[gpu.key].append(it)
-        model = self.p.models[gpu.model]
+        model = self.problem.models[gpu.model]
         ikey = key(model, it.running_on) if it.running_on else None
-        movable = self.p.policy.movable_running and it.movable  # `movable: false` in its profile: never moved
+        movable = self.problem.policy.movable_running and it.movable  # `movable: false` in its profile: never moved
         if gpu.hold:
             self.kept[it.name] = (gpu.key, it.running_on)
         elif fits_where_it_runs(it, gpu, model.full_profile.name):
@@ -136,7 +136,7 @@ class _Splitter:
         else:
             self.hard[gpu.key].add(ikey)
             where = it.running_on or "the whole GPU"
-            todo = ("its profile says movable: false" if self.p.policy.movable_running
+            todo = ("its profile says movable: false" if self.problem.policy.movable_running
                     else "moving it needs --allow-disrupt")
             self.unplaced[it.name] = f"outgrown: its instance {where} no longer fits its demand or pin; {todo}"
 
