@@ -20,15 +20,9 @@ from helpers import own_tmpdir  # noqa: F401 - a fixture: importing it here offe
 SLOW_FIXTURES = frozenset({"ssh_server", "sudo_users", "prom", "prom_basic", "growth"})
 
 
-# (file, test function): the one slow test not yet marked in its own file, tests/test_architecture.py, which another
-# engineer is rewriting (issue 22); the mark belongs there as `@pytest.mark.slow`, and this set goes when it is.
-SLOW_NOT_YET_MARKED = frozenset({("test_architecture.py", "test_each_outside_library_has_one_home")})
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        unmarked = (item.path.name, getattr(item, "originalname", item.name)) in SLOW_NOT_YET_MARKED
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or unmarked:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim.fleet import host_state, sim_env, write_state
+import sim_runner
+from sim.fleet import host_state, write_state
 
 from migplan.catalog import builtin_catalog
 from migplan.cli.app import app
@@ -219,8 +220,7 @@ def test_become_password_is_warned_once_per_host_and_appears_nowhere(
     """discover -> propose -> apply on a simulated local host (ansible_connection: local) whose inventory
     sets ansible_become_password: the password is in no output, snapshot, plan or journal."""
     state = write_state(tmp_path / "state.json", host_state("A100-SXM4-40GB", 1, hostname="workstation"))
-    for k, v in sim_env(state).items():
-        monkeypatch.setenv(k, v)
+    sim_runner.serve(monkeypatch, state)  # the CLI builds its own (local) runner
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_CATALOG"):
         monkeypatch.delenv(var, raising=False)

@@ -17,7 +17,6 @@ from helpers.samples import local_inventory, lowmem_catalog
 from planner_fixtures import EXACT, profiles, wl
 from sim.fleet import host_state, read_state, reboot, write_state
 
-from migplan.adapters.runner import LocalRunner
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog import Catalog, builtin_catalog
 from migplan.catalog.layout import Layout
@@ -42,7 +41,7 @@ def _last(**kw: str) -> LastRequest:
 def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Path, Path, Path]:
     """A two-GPU host (GPU 0 partitioned, GPU 1 MIG off), a plan for it, and an inventory (connection local).
     With `monkeypatch`, the host is also served (sim_runner.serve), for tests/test_input_guards.py and
-    tests/test_output_errors.py, which run the CLI or a child process on it and connect with `_connect`."""
+    tests/test_output_errors.py, which run the CLI or a child process on it."""
     st = host_state(model, 2, hostname="h1", layouts=[None, None])
     st["gpus"][1].update(mig_current=False, mig_pending=False)
     state = write_state(tmp / "h.json", st)
@@ -65,11 +64,6 @@ def _setup(tmp: Path, model: str, monkeypatch: pytest.MonkeyPatch | None = None)
 def _layouts(state: Path) -> dict[int, Layout | None]:
     return {g.index: g.layout for g in discover_host(sim_runner.local(state), Host(name="h1", address="h1"),
                                                       CAT).gpus}
-
-
-def _connect(h: Host) -> LocalRunner:
-    """A command's `connect=` for the host `_setup(..., monkeypatch)` served (the other files' route)."""
-    return LocalRunner(host=h.name)
 
 
 # Slow: each of these plans with CBC and applies through real processes (the simulator as nvidia-smi).

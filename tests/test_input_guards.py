@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_apply_last import _connect, _setup
+import sim_runner
+from test_apply_last import _setup
 
 from migplan import names
 from migplan.cli.app import app
@@ -151,13 +152,13 @@ def _applied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     state, inv, plan_file = _setup(tmp_path, "A100-SXM4-40GB", monkeypatch)
     ctx = build_context(None, None, None)
     assert apply(ctx, ApplyRequest(plan=str(plan_file), fleet=FleetRequest(inventory=str(inv))),
-                 connect=_connect).exit_code == 0
+                 connect=sim_runner.connect(state)).exit_code == 0
     return tmp_path / "etc"
 
 
 def _last(etc: Path, tmp_path: Path, **kw: str) -> object:
     return apply_last(build_context(None, None, None), LastRequest(state_dir=str(etc), lock_file=str(
-        tmp_path / "apply.lock"), **kw), connect=_connect)
+        tmp_path / "apply.lock"), **kw), connect=sim_runner.connect(tmp_path / "h.json"))  # _setup's state
 
 
 @pytest.mark.slow
