@@ -28,10 +28,7 @@ FIELDS = ("name", "compute_slices", "memory_slices", "memory_mib", "max_count", 
 # (model id, profile id or None, field) -> (catalog value, simulator value, reason). Also a catalog figure below
 # the simulator's from a report the reference does not hold: the simulator takes its data from the reference's
 # real output only, so it keeps its value and the difference is listed here.
-KNOWN: dict[tuple[str, int | None, str], tuple[Any, Any, str]] = {
-    ("H100-PCIE-80GB", 0, "memory_mib"): (80896, 81024, "an H100 PCIe on driver 525.125.06 prints 7g.80gb at 79.00 "
-                                                        "GiB (H100_PCIE_525, issue 23; not in the reference)"),
-}
+KNOWN: dict[tuple[str, int | None, str], tuple[Any, Any, str]] = {}
 
 
 @dataclasses.dataclass(frozen=True)

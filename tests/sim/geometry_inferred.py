@@ -65,6 +65,8 @@ SM_NOTE = "inferred: the smallest Hopper-ratio value (SM_NOTE)"
 SMALLEST_KNOWN_MIB: dict[tuple[str, int], tuple[int, str]] = {
     ("H100-SXM5-80GB", 15): (19968, "H100_GCP_525: driver 525.125.06 prints 1g.20gb 19.50 GiB"),
     ("H100-SXM5-80GB", 0): (81024, "H100_P5: AWS p5 prints 7g.80gb 79.12 GiB"),
+    ("H100-PCIE-80GB", 0): (80896, "H100_PCIE_525: an H100 PCIe on driver 525.125.06 prints 7g.80gb 79.00 GiB "
+                                   "(reported in migplan issue 23; not in the reference)"),
 }
 
 MODELS: list[dict[str, Any]] = [
@@ -145,7 +147,8 @@ MODELS: list[dict[str, Any]] = [
             ("2g.20gb", 14, 2, 2, 19968, 3, 30, (2, 2, 0, 2, 0), "real H100_PCIE_570; MiB inferred (own 20096)"),
             ("3g.40gb", 9, 3, 4, 40192, 2, 46, (3, 3, 0, 3, 0), "real H100_PCIE_570; MiB inferred (own 40448)"),
             ("4g.40gb", 5, 4, 4, 40192, 1, 62, (4, 4, 0, 4, 0), "real H100_PCIE_570; MiB inferred (own 40448)"),
-            ("7g.80gb", 0, 7, 8, 81024, 1, 114, (8, 7, 0, 7, 1), "real H100_PCIE_570; MiB inferred (own 81152)"),
+            ("7g.80gb", 0, 7, 8, 81024, 1, 114, (8, 7, 0, 7, 1), "real H100_PCIE_570; MiB inferred (own 81152; "
+                                                                  "H100_PCIE_525 prints 79.00: SMALLEST_KNOWN_MIB)"),
         ],
     },
     {
