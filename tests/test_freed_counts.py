@@ -22,9 +22,9 @@ from migplan.planner import Policy, plan
 from migplan.planner.plan import in_use
 
 
-@pytest.mark.xfail(strict=True, reason="the consolidation's count is computed in migplan/planner/planner.py "
-                   "(len(before) - gpus_used, and in _curve), a file this session's item-4 engineer does not own: "
-                   "the change is reported to the lead; strict: once it is made this mark must go")
+@pytest.mark.xfail(strict=True, reason="issue 23, open: the consolidation counts in-use-before minus in-use-after "
+                   "(planner.py, also in _curve), the list counts GPUs left empty; one definition is still to be "
+                   "chosen (its bound is on the net figure); strict: once they agree this mark must go")
 def test_the_freed_list_and_the_consolidation_count_agree() -> None:
     state, ps = whole_gpu_fleet(16, 7)
     idle = tuple(GpuState(host="idle-h", index=i, model="A100-SXM4-80GB", mig_enabled=True, layout=Layout())
