@@ -1,6 +1,5 @@
 """The planner re-checks every plan before it returns it (planner/validate.py): a plan whose actions or
-workloads are wrong is refused, never returned. (These checks once also ran in a forked process; they now run
-in the planner's own, through `planner.background.Here`.)"""
+workloads are wrong is refused, never returned."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
@@ -20,7 +20,6 @@ from migplan.catalog.layout import Layout, used_compute
 from migplan.model.diff import Op, diff
 from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey
-from migplan.planner.background import Background, Handle, Here
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate, reweighted
 from migplan.planner.groups import Split, class_key, split
@@ -302,7 +301,6 @@ def _moves(problem: Problem, sp: Split, mapped: Mapped, gpus: tuple[GpuPlan, ...
     return out
 
 
-BACKGROUND_MIN_GPUS = 1000  # fewer GPUs: the checks run here (background.py)
 CURVE_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75)  # consolidation curve: re-solves at these shares of the budget
 CURVE_TIME_LIMIT_S = 10.0  # each curve re-solve: at most this long (a point is then "feasible", still a plan)
 
@@ -339,17 +337,13 @@ def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: Si
 
 def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
                  progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None,
-                 curve: bool = True, background: Background | None = None) -> Plan:
+                 curve: bool = True) -> Plan:
     """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
     model is refused with a PlanError while it is built, before it can fill memory. `curve`: when
-    consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`).
-    `background`: where the checks of the GPUs and of the workloads run while the rest of the plan is worked
-    out, for plans of `BACKGROUND_MIN_GPUS` GPUs or more (default, and for smaller plans: here)."""
+    consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`)."""
     say = progress or (lambda _msg: None)
     sp = split(problem)
-    # a fork costs ~1-2 ms: worth it when the checks take longer (~15 us a GPU at 7,000 GPUs)
-    bg = background if background is not None and len(problem.gpus) >= BACKGROUND_MIN_GPUS else Here()
-    with contextlib.ExitStack() as started:  # every solve and check begun here is stopped on the way out
+    with contextlib.ExitStack() as started:  # every solve begun here is stopped on the way out
         # The lower bound's LP is made from the plan's own model and started while CBC solves that model, for
         # a plan that leaves out nothing the model could place (the usual case); it is solved again with the
         # plan's left-out counts when there are any. It runs while the plan's layouts, workloads and
@@ -373,10 +367,8 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         for name, reason in problem.rejected:
             mapped.unplaced[name] = reason
         gpus = _gpus(problem, mapped)
-        checks = _begun(started, bg.start(check_gpus, gpus, problem))
         items = list(problem.items) + list(problem.rejected_items)
         wls = tuple(_workload(problem, it, mapped) for it in sorted(items, key=lambda i: i.name))
-        placed = _begun(started, bg.start(check_workloads, gpus, wls, problem))
         value = sum(it.value for it in problem.items if it.name in mapped.placed)
         moves = _moves(problem, sp, mapped, gpus)
         touched = {m.source.key for m in moves} | {m.target.key for m in moves if m.target is not None}
@@ -406,13 +398,14 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
                     models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
                     consolidation=consolidation)
-        bad = validate(plan, problem, gpu_checks=checks.result(), workload_checks=placed.result())
+        bad = validate(plan, problem, gpu_checks=check_gpus(gpus, problem),
+                       workload_checks=check_workloads(gpus, wls, problem))
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan
 
 
-H = TypeVar("H", bound=Handle[Any])  # a solve (SolveHandle) or a check under way
+H = TypeVar("H", bound=SolveHandle)
 
 
 def _begun(stack: contextlib.ExitStack[bool | None], handle: H) -> H:
@@ -422,11 +415,10 @@ def _begun(stack: contextlib.ExitStack[bool | None], handle: H) -> H:
 
 
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,
-         progress: Progress | None = None, lower_bound: bool = True, background: Background | None = None) -> Plan:
-    """The plan for `state` and `profiles` under `policy` (see docs/model.md); `background`: see plan_problem."""
+         progress: Progress | None = None, lower_bound: bool = True) -> Plan:
+    """The plan for `state` and `profiles` under `policy` (see docs/model.md)."""
     # the collector paused while planning: millions of long-lived small objects and no cycles to speak of;
     # its full passes over everything alive took a fifth of planning 7,000 GPUs (bench/large_inputs.py)
     with yamldoc.paused_gc():
         problem = build_problem(state, profiles, catalog, policy)
-        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound,
-                            background=background)
+        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound)

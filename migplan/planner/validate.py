@@ -176,8 +176,7 @@ Checks = tuple[list[str], list[str]]  # two families' messages, which `validate`
 
 
 def check_gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> Checks:
-    """The checks that need only the plan's GPUs (layout, frozen, actions; busy): the planner has them made
-    as soon as the GPUs' targets are known, while it works out the rest (background.py)."""
+    """The checks that need only the plan's GPUs (layout, frozen, actions; busy)."""
     return _gpus(gpus, problem), _busy(gpus, problem)
 
 
