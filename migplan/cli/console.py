@@ -1,7 +1,7 @@
 """The console script's standard output: write errors that say what failed, and a last flush whose failure is
 still an exit code (migplan.cli.app.main wraps every command in `named_stdout`).
 
-May import: migplan.files (only when a write to stdout fails).
+May import: migplan.errors; migplan.files (only when a write to stdout fails).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-EXIT_FAILURE = 1  # migplan.errors.EXIT_FAILURE, not imported here for one constant
+from migplan.errors import EXIT_FAILURE
 
 
 class NamedStdout:
