@@ -26,7 +26,7 @@ CONFIG_VERSION = 1
 OUTPUT_FORMATS = ("table", "json", "yaml")
 PERCENTILES = ("p50", "p95", "p99", "max")
 # The objective weights (migplan.planner.demand.Weights fields; tested to agree).
-WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste", "mode", "reset")
+WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste", "mode", "reset", "risk")
 MAX_WEIGHT = 1e9  # far above the defaults (10,000 at most); keeps the integer program's numbers sane
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import html
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from migplan.catalog import Catalog
@@ -134,7 +134,7 @@ def _svg(model: GpuModel, g: GpuPlan, layout: Layout | None, other: Layout | Non
 
 
 def _workload_line(w: WorkloadPlan) -> str:
-    mark = "kept" if w.kept else ("moved" if w.moved else "new")
+    mark = "at-risk" if w.status == "at_risk" else "kept" if w.kept else ("moved" if w.moved else "new")
     mem = f"{w.peak_mib} / {w.instance_mib} MiB" if w.instance_mib else f"{w.peak_mib} MiB"
     margin = f", margin {w.margin_mib} MiB" if w.margin_mib is not None else ""
     return (f'<li><span class="swatch" style="background:{colour(w.name)}"></span>{esc(w.name)} '
@@ -184,8 +184,8 @@ def _summary(plan: Plan) -> str:
         ("whole-GPU baseline", f"{whole_baseline} GPUs (one per workload, no MIG)"),
         ("free whole GPUs", str(s.free_whole_gpus)),
         ("stranded slices", str(s.stranded_slices)),
-        ("workloads", f"{s.workloads_placed} placed, {s.workloads_unplaced} left out, "
-                      f"{s.workloads_disrupted} disrupted"),
+        ("workloads", f"{s.workloads_placed} placed, {s.workloads_at_risk} kept at risk, "
+                      f"{s.workloads_unplaced} left out, {s.workloads_disrupted} disrupted"),
         ("moves", f"{moves} workload(s) moved"),
         ("changes", f"{s.gpus_changed} GPU(s) changed, {s.instances_destroyed} instance(s) destroyed, "
                     f"{s.instances_created} created"),
@@ -205,21 +205,40 @@ def _summary(plan: Plan) -> str:
                 f"<td>{'make before break' if m.make_before_break else 'stop first'}</td><td>{esc(m.reason)}</td></tr>"
                 for m in plan.migrations]
         out.append("</table>")
-    left = [w for w in plan.workloads if w.status != "placed"]
+    risky = [w for w in plan.workloads if w.status == "at_risk"]
+    if risky:
+        out.append(_listing("Kept at risk", "running where they are: the peak fits, peak + headroom does not", risky,
+                            ("workload", "host/GPU", "instance", "instance MiB", "peak MiB", "needs MiB", "margin MiB"),
+                            lambda w: (w.name, f"{w.host}/{w.gpu}", w.instance or "whole GPU", w.instance_mib,
+                                       w.peak_mib, w.memory_mib, w.margin_mib)))
+    left = [w for w in plan.workloads if not w.on_gpu]
     if left:
-        out.append('<h2>Left out</h2><table class="left"><tr><th>workload</th><th>needs MiB</th><th>peak MiB</th>'
-                   "<th>reason</th></tr>")
-        out += [f"<tr><td>{esc(w.name)}</td><td>{w.memory_mib}</td><td>{w.peak_mib}</td><td>{esc(w.reason or '')}"
-                "</td></tr>" for w in left]
-        out.append("</table>")
+        out.append(_listing("Left out", "no place at all", left, ("workload", "needs MiB", "peak MiB", "reason"),
+                            lambda w: (w.name, w.memory_mib, w.peak_mib, w.reason or "")))
     return "".join(out)
+
+
+LISTING_OPEN_UP_TO = 20  # rows: a longer list of workloads starts folded, so it never pushes the hosts off the page
+
+
+def _listing(title: str, what: str, rows: list[WorkloadPlan], headers: tuple[str, ...],
+             cells: Callable[[WorkloadPlan], tuple[object, ...]]) -> str:
+    """One foldable table of workloads, open when short (a 219-row list once filled 6,000 pixels, issue 23)."""
+    open_attr = " open" if len(rows) <= LISTING_OPEN_UP_TO else ""
+    css = title.lower().replace(" ", "-")
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc('' if c is None else str(c))}</td>" for c in cells(w)) + "</tr>"
+                   for w in rows)
+    return (f'<details class="listing {css}"{open_attr}><summary><h2>{esc(title)} ({len(rows)})</h2> '
+            f'<span class="meta">{esc(what)}</span></summary><table class="{css}"><tr>{head}</tr>{body}</table>'
+            "</details>")
 
 
 def render(plan: Plan, catalog: Catalog, *, title: str = "migplan plan") -> str:
     """The whole page."""
     placed: dict[tuple[str | None, int | None], list[WorkloadPlan]] = defaultdict(list)
     for w in plan.workloads:
-        if w.status == "placed":
+        if w.on_gpu:
             placed[(w.host, w.gpu)].append(w)
     named = {w.name: w for w in plan.workloads}
     by_host: dict[str, list[GpuPlan]] = defaultdict(list)

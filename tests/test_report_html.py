@@ -157,7 +157,7 @@ def check_shapes(plan: Plan, s: Shapes) -> int:
     as many slots wide as its profile has memory slices (the catalog's), labelled with the workloads."""
     names: dict[tuple[str, int, str], list[str]] = defaultdict(list)
     for w in plan.workloads:
-        if w.status == "placed" and w.instance:
+        if w.status in ("placed", "at_risk") and w.instance:
             names[(w.host or "", w.gpu or 0, w.instance)].append(w.name)
     checked = 0
     for g in plan.gpus:

@@ -123,7 +123,8 @@ def test_example_fleet_p50_is_below_the_peak_and_the_table_warns(cli) -> None:  
     assert n > 0 and n == len(below) and s["min_margin_mib"] < 0 and s["headroom_rule"] == "none"
     table = cli("propose", "-i", INV, "-p", PROF, *P50_BARE)
     assert table.exit_code == 0, table.output
-    assert (f"warning: sized below the observed peak: {n} workloads would have exceeded their instance in the "
+    who = "1 workload would have exceeded its" if n == 1 else f"{n} workloads would have exceeded their"
+    assert (f"warning: sized below the observed peak: {who} instance in the "
             "history (memory sized from p50, not max)") in table.stdout
     assert "Below their observed memory peak" in table.stdout and f"below peak {n}," in table.stdout
 

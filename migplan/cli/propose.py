@@ -25,8 +25,8 @@ def _table(p: Plan, catalog: Any) -> str:
         catalog = Catalog((*p.models, *catalog.models))
     by_gpu: dict[tuple[str | None, int | None], list[str]] = defaultdict(list)
     for w in p.workloads:
-        if w.status == "placed":
-            mark = "" if w.kept else (" (moved)" if w.moved else " (new)")
+        if w.on_gpu:
+            mark = " (at risk)" if w.status == "at_risk" else "" if w.kept else (" (moved)" if w.moved else " (new)")
             by_gpu[(w.host, w.gpu)].append(f"{w.name}@{w.instance.split('@')[0] if w.instance else 'whole'}{mark}")
     rows = []
     for g in p.gpus:
@@ -35,11 +35,17 @@ def _table(p: Plan, catalog: Any) -> str:
         rows.append([g.host, g.index, g.model, picture(model, g.current), picture(model, g.target), change,
                      ", ".join(by_gpu.get((g.host, g.index), []))])
     out = [grid(rows, ["HOST", "GPU", "MODEL", "CURRENT", "TARGET", "", "WORKLOADS"])]
-    left = [w for w in p.workloads if w.status != "placed"]
+    risky = [w for w in p.workloads if w.status == "at_risk"]
+    if risky:
+        out.append("\nKept at risk (running where they are: the peak fits, peak + headroom does not):\n" + grid(
+            [[w.name, f"{w.host}/{w.gpu}", w.instance or "whole GPU", w.instance_mib, w.peak_mib, w.memory_mib,
+              w.margin_mib] for w in risky],
+            ["WORKLOAD", "HOST/GPU", "INSTANCE", "INSTANCE MiB", "PEAK MiB", "NEEDS MiB", "MARGIN MiB"]))
+    left = [w for w in p.workloads if not w.on_gpu]
     if left:
         out.append("\nLeft out:\n" + grid([[w.name, w.memory_mib, w.peak_mib, w.reason] for w in left],
                                           ["WORKLOAD", "NEEDS MiB", "PEAK MiB", "REASON"]))
-    below = [w for w in p.workloads if w.status == "placed" and w.margin_mib is not None and w.margin_mib < 0]
+    below = [w for w in p.workloads if w.on_gpu and w.margin_mib is not None and w.margin_mib < 0]
     if below:
         out.append("\nBelow their observed memory peak (an out-of-memory kill at that peak):\n" + grid(
             [[w.name, f"{w.host}/{w.gpu}", w.instance or "whole GPU", w.instance_mib, w.peak_mib, w.margin_mib]
@@ -53,7 +59,8 @@ def _table(p: Plan, catalog: Any) -> str:
     out.append(
         f"\nGPUs used {s.gpus_used} of {s.gpus_planned} planned (lower bound {s.gpus_lower_bound}), "
         f"free whole GPUs {s.free_whole_gpus}, stranded slices {s.stranded_slices}\n"
-        f"workloads placed {s.workloads_placed}, left out {s.workloads_unplaced}, disrupted {s.workloads_disrupted}"
+        f"workloads placed {s.workloads_placed}, kept at risk {s.workloads_at_risk}, left out {s.workloads_unplaced}, "
+        f"disrupted {s.workloads_disrupted}"
         + (f" (+{s.busy_disrupted} busy without a profile)" if s.busy_disrupted else "") + "\n"
         f"memory sized from {stat}, headroom {s.headroom_rule}; below peak {s.below_peak}, least margin {least}\n"
         + (f"warning: {s.memory_warning}\n" if s.memory_warning else "")

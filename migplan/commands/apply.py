@@ -238,7 +238,7 @@ def _per_host(plan: Plan, migrations: Sequence[Migration]) -> _PerHost:
         gpus.setdefault(g.host, []).append(g)
     items: dict[str, list[Placement]] = {}
     for w in plan.workloads:  # as assignments.placements(plan.workloads, host), for every host at once
-        if w.status == "placed" and w.host is not None and w.gpu is not None:
+        if w.on_gpu and w.host is not None and w.gpu is not None:
             items.setdefault(w.host, []).append(Placement(w.name, w.gpu, w.instance))
     moves: dict[str, list[Migration]] = {}
     for m in migrations:

@@ -67,7 +67,7 @@ class Assignment:
 
 def placements(workloads: Iterable[WorkloadPlan], host: str) -> list[Placement]:
     return [Placement(w.name, w.gpu, w.instance) for w in workloads
-            if w.status == "placed" and w.host == host and w.gpu is not None]
+            if w.on_gpu and w.host == host and w.gpu is not None]
 
 
 def assignments(workloads: Iterable[WorkloadPlan], record: DiscoveredHost) -> list[Assignment]:

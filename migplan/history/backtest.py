@@ -223,7 +223,7 @@ def _given(p: Plan, state: FleetState, catalog: Catalog) -> dict[str, _Given]:
     models = {g.host: catalog.get(g.model) for g in state.gpus}
     out = {}
     for w in p.workloads:
-        if w.status != "placed" or w.host is None:
+        if not w.on_gpu or w.host is None:
             out[w.workload] = _Given("unplaced", None, None, None, None, w.memory_mib, w.reason)
             continue
         model = models[w.host]

@@ -56,7 +56,7 @@ class GpuPlan:
 class WorkloadPlan:
     name: str
     workload: str
-    status: str  # placed | unplaced
+    status: str  # placed | at_risk | unplaced (WORKLOAD_STATUSES)
     host: str | None = None
     gpu: int | None = None
     instance: str | None = None  # PROFILE@START, or None for the whole GPU / unplaced
@@ -67,10 +67,20 @@ class WorkloadPlan:
     slices: int = 0
     kept: bool = False
     moved: bool = False
-    reason: str | None = None
+    reason: str | None = None  # why it is left out, or kept at risk
+
+    @property
+    def on_gpu(self) -> bool:
+        """It has a place after the plan: placed, or kept at risk where it runs (host, gpu and instance set)."""
+        return self.status in ON_GPU
 
 
-WORKLOAD_STATUSES = ("placed", "unplaced")
+# placed: fits its instance with headroom. at_risk: a running workload kept where it runs whose observed peak
+# still fits its instance but whose peak plus headroom (or compute need, or pin) does not; it runs on, with its
+# margin shown. unplaced ("left out"): no place at all, new demand that does not fit or a running workload
+# whose peak no longer fits where it runs.
+WORKLOAD_STATUSES = ("placed", "at_risk", "unplaced")
+ON_GPU = frozenset(("placed", "at_risk"))
 
 
 @dataclass(frozen=True)

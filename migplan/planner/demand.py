@@ -52,6 +52,11 @@ class Weights:
     # MOVE_SHARE_OF_GPU x gpu = 5): of equally good GPUs, one whose mode stays, then one that needs no reset
     mode: float = 2.0
     reset: float = 2.0
+    # per running workload kept at risk where it runs (its peak fits there, peak + headroom does not) when it
+    # may move: above one move (disrupt) plus a GPU, so it moves when a place that fits it exists; below two
+    # moves, so nothing else is moved to make room for it; far below leaving it out (`unplaced`), so a stop is
+    # the last resort. Consolidating, moves cost less still: it moves wherever a place exists.
+    risk: float = 1500.0
 
 
 # Consolidating, a move of a running workload costs this share of a GPU's weight (5 of 100 by default),

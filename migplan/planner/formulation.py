@@ -70,6 +70,7 @@ class PatternInfo:
     evict: bool = False  # WHOLE only: the running whole-GPU workload leaves, another takes the GPU
     mode: int = 0  # 1 when it changes the GPU's MIG mode (a layout on a MIG-disabled GPU, WHOLE on an enabled one)
     reset: int = 0  # 1 when that mode change needs a GPU reset (model.diff.RESET_ON_MODE_CHANGE: Ampere)
+    at_risk: int = 0  # running items at risk where they run that this pattern keeps there (groups.at_risk_reason)
 
     @property
     def empty(self) -> bool:
@@ -112,7 +113,8 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
         displaced = Counter(c for _, c in g.soft)
         mode, reset = _mode(model, g.current is not None)  # MIG enabled now: disabling it
         return PatternInfo(WHOLE, Counter() if taken else Counter({WHOLE_GPU: 1}), displaced,
-                           len(g.soft_busy), 1, int(g.current is not None), mode=mode, reset=reset)
+                           len(g.soft_busy), 1, int(g.current is not None), mode=mode, reset=reset,
+                           at_risk=int(g.risky_whole and g.soft_whole >= 0))
     pk = keys(model, pattern)
     kept = {k for k, _ in g.soft if k in pk}
     displaced = Counter(c for k, c in g.soft if k not in pk)
@@ -125,7 +127,7 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     destroyed = len(g.soft_busy - pk) + int(g.busy_whole)  # enabling MIG stops the whole-GPU processes
     mode, reset = _mode(model, g.current is None and len(pattern) > 0)  # MIG disabled now: enabling it
     return PatternInfo(pattern, free, displaced, destroyed, int(len(pattern) > 0), int(not same),
-                       mode=mode, reset=reset)
+                       mode=mode, reset=reset, at_risk=len(g.risky & kept))
 
 
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
@@ -556,7 +558,7 @@ def _objective(f: Formulation, w: Weights) -> None:
         n_inst = len(info.pattern) if info.pattern is not WHOLE else 0  # MIG off: no instance at all
         cost = (sum(move[c] * n for c, n in info.displaced.items()) + w.disrupt * info.destroyed_busy
                 + w.gpu * info.used + w.change * info.change + w.mode * info.mode + w.reset * info.reset
-                + w.fragment * n_inst)
+                + w.fragment * n_inst + w.risk * info.at_risk)
         f.milp.cost(v, cost)
     if not w.waste:  # the lower bound's weights: every placement costs 0.0, no waste to work out
         for v in (*f.y_pool.values(), *f.y_group.values()):

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuKey, GpuState
 from migplan.planner.patterns import Key, key
@@ -55,6 +56,8 @@ class Group:
     host: str | None  # set when the group is tied to one host
     gpu: int | None  # set when the group is tied to one GPU
     present: frozenset[str]  # anti-affinity sets with a member running here (kept, outgrown or movable)
+    risky: frozenset[Key] = frozenset()  # soft instances whose workload is at risk there (it may stay, priced)
+    risky_whole: bool = False  # the soft whole-GPU workload is at risk there
     gpus: list[GpuState] = field(default_factory=list)
 
 
@@ -68,6 +71,9 @@ class Split:
     unplaced: dict[str, str]  # item -> reason, decided before solving
     forced: list[str]  # running items that must move (counted as disruptions)
     running: dict[GpuKey, list[Item]]  # items running per GPU
+    # running items at risk where they run (their peak fits there, their sized demand or pin does not) -> why:
+    # kept there when they may not move (also in `kept`), else soft: they stay or move, as the objective prices it
+    at_risk: dict[str, str] = field(default_factory=dict)
     # formulation's candidate patterns per group index, made once and read (never changed) by every
     # formulation of this split: the plan, the lower bound, refinement rounds and the consolidation curve
     patterns: dict[int, list[Any]] = field(default_factory=dict, repr=False, compare=False)
@@ -88,6 +94,27 @@ def fits_where_it_runs(it: Item, gpu: GpuState, model_full: str) -> bool:
     return it.running_on.profile.removesuffix("+me") in profs
 
 
+def runs_in_mib(gpu_model: GpuModel, it: Item) -> int:
+    """MiB of where a running item runs: its instance's profile, or the whole MIG-disabled GPU."""
+    return gpu_model.memory_mib if it.running_on is None else gpu_model.profile(it.running_on.profile).memory_mib
+
+
+def at_risk_reason(it: Item, gpu: GpuState, gpu_model: GpuModel) -> str | None:
+    """Why a running item that does not fit where it runs is still kept there at risk, or None when its observed
+    peak no longer fits there either (it is then outgrown: it must move, or is left out)."""
+    mib = runs_in_mib(gpu_model, it)
+    if it.demand.peak_mib > mib:
+        return None
+    where = f"{it.running_on or 'the whole GPU'} ({mib} MiB)"
+    if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
+        pinned = it.pin_host if it.pin_gpu is None else f"{it.pin_host}/{it.pin_gpu}"
+        return f"runs on {where}, not where its pin asks ({pinned})"
+    if it.demand.memory_mib > mib:
+        return (f"peak {it.demand.peak_mib} MiB fits {where}, margin {mib - it.demand.peak_mib} MiB; "
+                f"peak + headroom needs {it.demand.memory_mib} MiB")
+    return f"needs {it.slices(gpu.model)} compute slices; {where} has fewer"
+
+
 def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
     hosts = {it.pin_host for it in problem.items if it.pin_host and it.pin_gpu is None}
     gpus = {(it.pin_host, it.pin_gpu) for it in problem.items if it.pin_host and it.pin_gpu is not None}
@@ -106,6 +133,8 @@ class _Splitter:
         self.running: dict[GpuKey, list[Item]] = defaultdict(list)
         self.soft: dict[GpuKey, list[tuple[Key | None, int]]] = defaultdict(list)
         self.hard: dict[GpuKey, set[Key | None]] = defaultdict(set)
+        self.risky: dict[GpuKey, set[Key | None]] = defaultdict(set)
+        self.at_risk: dict[str, str] = {}
 
     def klass(self, it: Item) -> Klass:
         k = class_key(it)
@@ -130,6 +159,19 @@ class _Splitter:
             else:
                 self.kept[it.name] = (gpu.key, it.running_on)
                 self.hard[gpu.key].add(ikey)
+        elif (risk := at_risk_reason(it, gpu, model)) is not None:
+            # its peak still fits where it runs: kept there at risk, never stopped just to restore headroom;
+            # when it may move, the program weighs a move to a place that fits against staying (Weights.risk)
+            self.at_risk[it.name] = risk
+            if movable:
+                self.soft[gpu.key].append((ikey, self.klass(it).idx))
+                self.risky[gpu.key].add(ikey)
+            else:
+                todo = ("its profile says movable: false" if self.problem.policy.movable_running
+                        else "moving it needs --allow-disrupt or --consolidate")
+                self.at_risk[it.name] = f"{risk}; {todo}"
+                self.kept[it.name] = (gpu.key, it.running_on)
+                self.hard[gpu.key].add(ikey)
         elif movable:
             self.forced.append(it.name)
             self.klass(it).free.append(it)
@@ -138,7 +180,8 @@ class _Splitter:
             where = it.running_on or "the whole GPU"
             todo = ("its profile says movable: false" if self.problem.policy.movable_running
                     else "moving it needs --allow-disrupt")
-            self.unplaced[it.name] = f"outgrown: its instance {where} no longer fits its demand or pin; {todo}"
+            self.unplaced[it.name] = (f"outgrown: its peak {it.demand.peak_mib} MiB no longer fits {where} "
+                                      f"({runs_in_mib(model, it)} MiB); {todo}")
 
 
 def split(problem: Problem) -> Split:
@@ -153,7 +196,7 @@ def split(problem: Problem) -> Split:
         g = _group_of(problem, s, gpu, host_tags, gpu_tags, groups)
         g.gpus.append(gpu)
     return Split(sorted(s.classes.values(), key=lambda k: k.idx), list(groups.values()), s.kept, s.unplaced,
-                 s.forced, dict(s.running))
+                 s.forced, dict(s.running), at_risk=s.at_risk)
 
 
 def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str], gpu_tags: set[GpuKey],
@@ -175,9 +218,11 @@ def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str]
     host = gpu.host if gpu.host in host_tags or gpu.key in gpu_tags else None
     idx = gpu.index if gpu.key in gpu_tags else None
     present = frozenset(grp for it in s.running.get(gpu.key, []) for grp in it.groups)
+    risky = s.risky.get(gpu.key, set())
+    risky_keys, risky_whole = frozenset(k for k in risky if k is not None), None in risky
     gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, busy_whole, host, idx,
-          present)
+          present, risky_keys, risky_whole)
     if gk not in groups:
         groups[gk] = Group(len(groups), gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy,
-                           soft_whole, busy_whole, host, idx, present)
+                           soft_whole, busy_whole, host, idx, present, risky_keys, risky_whole)
     return groups[gk]

@@ -45,6 +45,7 @@ class Mapped:
     placed: dict[str, Where] = field(default_factory=dict)
     unplaced: dict[str, str] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)  # items that stay where they run
+    at_risk: dict[str, str] = field(default_factory=dict)  # running items at risk where they run -> why (Split)
 
 
 @dataclass
@@ -164,6 +165,7 @@ class _MappingState:
             self.mapped.placed[name] = where
             self.mapped.kept.add(name)
         self.mapped.unplaced.update(split.unplaced)
+        self.mapped.at_risk.update(split.at_risk)
         for c in split.classes:
             self.waiting[c.idx].extend(c.free)
         for g in split.groups:

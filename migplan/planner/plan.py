@@ -55,7 +55,7 @@ from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
 from migplan.catalog.writer import models_to_list
 from migplan.errors import CatalogError, InputError, MigplanError
 from migplan.model.diff import Action, diff
-from migplan.model.gpu_plan import WORKLOAD_STATUSES, Endpoint, GpuPlan, Migration, WorkloadPlan
+from migplan.model.gpu_plan import ON_GPU, WORKLOAD_STATUSES, Endpoint, GpuPlan, Migration, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
@@ -63,8 +63,12 @@ from migplan.planner.milp import SolveStatus
 from migplan.profiles import MAX_PRIORITY
 from migplan.yamldoc import Node
 
-PLAN_VERSION = 4  # 4: migrations, freed, consolidation; 3: memory margins (WorkloadPlan peak/instance/margin ...)
-READ_VERSIONS = (3, 4)  # a version 3 plan has no moves recorded: read with none (it was made without them)
+# 5: workloads kept at risk (status at_risk, summary workloads_at_risk); 4: migrations, freed, consolidation;
+# 3: memory margins (WorkloadPlan peak/instance/margin ...)
+PLAN_VERSION = 5
+READ_VERSIONS = (3, 4, 5)  # a version 3 plan has no moves recorded: read with none (it was made without them)
+# summary keys a plan before version 5 lacks (read as their defaults: such a plan kept nothing at risk)
+_SUMMARY_SINCE_5 = frozenset({"workloads_at_risk"})
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
@@ -96,7 +100,7 @@ class Summary:
     instances_destroyed: int
     instances_created: int
     workloads_placed: int
-    workloads_unplaced: int
+    workloads_unplaced: int  # left out: no place at all
     workloads_disrupted: int
     busy_disrupted: int  # instances (or MIG-disabled GPUs) with unprofiled processes that the plan stops
     stranded_slices: int
@@ -105,6 +109,7 @@ class Summary:
     min_margin_mib: int | None  # least instance MiB - peak MiB over placed workloads (None: none placed)
     headroom_rule: str  # the memory headroom rule in words, e.g. "+10%, at least 512 MiB"
     memory_warning: str | None  # set when memory is sized from a percentile below the observed peak
+    workloads_at_risk: int = 0  # running, kept where they run: their peak fits there, peak + headroom does not (v5)
 
 
 def instance_memory_mib(model: GpuModel, instance: str | None) -> int:
@@ -115,8 +120,8 @@ def instance_memory_mib(model: GpuModel, instance: str | None) -> int:
 
 
 def memory_margins(workloads: tuple[WorkloadPlan, ...] | list[WorkloadPlan]) -> tuple[int, int | None]:
-    """(placed workloads below their peak, least margin among placed workloads or None)."""
-    margins = [w.margin_mib for w in workloads if w.status == "placed" and w.margin_mib is not None]
+    """(workloads on a GPU below their peak, least margin among them or None): placed and kept at risk."""
+    margins = [w.margin_mib for w in workloads if w.on_gpu and w.margin_mib is not None]
     return sum(1 for m in margins if m < 0), (min(margins) if margins else None)
 
 
@@ -180,10 +185,10 @@ def in_use(gpus: tuple[GpuPlan, ...] | list[GpuPlan], workloads: tuple[WorkloadP
     leaves. Reserved and excluded GPUs are not counted."""
     planned = {g.key for g in gpus if g.hold is None}
     before = {g.key for g in gpus if (g.current is not None and len(g.current)) or g.observed.whole_busy}
-    before |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed" and w.kept}
+    before |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.on_gpu and w.kept}
     before |= {m.source.key for m in migrations}
     after = {g.key for g in gpus if g.target is not None and len(g.target)}
-    after |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.status == "placed"}
+    after |= {(w.host or "", w.gpu if w.gpu is not None else -1) for w in workloads if w.on_gpu}
     # processes on a GPU that stays MIG-disabled run on, unless the workload they are taken to be moves away
     leaving = {m.source.key for m in migrations}
     after |= {g.key for g in gpus if g.target is None and g.observed.whole_busy and g.key not in leaving}
@@ -542,7 +547,9 @@ def _workload_fast(d: Any, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan | Non
     base = _REPLICA.sub("", name, count=1) if "#" in name else name
     if not names.WORKLOAD_NAME.fullmatch(base) or not names.WORKLOAD_NAME.fullmatch(workload):
         return None
-    if status == "placed":
+    if status == "at_risk" and (not d["kept"] or d["moved"] or d["reason"] is None or margin is None or margin < 0):
+        return None
+    if status in ON_GPU:
         g = gpus.get((host or "", gpu if gpu is not None else -1))
         if g is None:
             return None
@@ -560,7 +567,9 @@ def _workload_fast(d: Any, gpus: Mapping[GpuKey, GpuPlan]) -> WorkloadPlan | Non
 
 def _margin_ok(w: WorkloadPlan, gpus: Mapping[GpuKey, GpuPlan], memo: _Memo) -> bool:
     """True when `_check_margin` passes (False: it may fail, let it say why)."""
-    if w.status != "placed":
+    if w.status == "at_risk" and (not w.kept or w.moved or w.reason is None or (w.margin_mib or 0) < 0):
+        return False
+    if not w.on_gpu:
         return w.instance_mib is None and w.margin_mib is None
     want = memo.instance_mib(gpus[(w.host or "", w.gpu if w.gpu is not None else -1)].model, w.instance)
     return want is not None and w.instance_mib == want and w.margin_mib == want - w.peak_mib
@@ -592,8 +601,9 @@ def _opt_text(n: Node) -> str | None:
     return text
 
 
-def _read_summary(n: Node) -> tuple[Summary, dict[str, Node]]:
-    f = _dataclass(Summary, n)
+def _read_summary(n: Node, version: int) -> tuple[Summary, dict[str, Node]]:
+    keys = {fl.name for fl in fields(Summary)}
+    f = n.fields(keys, keys - _SUMMARY_SINCE_5 if version < 5 else keys)
     values: dict[str, Any] = {}
     for k, v in f.items():
         if k == "placed_value":
@@ -616,6 +626,10 @@ def _read_summary(n: Node) -> tuple[Summary, dict[str, Node]]:
 def _check_summary(f: dict[str, Node], s: Summary, policy: Policy, workloads: list[WorkloadPlan]) -> None:
     """The memory fields of the summary are derived: they must be what the policy and workloads give."""
     below, least = memory_margins(workloads)
+    at_risk = sum(1 for w in workloads if w.status == "at_risk")
+    if s.workloads_at_risk != at_risk:
+        f.get("workloads_at_risk", f["below_peak"]).fail(
+            f"says {s.workloads_at_risk} workload(s) kept at risk; the workloads show {at_risk}", hint=_HINT)
     if s.below_peak != below:
         f["below_peak"].fail(f"says {s.below_peak} workload(s) below their peak; the workloads show {below}",
                              hint=_HINT)
@@ -639,11 +653,11 @@ def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> tuple[WorkloadPla
         f["name"].fail(f"{name!r} is not a workload name")
     status = f["status"].str()
     if status not in WORKLOAD_STATUSES:
-        f["status"].fail(f"unknown workload status {status!r}; expected placed or unplaced")
+        f["status"].fail(f"unknown workload status {status!r}; expected {', '.join(WORKLOAD_STATUSES)}")
     host = _opt_str(f["host"])
     gpu = _opt_int(f["gpu"])
     instance = _opt_str(f["instance"])
-    if status == "placed":
+    if status in ON_GPU:
         g = gpus.get((host or "", gpu if gpu is not None else -1))
         if g is None:
             f["host"].fail(f"placed on {host}/{gpu}, which is not a GPU of this plan")
@@ -664,8 +678,15 @@ def _read_workload(n: Node, gpus: Mapping[GpuKey, GpuPlan]) -> tuple[WorkloadPla
 
 
 def _check_margin(f: dict[str, Node], w: WorkloadPlan, gpus: Mapping[GpuKey, GpuPlan], catalog: Catalog) -> None:
-    """instance_mib is the catalog's memory for where it is placed; margin_mib = instance_mib - peak_mib."""
-    if w.status != "placed":
+    """instance_mib is the catalog's memory for where it is placed; margin_mib = instance_mib - peak_mib; a
+    workload kept at risk is one that stays where it runs (kept, not moved), its peak within its instance."""
+    if w.status == "at_risk" and (not w.kept or w.moved or w.reason is None):
+        f["status"].fail("an at_risk workload is one kept where it runs (kept true, moved false) with its "
+                         "reason", hint=_HINT)
+    if w.status == "at_risk" and w.margin_mib is not None and w.margin_mib < 0:
+        f["margin_mib"].fail("an at_risk workload's peak fits where it runs (margin at least 0); one whose peak "
+                             "does not is left out (unplaced)", hint=_HINT)
+    if not w.on_gpu:
         for key in ("instance_mib", "margin_mib"):
             if not f[key].is_null:
                 f[key].fail(f"must be null for an {w.status} workload")
@@ -748,7 +769,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
                               "another plan", hint=_HINT)
     workloads = _read_workloads(f["workloads"], gpus, catalog, memo)
     solve = _read_solve(f["solve"])
-    summary, sf = _read_summary(f["summary"])
+    summary, sf = _read_summary(f["summary"], version)
     _check_summary(sf, summary, policy_obj, workloads)
     migrations: tuple[Migration, ...] = ()
     freed: tuple[GpuKey, ...] = ()
@@ -788,7 +809,7 @@ def _read_workloads(node: Node, gpus: Mapping[GpuKey, GpuPlan], catalog: Catalog
         if w.name in seen:
             entries.node(i).fail(f"workload {w.name!r} listed twice (first at line {entries.node(seen[w.name]).line})")
         seen[w.name] = i
-        if w.status == "placed" and w.instance is not None:
+        if w.on_gpu and w.instance is not None:
             spot = ((w.host or "", w.gpu or 0), w.instance)
             if spot in taken:
                 entries.node(i).fail(f"{w.name} and {taken[spot]} are both placed on {w.instance} of {w.host}/{w.gpu}")
@@ -826,7 +847,7 @@ def _read_migrations(node: Node, gpus: Mapping[GpuKey, GpuPlan], workloads: list
         w = by_name.get(name)
         if w is None:
             f["workload"].fail(f"{name!r} is not a workload of this plan")
-        if w.kept or (w.status == "placed" and not w.moved):
+        if w.kept or (w.on_gpu and not w.moved):
             f["workload"].fail(f"{name} is not moved by this plan (kept, or placed new), yet has a migration step",
                                hint=_HINT)
         source = _read_endpoint(f["source"], gpus)
@@ -838,7 +859,7 @@ def _read_migrations(node: Node, gpus: Mapping[GpuKey, GpuPlan], workloads: list
             f["source"].fail(f"{source.instance} is not in the current layout of {source.host}/{source.gpu}")
         target = None if f["target"].is_null else _read_endpoint(f["target"], gpus)
         placed = (Endpoint(w.host or "", w.gpu if w.gpu is not None else -1, w.instance)
-                  if w.status == "placed" else None)
+                  if w.on_gpu else None)
         if target != placed:
             f["target"].fail(f"must be where the plan places {name} ({placed or 'nowhere: it is left out'})",
                              hint=_HINT)

@@ -43,7 +43,7 @@ from migplan.planner.validate import check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
-LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0)
+LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0, risk=0)
 
 
 def gpu_lower_bound(problem: Problem, sp: Split, solver: Solver,
@@ -93,8 +93,11 @@ def _workload(problem: Problem, it: Item, m: Mapped) -> WorkloadPlan:
         # the memory it gets there: the instance's profile, or the whole MIG-disabled GPU's memory
         mib = instance_memory_mib(problem.models[gpu.model], instance) if gpu else None
         margin = mib - it.demand.peak_mib if mib is not None else None
-        return WorkloadPlan(**base, status="placed", host=host, gpu=idx, instance=instance,  # type: ignore[arg-type]  # base: str and int fields
-                            instance_mib=mib, margin_mib=margin, slices=slices, kept=it.name in m.kept, moved=moved)
+        # kept where it runs although only its peak fits there: at risk, with its margin and why
+        risky = it.name in m.kept and it.name in m.at_risk
+        return WorkloadPlan(**base, status="at_risk" if risky else "placed", host=host, gpu=idx,  # type: ignore[arg-type]  # base: str and int fields
+                            instance=instance, instance_mib=mib, margin_mib=margin, slices=slices,
+                            kept=it.name in m.kept, moved=moved, reason=m.at_risk[it.name] if risky else None)
     return WorkloadPlan(**base, status="unplaced", slices=it.slices(first),  # type: ignore[arg-type]  # base: as above
                         reason=m.unplaced.get(it.name, "left out"))
 
@@ -141,16 +144,16 @@ def _kept_running(problem: Problem, placed: Mapping[str, GpuKey], targets: Mappi
 
 def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPlan, ...], value: float,
              lb: int | None) -> Summary:
-    hosting = {(w.host, w.gpu) for w in wls if w.status == "placed"}
+    hosting = {(w.host, w.gpu) for w in wls if w.on_gpu}
     stoppable = _stoppable(problem)
-    placed = {w.name: (w.host or "", w.gpu if w.gpu is not None else -1) for w in wls if w.status == "placed"}
+    placed = {w.name: (w.host or "", w.gpu if w.gpu is not None else -1) for w in wls if w.on_gpu}
     hosting |= _kept_running(problem, placed, {g.key: g.target for g in gpus}, stoppable)
     planned = [g for g in gpus if g.hold is None]
     used = [g for g in planned if (g.target is not None and len(g.target)) or (g.host, g.index) in hosting]
     stranded = sum(problem.models[g.model].compute_slices - used_compute(problem.models[g.model], g.target)
                    for g in used if g.target is not None)
     running = {it.name for it in problem.items if it.running is not None}
-    disrupted = sum(1 for w in wls if w.name in running and (w.moved or (w.status != "placed" and w.name in stoppable)))
+    disrupted = sum(1 for w in wls if w.name in running and (w.moved or (not w.on_gpu and w.name in stoppable)))
     busy_disrupted = _busy_disrupted(problem, gpus)
     below_peak, least_margin = memory_margins(wls)
     if problem.policy.memory_percentile == "max":
@@ -166,7 +169,8 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
         instances_destroyed=sum(1 for g in gpus for a in g.actions if a.op is Op.DESTROY_GI),
         instances_created=sum(1 for g in gpus for a in g.actions if a.op is Op.CREATE_GI),
         workloads_placed=sum(1 for w in wls if w.status == "placed"),
-        workloads_unplaced=sum(1 for w in wls if w.status != "placed"),
+        workloads_at_risk=sum(1 for w in wls if w.status == "at_risk"),
+        workloads_unplaced=sum(1 for w in wls if not w.on_gpu),
         workloads_disrupted=disrupted, busy_disrupted=busy_disrupted, stranded_slices=stranded,
         placed_value=round(value, 4), below_peak=below_peak, min_margin_mib=least_margin,
         headroom_rule=headroom_rule(problem.policy), memory_warning=memory_warning(problem.policy, below_peak))
@@ -290,6 +294,10 @@ def _moves(problem: Problem, sp: Split, mapped: Mapped, gpus: tuple[GpuPlan, ...
             dst = Endpoint(h, i, str(inst) if inst else None)
         if dst is None:
             why = "left out: " + mapped.unplaced.get(it.name, "no room")
+            if it.name in sp.at_risk:  # a stop of a workload whose peak fits where it runs: say what took its place
+                why += f" (it ran at risk: {sp.at_risk[it.name]}; its place went to higher-value demand)"
+        elif it.name in sp.at_risk:
+            why = f"at risk where it runs ({sp.at_risk[it.name]}): moves to a place that fits it"
         elif it.name in forced:
             why = "outgrown: its instance no longer fits its demand or pin"
         elif it.running not in after:

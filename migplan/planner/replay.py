@@ -28,7 +28,7 @@ def applied_profiles(profiles: ProfileSet, plan: Plan) -> ProfileSet:
     out = []
     for w in profiles.workloads:
         wp = where.get(w.name)
-        if wp is None or wp.status != "placed":
+        if wp is None or not wp.on_gpu:
             out.append(w)
             continue
         inst = Instance.parse(wp.instance) if wp.instance else None

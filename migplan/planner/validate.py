@@ -64,6 +64,8 @@ def _item_checks(w: WorkloadPlan, it: Item, g: GpuPlan, problem: Problem, frozen
     if inst is None:
         return [f"{w.name}: instance {w.instance} is not in the target layout of {g.host}/{g.index}"]
     prof = inst.profile.removesuffix("+me")
+    if w.status == "at_risk":
+        return out  # where it runs, its peak within it: `_at_risk` checks that, not the fit it is known to lack
     if not frozen and prof not in it.profiles(g.model):
         out.append(f"{w.name}: {inst.profile} on {model.id} does not fit {it.demand.memory_mib} MiB / "
                    f"{it.slices(g.model)} slices")
@@ -84,9 +86,11 @@ def _workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], p
     kept = {w.name for w in workloads if w.kept}
     planned = {g.key: g for g in gpus}
     for w in workloads:
-        if w.status != "placed" or w.name not in items:
+        if not w.on_gpu or w.name not in items:
             continue
         it = items[w.name]
+        if w.status == "at_risk":
+            out += _at_risk(w, it, problem)
         g = planned.get((w.host or "", w.gpu if w.gpu is not None else -1))
         if g is None:
             out.append(f"{w.name}: placed on unknown GPU {w.host}/{w.gpu}")
@@ -104,6 +108,25 @@ def _workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], p
                 out.append(f"{w.name}: anti-affinity {a} broken with {other} on {where}")
             spots[a][where] = w.name
     return out
+
+
+def _at_risk(w: WorkloadPlan, it: Item, problem: Problem) -> list[str]:
+    """Kept at risk: it stays exactly where it runs, does not fit its sized demand there, and its observed peak
+    fits there (else it is outgrown, and left out or moved)."""
+    where = (w.host, w.gpu)
+    if it.running is None or where != it.running or w.instance != (str(it.running_on) if it.running_on else None):
+        return [f"{w.name}: kept at risk on {w.host}/{w.gpu} {w.instance or 'whole'}, but it runs on "
+                f"{it.running} {it.running_on or 'whole'}"]
+    gpu = problem.gpu(it.running)
+    if gpu is None:
+        return []
+    model = problem.models[gpu.model]
+    if fits_where_it_runs(it, gpu, model.full_profile.name):
+        return [f"{w.name}: marked at risk, yet it fits where it runs"]
+    mib = model.memory_mib if it.running_on is None else model.profile(it.running_on.profile).memory_mib
+    if it.demand.peak_mib > mib:
+        return [f"{w.name}: kept at risk, but its peak {it.demand.peak_mib} MiB exceeds its {mib} MiB there"]
+    return []
 
 
 def _busy(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
@@ -166,7 +189,7 @@ def _keep_free(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], p
     k = problem.policy.keep_free
     if not k:
         return []
-    used = {(w.host, w.gpu) for w in workloads if w.status == "placed"}
+    used = {(w.host, w.gpu) for w in workloads if w.on_gpu}
     free = sum(1 for g in gpus if g.hold is None and (g.target is None or not len(g.target))
                and (g.host, g.index) not in used)
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]

@@ -73,7 +73,7 @@ def standing_planned(plan: Plan) -> Standing:
     served: dict[str, Served] = {}
     waste = 0
     for w in plan.workloads:
-        if w.status != "placed" or w.host is None or w.gpu is None:
+        if not w.on_gpu or w.host is None or w.gpu is None:
             served[w.name] = Served(None)
             continue
         mib = w.instance_mib or 0
