@@ -26,7 +26,7 @@ CONFIG_VERSION = 1
 OUTPUT_FORMATS = ("table", "json", "yaml")
 PERCENTILES = ("p50", "p95", "p99", "max")
 # The objective weights (migplan.planner.demand.Weights fields; tested to agree).
-WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste", "mode", "reset", "risk")
+WEIGHT_KEYS = ("unplaced", "disrupt", "gpu", "change", "fragment", "waste", "mode", "reset", "risk", "idle")
 MAX_WEIGHT = 1e9  # far above the defaults (10,000 at most); keeps the integer program's numbers sane
 
 
@@ -56,7 +56,8 @@ class Setting:
         if self.kind == "choice":
             return "one of: " + ", ".join(self.choices)
         lo, hi = _number_text(self.minimum), _number_text(self.maximum)
-        what = {"int": "a whole number", "number": "a number", "weights": f"weights ({', '.join(WEIGHT_KEYS)}) each"}
+        what = {"int": "a whole number", "number": "a number", "weights": f"weights ({', '.join(WEIGHT_KEYS)}) each",
+                "spare": "a mapping of PROFILE or MODEL/PROFILE to a whole number"}
         return f"{what[self.kind]} {lo}..{hi}".rstrip(".") if (lo or hi) else what[self.kind]
 
     def read(self, node: Node) -> bool | int | float | str | dict[str, float]:
@@ -77,6 +78,14 @@ class Setting:
                 node.fail(f"expected {self.describe()}, got {_shown(node)}")
             assert v is not None
             return v
+        if self.kind == "spare":
+            if node.is_null:
+                return {}
+            if not node.is_map:
+                node.fail(f"expected a mapping of PROFILE or MODEL/PROFILE to a count, got {_shown(node)}",
+                          hint="e.g. spare: {1g.10gb: 4}")
+            return {k: n.int(minimum=_int_bound(self.minimum), maximum=_int_bound(self.maximum))
+                    for k, n in node.items()}
         if self.kind == "weights":
             if node.is_null:
                 return {}
@@ -149,6 +158,10 @@ PLANNER_SETTINGS: dict[str, Setting] = {
     "anti_affinity_scope": Setting("choice", "Where anti-affinity members must differ.", choices=("gpu", "host")),
     "weights": Setting("weights", "Objective weights, non-negative (docs/model.md, 'Objective').",
                        minimum=0.0, maximum=MAX_WEIGHT),
+    "reclaim_idle": Setting("bool", "Let idle instances go wherever the plan gains (default: keep them unless "
+                                    "removing them frees a GPU or makes room for demand)."),
+    "spare": Setting("spare", "Keep at least N free instances of a profile: {PROFILE or MODEL/PROFILE: N}.",
+                     minimum=1, maximum=1_000_000),
 }
 
 

@@ -3,15 +3,14 @@
 "moves free N of M GPUs in use") and the count of this plan's own point of the curve.
 
 Issue 23 (894 vs 893 on a large consolidation): the consolidation counted the GPUs in use before minus those in
-use after, which is lower by every idle GPU the plan brings into use. Fleet: bench/consolidate.py's whole-GPU
+use after, which is lower by every idle GPU the plan brings into use; those are now `gpus_newly_used`.
+Fleet: bench/consolidate.py's whole-GPU
 A100-80GB fleet (every GPU runs one workload) plus empty MIG-enabled GPUs on another host, which the
 consolidation packs onto."""
 
 from __future__ import annotations
 
 import dataclasses
-
-import pytest
 
 from bench.consolidate import whole_gpu_fleet
 from migplan.adapters.solver import PulpSolver
@@ -22,9 +21,6 @@ from migplan.planner import Policy, plan
 from migplan.planner.plan import in_use
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23, open: the consolidation counts in-use-before minus in-use-after "
-                   "(planner.py, also in _curve), the list counts GPUs left empty; one definition is still to be "
-                   "chosen (its bound is on the net figure); strict: once they agree this mark must go")
 def test_the_freed_list_and_the_consolidation_count_agree() -> None:
     state, ps = whole_gpu_fleet(16, 7)
     idle = tuple(GpuState(host="idle-h", index=i, model="A100-SXM4-80GB", mig_enabled=True, layout=Layout())
@@ -38,3 +34,5 @@ def test_the_freed_list_and_the_consolidation_count_agree() -> None:
     assert c is not None
     own = next(pt for pt in c.curve if pt.max_moves == 3)
     assert len(p.freed) == c.gpus_freed == own.gpus_freed
+    # GPUs brought into use are counted apart; the net is what the lower bound bounds
+    assert c.gpus_newly_used == len(after - before) and c.gpus_freed - c.gpus_newly_used == c.gpus_in_use - c.gpus_used

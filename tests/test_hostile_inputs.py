@@ -538,7 +538,7 @@ def test_planner_schema_agrees_with_the_planner_and_the_cli() -> None:
     assert policy_keys | {"solver", "time_limit", "gap"} == set(PLANNER_SETTINGS)
     for name, setting in PLANNER_SETTINGS.items():
         assert setting.help and setting.describe(), name
-        assert setting.kind in ("bool", "int", "number", "choice", "weights")
+        assert setting.kind in ("bool", "int", "number", "choice", "weights", "spare")
     assert (PLANNER_SETTINGS["time_limit"].minimum, PLANNER_SETTINGS["time_limit"].maximum) == (0.1, 86400.0)
     assert (PLANNER_SETTINGS["gap"].minimum, PLANNER_SETTINGS["gap"].maximum) == (0.0, 0.99)
 

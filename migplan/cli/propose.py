@@ -13,8 +13,10 @@ from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import ProposeRequest
 from migplan.commands.propose import propose as run_propose
+from migplan.errors import MigplanError
 from migplan.files import check_output_options
 from migplan.planner import Plan, plan_to_dict
+from migplan.planner.demand import policy_from_mapping, spare_rule
 from migplan.planner.milp import SOLVERS
 
 
@@ -65,8 +67,34 @@ def _table(p: Plan, catalog: Any) -> str:
         f"memory sized from {stat}, headroom {s.headroom_rule}; below peak {s.below_peak}, least margin {least}\n"
         + (f"warning: {s.memory_warning}\n" if s.memory_warning else "")
         + f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
-        f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
+        + _idle_line(p)
+        + f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
     return "\n".join(out)
+
+
+def _spare_option(values: list[str] | None) -> dict[str, int] | None:
+    """`--spare PROFILE=N` (repeatable) as the `spare` mapping; None when not given."""
+    if not values:
+        return None
+    out: dict[str, int] = {}
+    for v in values:
+        key, sep, count = v.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise typer.BadParameter(f"{v!r}: expected [MODEL/]PROFILE=N, e.g. 1g.10gb=4", param_hint="--spare")
+        out[key.strip()] = int(count)
+    return out
+
+
+def _idle_line(p: Plan) -> str:
+    """Idle instances kept and removed, and why (the spare-capacity policy), as one line."""
+    s = p.summary
+    try:
+        rule = spare_rule(policy_from_mapping(dict(p.policy), source="plan"))
+    except MigplanError:  # a plan's policy is checked when it is read: this is only the words for it
+        rule = "policy as recorded in the plan"
+    removed = (f"{s.idle_removed} removed ({s.idle_removed_freeing} to free whole GPUs, "
+               f"{s.idle_removed - s.idle_removed_freeing} to make room)")
+    return f"idle instances {s.idle_kept} kept free, {removed}; {rule}\n"
 
 
 def _migration_table(p: Plan) -> list[str]:
@@ -86,7 +114,9 @@ def _migration_table(p: Plan) -> list[str]:
         rows = [[pt.max_moves if pt.max_moves is not None else "any", pt.moves, pt.gpus_used, pt.gpus_freed]
                 for pt in c.curve]
         bound = f", at most {c.gpus_freeable} freeable (lower bound)" if c.gpus_freeable is not None else ""
-        out.append(f"\nConsolidation: {c.moves} moves free {c.gpus_freed} of {c.gpus_in_use} GPUs in use{bound}; "
+        new = (f" and bring {c.gpus_newly_used} idle GPU(s) into use (net {c.gpus_freed - c.gpus_newly_used})"
+               if c.gpus_newly_used else "")
+        out.append(f"\nConsolidation: {c.moves} moves free {c.gpus_freed} of {c.gpus_in_use} GPUs in use{new}{bound}; "
                    "GPUs freed per move budget:\n" + grid(rows, ["MAX MOVES", "MOVES", "GPUS USED", "GPUS FREED"]))
     return out
 
@@ -138,6 +168,14 @@ def propose(
                                                               "--headroom 0; 0 turns it off (default 512).")] = None,
     anti_affinity_scope: Annotated[str | None, typer.Option("--anti-affinity-scope",
                                                             help="gpu|host (default gpu).")] = None,
+    reclaim_idle: Annotated[bool | None, typer.Option("--reclaim-idle/--keep-idle",
+                                                      help="Let idle instances go wherever the plan gains "
+                                                           "(default: keep them unless removing them frees a whole "
+                                                           "GPU or makes room for demand).")] = None,
+    spare: Annotated[list[str] | None, typer.Option("--spare", metavar="[MODEL/]PROFILE=N",
+                                                    help="Keep at least N free instances of PROFILE (of MODEL "
+                                                         "only, when given), e.g. --spare 1g.10gb=4; repeatable; "
+                                                         "replaces the config file's planner.spare.")] = None,
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     ctx = build_context(config, catalog, output)
@@ -147,7 +185,8 @@ def propose(
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
                          "consolidate": consolidate, "max_moves": max_moves,
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
-                         "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope})
+                         "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope,
+                         "reclaim_idle": reclaim_idle, "spare": _spare_option(spare)})
     result = run_propose(ctx, req, report=info)
     if report_html:  # migplan/commands/report.py
         from migplan.commands.report import write_page

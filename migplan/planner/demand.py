@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 from migplan.catalog.geometry import GiProfile, GpuModel
@@ -57,6 +58,11 @@ class Weights:
     # moves, so nothing else is moved to make room for it; far below leaving it out (`unplaced`), so a stop is
     # the last resort. Consolidating, moves cost less still: it moves wherever a place exists.
     risk: float = 1500.0
+    # per idle instance (nothing runs there) the plan destroys, unless `reclaim_idle`: above a layout change
+    # (`change`) and an instance (`fragment`), so reshaping a GPU only to drop idle instances never pays; 7 of
+    # them (the most a GPU holds) below one GPU (`gpu`), so emptying a GPU of idle instances to free it does;
+    # far below placing demand (`unplaced`), so room for a workload is always made
+    idle: float = 10.0
 
 
 # Consolidating, a move of a running workload costs this share of a GPU's weight (5 of 100 by default),
@@ -78,6 +84,12 @@ class Policy:
     weights: Weights = field(default_factory=Weights)
     consolidate: bool = False  # move running workloads to free GPUs (a move costs MOVE_SHARE_OF_GPU, not disrupt)
     max_moves: int | None = None  # consolidation: at most this many running workloads change instance
+    # spare capacity (docs/model.md "Idle instances and spare capacity"): idle instances stay unless removing
+    # them frees a whole GPU or makes room for demand (Weights.idle); `reclaim_idle` lets them go whenever the
+    # objective gains anything (the behaviour before plan version 5); `spare` keeps at least N free instances
+    # of a profile in the targets, per PROFILE (every model with it) or MODEL/PROFILE: ((key, N), ...), sorted
+    reclaim_idle: bool = False
+    spare: tuple[tuple[str, int], ...] = ()
 
     @property
     def movable_running(self) -> bool:
@@ -85,6 +97,7 @@ class Policy:
         return self.allow_disrupt or self.consolidate
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "spare", _spare_entries(self.spare))
         if self.memory_percentile not in MEMORY_PERCENTILES:
             raise InputError(f"memory percentile {self.memory_percentile!r} is not one of {MEMORY_PERCENTILES}")
         if self.compute_percentile not in COMPUTE_PERCENTILES:
@@ -102,7 +115,40 @@ class Policy:
             raise InputError(f"anti-affinity scope {self.anti_affinity_scope!r} must be 'gpu' or 'host'")
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        d = asdict(self)
+        d["spare"] = dict(self.spare)
+        return d
+
+
+SPARE_KEY = re.compile(r"(?:(?P<model>[A-Za-z0-9][A-Za-z0-9_.+-]{0,63})/)?"  # MODEL/, optional
+                       r"(?P<profile>[0-9]{1,2}g\.[0-9]{1,4}gb(?:\+[a-z.0-9]{1,16})?)")  # 1g.10gb, 1g.10gb+me
+MAX_SPARE = 1_000_000
+
+
+def _spare_entries(value: object) -> tuple[tuple[str, int], ...]:
+    """`spare` as sorted (key, count) pairs from a mapping or pairs; InputError naming the bad entry."""
+    items = value.items() if isinstance(value, dict) else value
+    try:
+        pairs = [(k, n) for k, n in items]  # type: ignore[attr-defined]  # a mapping's items or pairs, checked below
+    except (TypeError, ValueError):
+        raise InputError(f"spare must map PROFILE or MODEL/PROFILE to a count, got {value!r}",
+                         key="planner.spare", hint="e.g. spare: {1g.10gb: 4, A100-SXM4-80GB/3g.40gb: 1}") from None
+    out = {}
+    for k, n in pairs:
+        if not isinstance(k, str) or not SPARE_KEY.fullmatch(k):
+            raise InputError(f"spare: {k!r} is not a profile (1g.10gb) or MODEL/PROFILE (A100-SXM4-80GB/1g.10gb)",
+                             key="planner.spare")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SPARE:
+            raise InputError(f"spare: {k}: expected a whole number 1..{MAX_SPARE}, got {n!r}", key=f"planner.spare.{k}")
+        out[k] = n
+    return tuple(sorted(out.items()))
+
+
+def spare_rule(policy: Policy) -> str:
+    """The idle-instance policy in words, as the table shows it."""
+    base = ("reclaim_idle: idle instances go wherever the plan gains" if policy.reclaim_idle
+            else "idle instances kept unless removing them frees a GPU or makes room for demand")
+    return base + ("; spare " + ", ".join(f"{k}: {n}" for k, n in policy.spare) if policy.spare else "")
 
 
 def _percent(fraction: float) -> str:
@@ -241,7 +287,7 @@ def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
 
 MAX_WEIGHT = 1e9  # as config.MAX_WEIGHT: far above the defaults (10,000 at most); beyond it, a typo
 _POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
-                "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves"}
+                "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves", "reclaim_idle", "spare"}
 
 
 def policy_from_mapping(doc: dict[str, object], base: Policy | None = None, *, source: str = "config") -> Policy:

@@ -71,6 +71,7 @@ class PatternInfo:
     mode: int = 0  # 1 when it changes the GPU's MIG mode (a layout on a MIG-disabled GPU, WHOLE on an enabled one)
     reset: int = 0  # 1 when that mode change needs a GPU reset (model.diff.RESET_ON_MODE_CHANGE: Ampere)
     at_risk: int = 0  # running items at risk where they run that this pattern keeps there (groups.at_risk_reason)
+    idle_gone: int = 0  # idle current instances (Group.idle) this pattern destroys
 
     @property
     def empty(self) -> bool:
@@ -114,7 +115,7 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
         mode, reset = _mode(model, g.current is not None)  # MIG enabled now: disabling it
         return PatternInfo(WHOLE, Counter() if taken else Counter({WHOLE_GPU: 1}), displaced,
                            len(g.soft_busy), 1, int(g.current is not None), mode=mode, reset=reset,
-                           at_risk=int(g.risky_whole and g.soft_whole >= 0))
+                           at_risk=int(g.risky_whole and g.soft_whole >= 0), idle_gone=len(g.idle))
     pk = keys(model, pattern)
     kept = {k for k, _ in g.soft if k in pk}
     displaced = Counter(c for k, c in g.soft if k not in pk)
@@ -127,7 +128,7 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
     destroyed = len(g.soft_busy - pk) + int(g.busy_whole)  # enabling MIG stops the whole-GPU processes
     mode, reset = _mode(model, g.current is None and len(pattern) > 0)  # MIG disabled now: enabling it
     return PatternInfo(pattern, free, displaced, destroyed, int(len(pattern) > 0), int(not same),
-                       mode=mode, reset=reset, at_risk=len(g.risky & kept))
+                       mode=mode, reset=reset, at_risk=len(g.risky & kept), idle_gone=len(g.idle - pk))
 
 
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
@@ -509,6 +510,28 @@ def _keep_free(f: Formulation) -> None:
         f.milp.add("keep-free", terms, ">=", k)
 
 
+def spare_models(problem: Problem, entry: str) -> tuple[str, list[str]]:
+    """(profile, planned models it applies to) of a `spare` key: PROFILE (every model with it) or MODEL/PROFILE."""
+    model_id, _, q = entry.rpartition("/")
+    used = sorted({g.model for g in problem.gpus if g.hold is None})
+    return q, [m for m in used if (not model_id or m == model_id) and problem.models[m].has_profile(q)]
+
+
+def _spare(f: Formulation) -> None:
+    """Per `spare` entry (q, N): sum_{g,p} free(g,p,q) x[g,p] - sum_c y[c,.,q] >= N over the models it names."""
+    groups = {g.idx: g for g in f.split.groups}
+    for entry, n in f.problem.policy.spare:
+        q, models = spare_models(f.problem, entry)
+        if not models:
+            raise PlanError(f"spare {entry}: no planned GPU has profile {q}",
+                            hint="name a profile of a model in the inventory ('migplan catalog'), or drop the entry")
+        terms = [(f.x[(g.idx, pi)], float(info.free[q])) for g in f.split.groups if g.model in models
+                 for pi, info in enumerate(f.patterns[g.idx]) if info.free[q]]
+        terms += [(v, -1.0) for (_, m, p), v in f.y_pool.items() if p == q and m in models]
+        terms += [(v, -1.0) for (_, gi, p), v in f.y_group.items() if p == q and groups[gi].model in models]
+        f.milp.add(f"spare[{entry}]", terms, ">=", n)
+
+
 def _slices(model: GpuModel, q: str) -> tuple[int, int]:
     """(compute, memory) slices of profile q; the whole MIG-disabled GPU counts as all of them."""
     if q == WHOLE_GPU:
@@ -553,12 +576,13 @@ def _objective(f: Formulation, w: Weights) -> None:
         f.milp.cost(v, w.unplaced * classes[c].sample.value)
     f.milp.constant = w.disrupt * len(f.split.forced)
     move = move_costs(f.problem, f.split, w)
+    idle = 0.0 if f.problem.policy.reclaim_idle else w.idle
     for (gi, pi), v in f.x.items():
         info = f.patterns[gi][pi]
         n_inst = len(info.pattern) if info.pattern is not WHOLE else 0  # MIG off: no instance at all
         cost = (sum(move[c] * n for c, n in info.displaced.items()) + w.disrupt * info.destroyed_busy
                 + w.gpu * info.used + w.change * info.change + w.mode * info.mode + w.reset * info.reset
-                + w.fragment * n_inst + w.risk * info.at_risk)
+                + w.fragment * n_inst + w.risk * info.at_risk + idle * info.idle_gone)
         f.milp.cost(v, cost)
     if not w.waste:  # the lower bound's weights: every placement costs 0.0, no waste to work out
         for v in (*f.y_pool.values(), *f.y_group.values()):
@@ -581,7 +605,7 @@ def _waste(problem: Problem, c: Klass, model_id: str, q: str, least: dict[tuple[
     return max(0, g - c.sample.slices(model_id)) + (mem - low)
 
 
-_STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free", "moves")
+_STAGES = ("patterns", "placements", "gpus", "balance", "capacity", "anti-affinity", "keep-free", "spare", "moves")
 
 
 def _cause(f: Formulation, stage: str) -> tuple[str, str]:
@@ -623,7 +647,8 @@ def formulate(problem: Problem, split: Split, weights: Weights | None = None, *,
     Raises PlanError the moment the model passes `limit` (default `LIMIT`), naming its size and cause."""
     f = Formulation(problem, split, Milp(limit=LIMIT if limit is None else limit), refine=refine)
     steps = {"patterns": _patterns, "placements": _variables, "gpus": _one_pattern_per_gpu, "balance": _balance,
-             "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free, "moves": _move_budget}
+             "capacity": _capacity, "anti-affinity": _spread, "keep-free": _keep_free, "spare": _spare,
+             "moves": _move_budget}
     stage = _STAGES[0]
     try:
         for stage in _STAGES:

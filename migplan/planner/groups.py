@@ -58,6 +58,7 @@ class Group:
     present: frozenset[str]  # anti-affinity sets with a member running here (kept, outgrown or movable)
     risky: frozenset[Key] = frozenset()  # soft instances whose workload is at risk there (it may stay, priced)
     risky_whole: bool = False  # the soft whole-GPU workload is at risk there
+    idle: frozenset[Key] = frozenset()  # current instances where nothing runs and nothing is busy
     gpus: list[GpuState] = field(default_factory=list)
 
 
@@ -223,6 +224,9 @@ def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str]
     gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, busy_whole, host, idx,
           present, risky_keys, risky_whole)
     if gk not in groups:
+        # idle: a function of what the key holds (current layout, kept, soft and busy instances)
+        taken = {k for k in s.hard.get(gpu.key, set()) if k is not None} | {k for k, _ in soft} | busy
+        idle = frozenset(key(model, i) for i in (gpu.current.instances if gpu.current else ())) - taken
         groups[gk] = Group(len(groups), gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy,
-                           soft_whole, busy_whole, host, idx, present, risky_keys, risky_whole)
+                           soft_whole, busy_whole, host, idx, present, risky_keys, risky_whole, idle)
     return groups[gk]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuKey, GpuState
-from migplan.planner.formulation import Formulation, PatternInfo
+from migplan.planner.formulation import Formulation, PatternInfo, spare_models
 from migplan.planner.groups import Group, Klass, class_key
 from migplan.planner.patterns import WHOLE, Key, key, keys
 from migplan.planner.problem import Item
@@ -56,6 +56,7 @@ class _Slots:
     used: list[Instance] = field(default_factory=list)
     whole: bool = False
     same: bool = False  # pattern is the current layout: keep it as it is
+    spare: list[Instance] = field(default_factory=list)  # free instances kept as spare capacity (Policy.spare)
 
 
 def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running: list[Item],
@@ -224,13 +225,39 @@ class _MappingState:
                 self.mapped.unplaced.setdefault(it.name, f"left out: not enough room next to higher-priority demand"
                                                          f"{spread} (priority {it.priority})")
         problem = self.formulation.problem
+        keep_idle = not problem.policy.reclaim_idle
+        self.reserve_spare(keep_idle)
         for gpu in problem.gpus:
             if gpu.hold:
                 self.mapped.targets[gpu.key] = gpu.current
         for sls in self.slots.values():
             for sl in sls:
-                self.mapped.targets[sl.gpu.key] = _target(problem.models[sl.gpu.model], sl)
+                self.mapped.targets[sl.gpu.key] = _target(problem.models[sl.gpu.model], sl, keep_idle)
         return self.mapped
+
+    def reserve_spare(self, keep_idle: bool) -> None:
+        """Per `spare` entry, free instances of its profile kept in the targets until there are N: first those
+        the target keeps anyway (an unchanged layout, an idle instance kept), then others of the chosen
+        patterns, in GPU order (the spare rows made the patterns offer that many)."""
+        problem = self.formulation.problem
+        for entry, n in problem.policy.spare:
+            q, models = spare_models(problem, entry)
+            slots = [sl for g in self.formulation.split.groups if g.model in models for sl in self.slots[g.idx]]
+            have = 0
+            for sl in slots:
+                cur = sl.gpu.current.instances if sl.gpu.current else ()
+                have += sum(1 for i in sl.free.get(q, []) if sl.same or (keep_idle and i in cur)) + sum(
+                    1 for i in sl.spare if i.profile == q)
+            for sl in slots:
+                if have >= n:
+                    break
+                cur = sl.gpu.current.instances if sl.gpu.current else ()
+                for inst in [i for i in sl.free.get(q, []) if not (sl.same or (keep_idle and i in cur))]:
+                    if have >= n:
+                        break
+                    sl.free[q].remove(inst)
+                    sl.spare.append(inst)
+                    have += 1
 
 
 def _place_per_group(state: _MappingState) -> None:
@@ -446,13 +473,17 @@ class _Repairer:
         return False
 
 
-def _target(model: GpuModel, sl: _Slots) -> Layout | None:
+def _target(model: GpuModel, sl: _Slots, keep_idle: bool = True) -> Layout | None:
+    """The GPU's target: MIG disabled, its layout as it is, or its kept, used and spare instances and (unless
+    `reclaim_idle`) its idle current instances the pattern still holds."""
     cur = sl.gpu.current
     if sl.whole:
         return None
     if sl.same:
         return cur
-    insts = sl.keep + sl.used
+    insts = sl.keep + sl.used + sl.spare
+    if keep_idle and cur is not None:
+        insts += [i for free in sl.free.values() for i in free if i in cur.instances]
     if not insts:
         return None if cur is None else Layout()
     target = Layout.of(insts)

@@ -68,7 +68,7 @@ from migplan.yamldoc import Node
 PLAN_VERSION = 5
 READ_VERSIONS = (3, 4, 5)  # a version 3 plan has no moves recorded: read with none (it was made without them)
 # summary keys a plan before version 5 lacks (read as their defaults: such a plan kept nothing at risk)
-_SUMMARY_SINCE_5 = frozenset({"workloads_at_risk"})
+_SUMMARY_SINCE_5 = frozenset({"workloads_at_risk", "idle_kept", "idle_removed", "idle_removed_freeing"})
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
@@ -110,6 +110,9 @@ class Summary:
     headroom_rule: str  # the memory headroom rule in words, e.g. "+10%, at least 512 MiB"
     memory_warning: str | None  # set when memory is sized from a percentile below the observed peak
     workloads_at_risk: int = 0  # running, kept where they run: their peak fits there, peak + headroom does not (v5)
+    idle_kept: int = 0  # idle instances (nothing runs there) left as they are, still free: spare capacity (v5)
+    idle_removed: int = 0  # idle instances the plan destroys ...
+    idle_removed_freeing: int = 0  # ... of them on GPUs the plan leaves unused (removed to free a whole GPU)
 
 
 def instance_memory_mib(model: GpuModel, instance: str | None) -> int:
@@ -132,7 +135,7 @@ class CurvePoint:
     max_moves: int | None  # the budget (None: unlimited)
     moves: int  # running workloads that change instance in that plan
     gpus_used: int
-    gpus_freed: int  # GPUs in use before that the plan leaves empty
+    gpus_freed: int  # GPUs in use before that the plan leaves empty (as `Plan.freed`)
 
 
 @dataclass(frozen=True)
@@ -143,10 +146,11 @@ class Consolidation:
     moves: int
     gpus_in_use: int  # planned GPUs in use before: instances, a running workload, or processes
     gpus_used: int
-    gpus_freed: int
-    gpus_freeable: int | None  # gpus_in_use - the GPU lower bound (every workload placed, moves unlimited);
-    # negative when the demand needs more GPUs than are in use now
+    gpus_freed: int  # GPUs in use before that the plan leaves empty (`Plan.freed`; before version 5: in use - used)
+    gpus_freeable: int | None  # gpus_in_use - the GPU lower bound (every workload placed, moves unlimited): a bound
+    # on the net figure gpus_freed - gpus_newly_used; negative when the demand needs more GPUs than are in use now
     curve: tuple[CurvePoint, ...] = ()  # sorted by budget; this plan's own point among them
+    gpus_newly_used: int = 0  # GPUs not in use before that the plan brings into use (version 5)
 
 
 @dataclass(frozen=True)
@@ -778,7 +782,8 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         migrations = _read_migrations(f["migrations"], gpus, workloads, catalog)
         before, after = in_use(list(gpus.values()), workloads, migrations)  # once: a pass over every GPU
         freed = _read_freed(f["freed_gpus"], freed_gpus(before, after))  # = plan_freed
-        consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations, before)
+        consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations, before, after,
+                                            version)
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
@@ -905,7 +910,7 @@ _CURVE_MAX = 64
 
 
 def _read_consolidation(node: Node, policy: Policy, summary: Summary, migrations: tuple[Migration, ...],
-                        before: set[GpuKey]) -> Consolidation | None:
+                        before: set[GpuKey], after: set[GpuKey], version: int) -> Consolidation | None:
     """The consolidation record: its counts are derived and checked; the curve (other solves) is range-checked."""
     if node.is_null:
         if policy.consolidate:
@@ -913,7 +918,8 @@ def _read_consolidation(node: Node, policy: Policy, summary: Summary, migrations
         return None
     if not policy.consolidate:
         node.fail("must be null: the policy does not consolidate", hint=_HINT)
-    f = _dataclass(Consolidation, node)
+    keys = {fl.name for fl in fields(Consolidation)}
+    f = node.fields(keys, keys - {"gpus_newly_used"} if version < 5 else keys)
     big = names.MAX_GPU_INDEX * 1_000_000
 
     def opt(n: Node) -> int | None:
@@ -933,9 +939,13 @@ def _read_consolidation(node: Node, policy: Policy, summary: Summary, migrations
                       # negative, like gpus_freed, when demand needs more GPUs than are in use now
                       gpus_freeable=None if f["gpus_freeable"].is_null else f["gpus_freeable"].int(
                           minimum=-big, maximum=big),
-                      curve=tuple(points))
+                      curve=tuple(points),
+                      gpus_newly_used=f["gpus_newly_used"].int(minimum=0, maximum=big) if "gpus_newly_used" in f else 0)
+    # version 5: freed is the GPUs left empty (the plan's freed list), newly used apart; before: the net figure
+    freed = len(before - after) if version >= 5 else len(before) - summary.gpus_used
     derived = {"max_moves": policy.max_moves, "moves": len(migrations), "gpus_in_use": len(before),
-               "gpus_used": summary.gpus_used, "gpus_freed": len(before) - summary.gpus_used}
+               "gpus_used": summary.gpus_used, "gpus_freed": freed,
+               "gpus_newly_used": len(after - before) if version >= 5 else 0}
     for k, v in derived.items():
         if getattr(c, k) != v:
             f[k].fail(f"must be {v} (derived from the policy, the migrations and the GPUs), got {getattr(c, k)}",

@@ -43,7 +43,7 @@ from migplan.planner.validate import check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
-LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0, risk=0)
+LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0, risk=0, idle=0)
 
 
 def gpu_lower_bound(problem: Problem, sp: Split, solver: Solver,
@@ -163,17 +163,48 @@ def _summary(problem: Problem, gpus: tuple[GpuPlan, ...], wls: tuple[WorkloadPla
         if bad:
             raise PlanError(f"sized from the observed peak, yet {len(bad)} workload(s) were placed below it: "
                             + ", ".join(bad[:5]))
+    idle_kept, idle_removed, idle_freeing = _idle(problem, planned, wls, {(g.host, g.index) for g in used})
     return Summary(
         gpus_total=len(gpus), gpus_planned=len(planned), gpus_used=len(used), gpus_lower_bound=lb,
         gpus_changed=sum(1 for g in gpus if g.actions), free_whole_gpus=len(planned) - len(used),
         instances_destroyed=sum(1 for g in gpus for a in g.actions if a.op is Op.DESTROY_GI),
         instances_created=sum(1 for g in gpus for a in g.actions if a.op is Op.CREATE_GI),
         workloads_placed=sum(1 for w in wls if w.status == "placed"),
-        workloads_at_risk=sum(1 for w in wls if w.status == "at_risk"),
         workloads_unplaced=sum(1 for w in wls if not w.on_gpu),
         workloads_disrupted=disrupted, busy_disrupted=busy_disrupted, stranded_slices=stranded,
         placed_value=round(value, 4), below_peak=below_peak, min_margin_mib=least_margin,
-        headroom_rule=headroom_rule(problem.policy), memory_warning=memory_warning(problem.policy, below_peak))
+        headroom_rule=headroom_rule(problem.policy), memory_warning=memory_warning(problem.policy, below_peak),
+        workloads_at_risk=sum(1 for w in wls if w.status == "at_risk"), idle_kept=idle_kept,
+        idle_removed=idle_removed, idle_removed_freeing=idle_freeing)
+
+
+def _idle(problem: Problem, planned: list[GpuPlan], wls: tuple[WorkloadPlan, ...],
+          used: set[GpuKey]) -> tuple[int, int, int]:
+    """(idle instances kept free, idle instances destroyed, of those on GPUs left unused): idle = a current
+    instance where no workload runs and no process is busy."""
+    running: dict[GpuKey, set[object]] = {}
+    for it in problem.items:
+        if it.running is not None and it.running_on is not None:
+            running.setdefault(it.running, set()).add(it.running_on)
+    taken: dict[GpuKey, set[object]] = {}
+    for w in wls:
+        if w.on_gpu and w.instance is not None:
+            taken.setdefault((w.host or "", w.gpu if w.gpu is not None else -1), set()).add(w.instance)
+    kept = removed = freeing = 0
+    for g in planned:
+        if g.current is None:
+            continue
+        occupied = running.get(g.key, set()) | set(g.observed.busy)
+        after = set(g.target.instances) if g.target is not None else set()
+        for inst in g.current.instances:
+            if inst in occupied:
+                continue
+            if inst not in after:
+                removed += 1
+                freeing += int(g.key not in used)
+            elif str(inst) not in taken.get(g.key, set()):
+                kept += 1
+    return kept, removed, freeing
 
 
 def _left_out(problem: Problem, sp: Split, mapped: Mapped) -> dict[int, int]:
@@ -313,16 +344,17 @@ CURVE_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75)  # consolidation curve: re-solves 
 CURVE_TIME_LIMIT_S = 10.0  # each curve re-solve: at most this long (a point is then "feasible", still a plan)
 
 
-def _used_after(problem: Problem, mapped: Mapped) -> int:
+def _used_after(problem: Problem, mapped: Mapped) -> set[GpuKey]:
+    """Planned GPUs in use after a mapping: a workload there, something left running, or instances."""
     hosting = {k for k, _ in mapped.placed.values()}
     hosting |= _kept_running(problem, {n: k for n, (k, _) in mapped.placed.items()},
                              {g.key: mapped.targets.get(g.key, g.current) for g in problem.gpus}, _stoppable(problem))
-    return sum(1 for g in problem.gpus if g.hold is None and (
-        g.key in hosting or (mapped.targets.get(g.key) is not None and len(mapped.targets[g.key] or ()))))
+    return {g.key for g in problem.gpus if g.hold is None and (
+        g.key in hosting or (mapped.targets.get(g.key) is not None and len(mapped.targets[g.key] or ())))}
 
 
 def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: SizeLimit | None, moves: int,
-           in_use: int, own: CurvePoint) -> tuple[CurvePoint, ...]:
+           before: set[GpuKey], own: CurvePoint) -> tuple[CurvePoint, ...]:
     """Re-solve at smaller budgets (and, under a budget, without one): GPUs freed per number of moves."""
     budget = problem.policy.max_moves if problem.policy.max_moves is not None else moves
     budgets: list[int | None] = [*sorted({int(budget * x) for x in CURVE_FRACTIONS} - {budget})]
@@ -334,12 +366,12 @@ def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: Si
     for b in budgets:
         sub = dataclasses.replace(problem, policy=dataclasses.replace(problem.policy, max_moves=b))
         mapped, res, _ = _solve(sub, sp, quick, lambda _m: None, limit)
-        used = _used_after(sub, mapped)
+        after = _used_after(sub, mapped)
         n = sum(1 for it in problem.items if it.running is not None and it.name not in mapped.kept
                 and it.name not in sp.unplaced)
-        points.append(CurvePoint(b, n, used, in_use - used))
+        points.append(CurvePoint(b, n, len(after), len(before - after)))  # freed: as the plan's own freed list
         say(f"consolidation curve: at most {b if b is not None else 'any'} moves: {n} moves, "
-            f"{in_use - used} GPUs freed ({res.status.value})")
+            f"{len(before - after)} GPUs freed ({res.status.value})")
     return tuple(sorted(points, key=lambda p: (p.max_moves is None, p.max_moves or 0)))
 
 
@@ -390,21 +422,23 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         used = {g.model for g in problem.gpus}
         host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
         summary = _summary(problem, gpus, wls, value, lb)
-        before, _ = in_use(gpus, wls, migrations)
+        before, after = in_use(gpus, wls, migrations)
+        freed = plan_freed(gpus, wls, migrations)
         consolidation = None
         if problem.policy.consolidate:
-            own = CurvePoint(problem.policy.max_moves, len(migrations), summary.gpus_used,
-                             len(before) - summary.gpus_used)
-            points = _curve(problem, sp, solver, say, limit, len(migrations), len(before), own) if curve else (own,)
+            # freed: the GPUs in use before that the plan leaves empty (its freed list); GPUs it brings into use
+            # are counted apart (newly used), the net is their difference, which the lower bound bounds
+            own = CurvePoint(problem.policy.max_moves, len(migrations), summary.gpus_used, len(freed))
+            points = _curve(problem, sp, solver, say, limit, len(migrations), before, own) if curve else (own,)
             free_lb = lb  # the bound with moves unlimited: what any budget could free at most
             if lower_bound and problem.policy.max_moves is not None:
                 free_lb = gpu_lower_bound(dataclasses.replace(problem, policy=dataclasses.replace(
                     problem.policy, max_moves=None)), sp, solver, left_out)
             consolidation = Consolidation(problem.policy.max_moves, len(migrations), len(before), summary.gpus_used,
-                                          len(before) - summary.gpus_used,
-                                          None if free_lb is None else len(before) - free_lb, points)
+                                          len(freed), None if free_lb is None else len(before) - free_lb, points,
+                                          gpus_newly_used=len(after - before))
         plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
-                    models=host_models, migrations=migrations, freed=plan_freed(gpus, wls, migrations),
+                    models=host_models, migrations=migrations, freed=freed,
                     consolidation=consolidation)
         bad = validate(plan, problem, gpu_checks=check_gpus(gpus, problem),
                        workload_checks=check_workloads(gpus, wls, problem))

@@ -195,6 +195,32 @@ def _keep_free(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], p
     return [] if free >= k else [f"keep-free: {free} whole GPUs free, {k} required"]
 
 
+def _spare(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
+    """`spare`: at least N instances of the profile free in the planned GPUs' targets of the models named (free:
+    no workload placed or kept there, not busy, no running workload left on it)."""
+    pol = problem.policy
+    if not pol.spare:
+        return []
+    taken = {((w.host or "", w.gpu if w.gpu is not None else -1), w.instance) for w in workloads if w.on_gpu}
+    on_gpu = {w.name for w in workloads if w.on_gpu}
+    for it in problem.items:  # a running workload left out that may not be stopped runs on where it is
+        if it.running is not None and it.name not in on_gpu and not (pol.movable_running and it.movable):
+            taken.add((it.running, str(it.running_on) if it.running_on else None))
+    out = []
+    for entry, n in pol.spare:
+        model_id, _, q = entry.rpartition("/")
+        free = 0
+        for g in gpus:
+            pg = problem.gpu(g.key)
+            if g.hold is not None or g.target is None or pg is None or (model_id and g.model != model_id):
+                continue
+            free += sum(1 for i in g.target.instances if i.profile == q and i not in pg.busy
+                        and (g.key, str(i)) not in taken)
+        if free < n:
+            out.append(f"spare {entry}: {free} free {q} instance(s) in the targets, {n} asked for")
+    return out
+
+
 Checks = tuple[list[str], list[str]]  # two families' messages, which `validate` puts in its own order
 
 
@@ -207,8 +233,9 @@ def check_workloads(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ..
                     problem: Problem) -> Checks:
     """The checks of the plan's workloads (accounting, instance, fit, pin, spread; keep-free, moves, whole):
     made as soon as the workloads are placed, while the planner orders the migrations and sums up."""
-    return _workloads(gpus, workloads, problem), (_keep_free(gpus, workloads, problem)
-                                                   + _moves(workloads, problem) + _whole(workloads, problem))
+    rest = (_keep_free(gpus, workloads, problem) + _spare(gpus, workloads, problem) + _moves(workloads, problem)
+            + _whole(workloads, problem))
+    return _workloads(gpus, workloads, problem), rest
 
 
 def validate(plan: Plan, problem: Problem, *, gpu_checks: Checks | None = None,
