@@ -78,7 +78,7 @@ def run_one(spec: Spec) -> Row:
         policy = Policy(allow_disrupt=True)
     p, secs = _migplan(state, ps, policy, spec)
     fresh = build_problem(_empty(state), ps, cat, Policy())
-    left = sum(1 for w in p.workloads if w.status != "placed")
+    left = sum(1 for w in p.workloads if not w.on_gpu)  # kept at risk is not left out
     if left == 0:  # fewest GPUs for everything, from scratch
         lb = gpu_lower_bound(fresh, split(fresh), PulpSolver(time_limit=60))
     else:  # fewest GPUs placing what migplan placed (the same per-class left-out counts)
