@@ -125,6 +125,8 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
             gpus_used=s.gpus_used if s else None, gpus_lower_bound=s.gpus_lower_bound if s else None,
             gap=result.plan.solve.gap if result.plan else None,
             workloads_unplaced=s.workloads_unplaced if s else None,
+            workloads_at_risk=s.workloads_at_risk if s else None,
+            idle_instances_kept=s.idle_kept if s else None,
             workloads_below_instance=standing_planned(result.plan).outgrown if result.plan else None,
             stranded_slices=s.stranded_slices if s else None,
             gpus_changed=sum(1 for h in result.applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED)

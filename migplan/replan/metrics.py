@@ -21,6 +21,8 @@ class RunMetrics:
     gpus_lower_bound: int | None = None
     gap: float | None = None
     workloads_unplaced: int | None = None
+    workloads_at_risk: int | None = None  # running where they are: peak fits, peak + headroom does not
+    idle_instances_kept: int | None = None  # idle instances the plan keeps free (spare capacity)
     workloads_below_instance: int | None = None  # served workloads whose instance has less than their demand
     stranded_slices: int | None = None
     gpus_changed: int = 0
@@ -33,6 +35,9 @@ _GAUGES: tuple[tuple[str, str, str], ...] = (
     ("gpus_lower_bound", "migplan_plan_gpus_lower_bound", "Lower bound on the GPUs any plan needs."),
     ("gap", "migplan_plan_gap_ratio", "Relative optimality gap of the plan's solve (0: proven optimal)."),
     ("workloads_unplaced", "migplan_workloads_unplaced", "Workloads (replicas) the plan leaves out."),
+    ("workloads_at_risk", "migplan_workloads_at_risk",
+     "Running workloads kept where they are whose peak fits their instance but peak plus headroom does not."),
+    ("idle_instances_kept", "migplan_idle_instances_kept", "Idle MIG instances the plan keeps free."),
     ("workloads_below_instance", "migplan_workloads_above_instance_memory",
      "Workloads whose sized memory demand exceeds their instance's memory."),
     ("stranded_slices", "migplan_stranded_slices", "Compute slices on used GPUs that no instance can use."),
