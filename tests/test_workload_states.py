@@ -141,3 +141,46 @@ def test_a_version_4_plan_without_the_at_risk_count_is_still_read() -> None:
     doc["version"] = 4
     del doc["summary"]["workloads_at_risk"]
     assert plan_from_dict(doc, CAT).summary.workloads_at_risk == 0
+
+
+def test_the_html_report_lists_the_at_risk_and_the_left_out_apart() -> None:
+    from html.parser import HTMLParser
+
+    from migplan.report_html import render
+
+    state, w = _running_on_2g(MIB_2G10 - 300)
+    p = _plan(state, profiles(w, wl("huge", 90_000)))
+
+    class Tables(HTMLParser):  # the rows of each folded listing, by its class
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: dict[str, list[list[str]]] = {}
+            self.table: str | None = None
+            self.cell = False
+
+        def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+            a = dict(attrs)
+            if tag == "table" and a.get("class") in ("kept-at-risk", "left-out"):
+                self.table = a["class"]
+                self.rows[self.table] = []
+            elif tag == "tr" and self.table:
+                self.rows[self.table].append([])
+            elif tag == "td" and self.table:
+                self.cell = True
+
+        def handle_endtag(self, tag):  # type: ignore[no-untyped-def]
+            if tag == "table":
+                self.table = None
+            elif tag == "td":
+                self.cell = False
+
+        def handle_data(self, data):  # type: ignore[no-untyped-def]
+            if self.cell and self.table:
+                self.rows[self.table][-1].append(data)
+
+    t = Tables()
+    t.feed(render(p, CAT))
+    risky = [r for r in t.rows["kept-at-risk"] if r]
+    left = [r for r in t.rows["left-out"] if r]
+    assert [r[0] for r in risky] == ["svc"] and risky[0][-1] == "300"  # its margin, MiB
+    assert [r[0] for r in left] == ["huge"]
