@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import json
 import posixpath
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -230,10 +231,56 @@ def _canonical(entries: Sequence[Entry]) -> str:
     return json.dumps([e.to_dict() for e in entries], sort_keys=True, separators=(",", ":"))
 
 
-def config_name(entries: Sequence[Entry]) -> str:
-    """A stable name: the same entries always give the same name (a content hash), a valid label value."""
-    digest = hashlib.sha256(_canonical(entries).encode()).hexdigest()[:HASH_CHARS]
-    return NAME_PREFIX + digest
+_FORM_FACTOR = re.compile(r"\A(?:nvidia|sxm[0-9]*|pcie|hbm[0-9]*e?)\Z")
+_NAME_CHARS = re.compile(r"[^a-z0-9.-]+")
+TIE_HASH_CHARS = 8  # the suffix of a name its readable part does not determine (32 bits: ties only)
+
+
+def model_short_name(model_id: str) -> str:
+    """`A100-SXM4-40GB` -> `a100-40gb`, `H100-SXM5-80GB@host-1a2b3c4d` -> `h100-80gb`, `A30` -> `a30`: the
+    catalog id, lower case, without the driver suffix and the form factor (SXM, PCIe, HBM), which do not change
+    what a config creates."""
+    words = [w for w in _NAME_CHARS.sub("-", model_id.split("@host-", 1)[0].lower()).split("-") if w]
+    kept = [w for w in words if not _FORM_FACTOR.fullmatch(w)] or words
+    return "-".join(kept)
+
+
+def _profile_word(profile: str, count: int) -> str:
+    """`3g.20gb` x1 -> `3g.20gb`, `1g.5gb+me` x2 -> `2x1g.5gb.me` ('+' as the device plugin writes it)."""
+    word = profile.replace("+", ".").replace(",", ".")
+    return word if count == 1 else f"{count}x{word}"
+
+
+def _readable(entry: Entry) -> str:
+    if not entry.mig_enabled:
+        return "disabled"
+    counts = _by_size(entry.counts())
+    return "-".join(_profile_word(p, n) for p, n in counts) if counts else "empty"
+
+
+def config_name(entries: Sequence[Entry], model: str | None = None) -> str:
+    """A stable, readable name, a valid Kubernetes label value and mig-parted config key: the same entries (and
+    model) always give the same name, two different entries never do.
+
+    One `devices: all` entry is named by what it creates, which says it all: `migplan-a100-40gb-3g.20gb-2g.10gb-
+    2x1g.5gb`, `migplan-h100-80gb-7x1g.10gb`, `migplan-a30-disabled` (`model`: the GPUs' catalog id, shortened
+    by `model_short_name`; None: no model part). A name that would not say it all (the entry selects some GPUs or
+    has a device filter; a node whose GPUs get different layouts: `migplan-a100-40gb-per-gpu-<hash>`; a name
+    longer than 63 characters, cut) ends with a hash of the entries, so two such configs never share a name."""
+    short = model_short_name(model) if model else ""
+    head = NAME_PREFIX + (short + "-" if short else "")
+    one = entries[0] if len(entries) == 1 else None
+    digest = hashlib.sha256(_canonical(entries).encode()).hexdigest()
+    if one is not None and one.devices is None and not one.device_filter:
+        name = head + _readable(one)
+        if len(name) <= LABEL_VALUE_MAX:
+            return name
+        cut = name[: LABEL_VALUE_MAX - TIE_HASH_CHARS - 1].rstrip(".-")
+        return f"{cut}-{digest[:TIE_HASH_CHARS]}"
+    if one is not None:  # some GPUs only: what they get, and a hash for which (the readable part does not say)
+        cut = (head + _readable(one))[: LABEL_VALUE_MAX - TIE_HASH_CHARS - 1].rstrip(".-")
+        return f"{cut}-{digest[:TIE_HASH_CHARS]}"
+    return f"{head[: LABEL_VALUE_MAX - HASH_CHARS - 9].rstrip('.-')}-per-gpu-{digest[:HASH_CHARS]}"
 
 
 def same_config(a: Sequence[Entry], b: Sequence[Entry]) -> bool:

@@ -101,6 +101,13 @@ def host_entries(gpus: Sequence[GpuPlan]) -> tuple[Entry, ...]:
     return mig_parted.node_entries([(g.index, g.target) for g in free], all_gpus=all_gpus)
 
 
+def host_model(gpus: Sequence[GpuPlan]) -> str | None:
+    """The catalog model a host's config is named after (`mig_parted.config_name`): the one its planned GPUs
+    share, without a driver's `@host-` suffix; None when they are of several models."""
+    found = {g.model.split("@host-", 1)[0] for g in gpus if g.hold is None}
+    return found.pop() if len(found) == 1 else None
+
+
 def _checks(plan: Plan, catalog: Catalog, names: dict[str, str]) -> list[Check]:
     """Each distinct (model, counts) the export asks mig-parted to create, checked once."""
     seen: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[str, list[str]]] = {}
@@ -167,7 +174,7 @@ def build_gpu_operator(plan: Plan, catalog: Catalog, *, existing: dict[str, tupl
         chosen = next((n for n, es in configs.items()
                        if _LABEL_VALUE.fullmatch(n) and _gives_the_plan(es, gpus, catalog)), None)
         if chosen is None:
-            chosen = mig_parted.config_name(entries)
+            chosen = mig_parted.config_name(entries, host_model(gpus))
             if chosen in configs:
                 raise InputError(f"the ConfigMap already has a config {chosen!r} with other content",
                                  hint="remove or rename it in the --existing file")
@@ -287,7 +294,7 @@ def build_mig_parted(plan: Plan, catalog: Catalog, host: str, config: str | None
     entries = host_entries(gpus)
     if not entries:
         raise InputError(f"every GPU of {host} is held (reserved or excluded): nothing for mig-parted to apply")
-    name = config or mig_parted.config_name(entries)
+    name = config or mig_parted.config_name(entries, host_model(gpus))
     if not _LABEL_VALUE.fullmatch(name):
         raise InputError(f"config name {name!r} must be letters, digits, '.', '_' or '-' (at most 63)")
     sub = replace(plan, gpus=tuple(gpus), workloads=())
