@@ -16,11 +16,11 @@ from migplan.planner.milp import Milp, SolveResult, SolveStatus
 @pytest.mark.parametrize(("status", "sol_status", "expect"), [
     (pulp.LpStatusOptimal, pulp.LpSolutionOptimal, SolveStatus.OPTIMAL),
     # A time limit with an incumbent: PuLP says "Optimal", sol_status says it is not proven.
-    (pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible, SolveStatus.FEASIBLE),
+    (pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible, SolveStatus.TIME_LIMIT),
     (pulp.LpStatusInfeasible, pulp.LpSolutionInfeasible, SolveStatus.INFEASIBLE),
     (pulp.LpStatusUnbounded, pulp.LpSolutionUnbounded, SolveStatus.UNBOUNDED),
-    (pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound, SolveStatus.NOT_SOLVED),
-    (pulp.LpStatusUndefined, pulp.LpSolutionNoSolutionFound, SolveStatus.NOT_SOLVED),
+    (pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound, SolveStatus.NO_SOLUTION),
+    (pulp.LpStatusUndefined, pulp.LpSolutionNoSolutionFound, SolveStatus.NO_SOLUTION),
 ])
 def test_status_reads_both_fields(status: int, sol_status: int, expect: SolveStatus) -> None:
     assert _status(status, sol_status) is expect
@@ -47,13 +47,13 @@ class TimeLimited:
         res = self.inner.solve(milp, relax=relax)
         if relax or res.objective is None:
             return res
-        return dataclasses.replace(res, status=SolveStatus.FEASIBLE, bound=res.objective * 0.9)
+        return dataclasses.replace(res, status=SolveStatus.TIME_LIMIT, bound=res.objective * 0.9)
 
 
 def test_time_limited_plan_reports_gap_and_bound() -> None:
     st = fleet(gpu("a", 0), gpu("a", 1))
     p = plan(st, profiles(wl("x", 3000), wl("y", 15000)), CAT, EXACT, TimeLimited())  # type: ignore[arg-type]
-    assert p.solve.status == "feasible"
+    assert p.solve.status == "time-limit"
     assert p.solve.gap == pytest.approx(0.1)
     assert p.solve.bound is not None and p.solve.objective is not None and p.solve.bound < p.solve.objective
     assert p.summary.workloads_placed == 2  # the incumbent is still a plan, re-checked like any other
@@ -63,11 +63,11 @@ class Broken:
     name = "cbc"
 
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
-        return SolveResult(SolveStatus.NOT_SOLVED, solver="cbc", message="stopped before an incumbent")
+        return SolveResult(SolveStatus.NO_SOLUTION, solver="cbc", message="stopped before an incumbent")
 
 
 def test_no_incumbent_is_an_error_not_a_crash() -> None:
-    with pytest.raises(PlanError, match="not-solved"):
+    with pytest.raises(PlanError, match="no-solution"):
         plan(fleet(gpu("a", 0)), profiles(wl("x", 3000)), CAT, EXACT, Broken())  # type: ignore[arg-type]
 
 

@@ -41,7 +41,8 @@ Status: PuLP's `status` and `sol_status` together (PuLP reports "Optimal" after 
 incumbent exists; `sol_status == 2` says it is not proven), and then the bound: a solve is
 `OPTIMAL` only when its objective equals its proven bound (within 1e-6). A solve that stopped early
 on the relative or absolute gap (`gapRel`, `gapAbs`; CBC logs "Result - Optimal solution found
-(within gap tolerance)", PuLP still says "Optimal") is `FEASIBLE`, with a message saying how far
+(within gap tolerance)", PuLP still says "Optimal") is `WITHIN_GAP`, one stopped by the time limit (CBC's
+"Result - Stopped on time limit", HiGHS's kTimeLimit) `TIME_LIMIT`, each with a message saying how far
 from the bound it stopped. CBC exposes no bound through PuLP, so its log is parsed ("Objective
 value", "Lower bound", "Continuous objective value"); a log saying "Result - Optimal solution found"
 (CBC's search completed) is a proof. HiGHS gives `mip_dual_bound` directly. When every costed
@@ -125,15 +126,37 @@ def available() -> list[str]:
 
 
 def _status(status: int, sol_status: int) -> SolveStatus:
+    """PuLP's two fields, provisionally: TIME_LIMIT for an unproven incumbent (`_judge` then tells a gap stop
+    from a time stop), INFEASIBLE only as PuLP's word (`_result` keeps it only with the solver's proof)."""
     if sol_status == pulp.LpSolutionOptimal and status == pulp.LpStatusOptimal:
         return SolveStatus.OPTIMAL
     if sol_status == pulp.LpSolutionIntegerFeasible:
-        return SolveStatus.FEASIBLE
+        return SolveStatus.TIME_LIMIT
     if status == pulp.LpStatusInfeasible or sol_status == pulp.LpSolutionInfeasible:
         return SolveStatus.INFEASIBLE
     if status == pulp.LpStatusUnbounded or sol_status == pulp.LpSolutionUnbounded:
         return SolveStatus.UNBOUNDED
-    return SolveStatus.NOT_SOLVED
+    return SolveStatus.NO_SOLUTION
+
+
+# CBC's proofs of infeasibility: its search's result line, or CLP's verdict on the LP relaxation (an infeasible
+# relaxation proves the MILP infeasible). PuLP reads "Infeasible" from the .sol file's first word, which CBC also
+# writes when the time limit stops it before an incumbent (2 of 10 runs on a 1,000-GPU fleet at 1 s): no proof.
+_CBC_INFEASIBLE = re.compile(r"^(Result - (Problem proven infeasible|Linear relaxation infeasible)"
+                             r"|Problem is infeasible\b)", re.M)
+_CBC_TIME = re.compile(r"^Result - Stopped on (time|iterations or time)", re.M)
+
+
+def cbc_proved_infeasible(text: str) -> bool:
+    return _CBC_INFEASIBLE.search(text) is not None
+
+
+def _highs_status(prob: pulp.LpProblem | None) -> str | None:
+    """HiGHS's model status name ("kOptimal", "kInfeasible", "kTimeLimit", ...), None when unknown."""
+    try:
+        return str(prob.solverModel.getModelStatus()).rsplit(".", 1)[-1] if prob is not None else None
+    except Exception:  # no solver model (PuLP failed before it), an older highspy: unknown, not an error
+        return None
 
 
 @contextlib.contextmanager
@@ -418,7 +441,7 @@ class PulpSolver:
     """`Solver` over PuLP. One thread (the default) keeps CBC deterministic: same input, same plan.
 
     `gap` is the relative gap to stop at, `gap_abs` the absolute one (e.g. just under one GPU's
-    weight); either stopping before the bound is met gives status FEASIBLE, never OPTIMAL."""
+    weight); either stopping before the bound is met gives status WITHIN_GAP, never OPTIMAL."""
 
     name: str = "cbc"
     time_limit: float | None = 60.0
@@ -480,18 +503,36 @@ class PulpSolver:
                objective: float) -> tuple[SolveStatus, float | None, str]:
         """(status, bound, note): OPTIMAL only when the objective meets a proven bound."""
         bound, resolution = self._raw_bound(prob, log, objective)
+        timed = self._timed_out(prob, log, status)
+        early = SolveStatus.TIME_LIMIT if timed else SolveStatus.WITHIN_GAP
         if bound is None:
-            if status is SolveStatus.OPTIMAL and not self.gap and not self.gap_abs:
+            if status is SolveStatus.OPTIMAL and not timed and not self.gap and not self.gap_abs:
                 return status, objective, ""  # asked for a proof, and the solver says it has one
-            return SolveStatus.FEASIBLE, None, "stopped early; bound unknown"
+            return early, None, ("stopped at the time limit" if timed else "stopped on the gap") + "; bound unknown"
         bound = min(objective, _tighten(milp, bound))
         gap = objective - bound
-        if gap <= EPS + resolution:
-            return (status, objective, "") if status is SolveStatus.OPTIMAL else (
-                status, bound, "stopped on a limit at the bound")
+        if gap <= EPS + resolution:  # the objective meets a proven bound: a proof, however the solver stopped
+            return SolveStatus.OPTIMAL, objective, "" if status is SolveStatus.OPTIMAL else (
+                "stopped on a limit with the objective at the proven bound")
         rel = gap / max(abs(objective), 1e-9)
-        why = "stopped on a limit" if status is SolveStatus.FEASIBLE else "stopped"
-        return SolveStatus.FEASIBLE, bound, f"{why} within gap {gap:g} of the bound {bound:g} ({rel:.4%})"
+        why = "stopped at the time limit" if timed else "stopped"
+        return early, bound, f"{why} within gap {gap:g} of the bound {bound:g} ({rel:.4%})"
+
+    def _proved_infeasible(self, prob: pulp.LpProblem | None, log: str) -> bool:
+        if self.name == "highs":
+            return _highs_status(prob) == "kInfeasible"
+        return cbc_proved_infeasible(log)
+
+    def _timed_out(self, prob: pulp.LpProblem | None, log: str, status: SolveStatus) -> bool:
+        """Whether the time limit (not the gap) stopped the search: CBC's result line, HiGHS's model status;
+        when neither says, an unproven incumbent without a requested gap can only be a time stop."""
+        if self.name == "highs":
+            name = _highs_status(prob)
+            if name is not None:
+                return name == "kTimeLimit"
+        elif log:
+            return _CBC_TIME.search(log) is not None
+        return status is SolveStatus.TIME_LIMIT and not self.gap and not self.gap_abs
 
     def solve(self, milp: Milp, *, relax: bool = False) -> SolveResult:
         mps = mps_text(milp, relax) if self.name == "cbc" else None
@@ -534,6 +575,9 @@ class PulpSolver:
                 elapsed: float, log: str, prob: pulp.LpProblem | None) -> SolveResult:
         status = _status(pulp_status, sol_status)
         message = f"pulp status={pulp.LpStatus[pulp_status]} sol_status={sol_status}"
+        if status is SolveStatus.INFEASIBLE and not self._proved_infeasible(prob, log):
+            status = SolveStatus.NO_SOLUTION  # PuLP's "Infeasible" after a time limit: nothing is proven
+            message = "stopped before an incumbent, infeasibility not proven; " + message
         if not status.has_solution:
             return SolveResult(status, (), None, None, elapsed, self.name, message)
         objective = milp.evaluate(list(values))

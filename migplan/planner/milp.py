@@ -103,18 +103,25 @@ class Milp:
 
 
 class SolveStatus(str, enum.Enum):
-    """Our own status, from PuLP's `status` and `sol_status` together."""
+    """How a solve ended (PuLP's `status` and `sol_status`, then the solver's own log or model status): never a
+    guess. Only OPTIMAL and INFEASIBLE are proofs; a stop without a proof says which limit stopped it."""
 
-    OPTIMAL = "optimal"  # proven optimal (within the requested gap)
-    FEASIBLE = "feasible"  # an incumbent, not proven optimal (time limit)
-    INFEASIBLE = "infeasible"
+    OPTIMAL = "optimal"  # proven: the objective meets a proven bound
+    WITHIN_GAP = "within-gap"  # an incumbent, stopped on the requested relative/absolute gap (its gap is known)
+    TIME_LIMIT = "time-limit"  # an incumbent, stopped at the time limit (gap against the bound, or bound unknown)
+    NO_SOLUTION = "no-solution"  # stopped (time limit) before any incumbent: nothing is proven
+    INFEASIBLE = "infeasible"  # proven infeasible by the solver (CBC's log, HiGHS's model status), never assumed
     UNBOUNDED = "unbounded"
-    NOT_SOLVED = "not-solved"  # no solution found (e.g. time limit before an incumbent)
     ERROR = "error"
 
     @property
     def has_solution(self) -> bool:
-        return self in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+        return self in (SolveStatus.OPTIMAL, SolveStatus.WITHIN_GAP, SolveStatus.TIME_LIMIT)
+
+
+# statuses plan files of versions 3 and 4 were written with, still read as they were written: "feasible" was
+# an incumbent stopped on either limit (which one was not recorded), "not-solved" no incumbent
+LEGACY_STATUSES = frozenset({"feasible", "not-solved"})
 
 
 @dataclass(frozen=True)

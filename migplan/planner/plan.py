@@ -59,7 +59,7 @@ from migplan.model.gpu_plan import ON_GPU, WORKLOAD_STATUSES, Endpoint, GpuPlan,
 from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
-from migplan.planner.milp import SolveStatus
+from migplan.planner.milp import LEGACY_STATUSES, SolveStatus
 from migplan.profiles import MAX_PRIORITY
 from migplan.yamldoc import Node
 
@@ -587,7 +587,7 @@ def _dataclass(cls: type[Any], n: Node) -> dict[str, Node]:
 def _read_solve(n: Node) -> SolveInfo:
     f = _dataclass(SolveInfo, n)
     status = f["status"].str()
-    if status not in {s.value for s in SolveStatus}:
+    if status not in {s.value for s in SolveStatus} | LEGACY_STATUSES:  # old plans: as written
         f["status"].fail(f"unknown solve status {status!r}")
     time_s = f["time_s"].number(minimum=0)
     return SolveInfo(solver=f["solver"].str(), status=status, objective=_opt_number(f["objective"]),
