@@ -40,7 +40,9 @@ def test_example_fleet_table(run) -> None:  # type: ignore[no-untyped-def]
         assert name in risky and name not in left
     assert "pii-redactor" in left  # new demand with no place: the one workload left out
     assert "kept at risk 5, left out 1" in r.stdout and "(at risk)" in r.stdout
-    assert "solver cbc" in r.stderr  # progress on stderr
+    # stderr is no terminal here: no progress unless --progress (tests/test_progress.py), never on stdout
+    assert "model:" not in r.stderr and "solver cbc: optimal in" not in r.stdout
+    assert "solver cbc: optimal in" in run("propose", "-i", INV, "-p", PROF, "--progress").stderr
 
 
 def test_example_fleet_json_and_plan_file(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

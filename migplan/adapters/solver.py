@@ -63,8 +63,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 # Import PuLP without letting it import highspy (and numpy with it): ~0.1 s of every CBC run's start-up.
@@ -83,6 +83,7 @@ finally:
     if _HIDE_HIGHSPY and "highspy" in sys.modules and sys.modules["highspy"] is None:
         del sys.modules["highspy"]
 
+from migplan.adapters.cbc_progress import SolveProgress, Watch, line_buffered  # noqa: E402 - as below
 from migplan.errors import InputError  # noqa: E402 - after PuLP's import on purpose (above)
 from migplan.files import named_oserror  # noqa: E402 - after PuLP's import, as above
 from migplan.planner.milp import SOLVERS, Deferred, Milp, SolveHandle, SolveResult, SolveStatus  # noqa: E402 - as above
@@ -343,6 +344,7 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]  # pulp has no type hi
         self.tmpDir = workdir  # anything PuLP itself makes goes here too
         self.log_path = os.path.join(workdir, "cbc.log")
         self.returncode: int | None = None
+        self.watch: Watch | None = None  # live figures while the child runs (set by _CbcSolve)
 
     def command(self, mps: str, sol: str, relaxation: bool = False) -> list[str]:
         """CBC's command line, in the order PuLP's `solve_CBC` builds it; `relaxation`: solve only the LP
@@ -396,12 +398,13 @@ class _OwnedCbc(pulp.PULP_CBC_CMD):  # type: ignore[misc]  # pulp has no type hi
 
     def _spawn(self, mps: str, sol: str, relaxation: bool = False) -> subprocess.Popen[bytes]:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
-            return subprocess.Popen(self.command(mps, sol, relaxation), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
+            args = self.command(mps, sol, relaxation)
+            return subprocess.Popen(line_buffered(args) if self.watch else args, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
 
     def _wait(self, proc: subprocess.Popen[bytes], sol: str) -> None:
         try:
-            self.returncode = proc.wait()
+            self.returncode = proc.wait() if self.watch is None else self.watch.wait(proc, self.log_path)
         except BaseException:  # Ctrl-C (KeyboardInterrupt) above all: CBC must not outlive the solve
             _stop(proc)
             raise
@@ -454,6 +457,9 @@ class PulpSolver:
     # heuristics' mini branch and bound before it accepts that same point (0.61 s against 0.08 s at 7,000
     # GPUs, bench/results/startup-large.md). Otherwise the MILP is solved from the same file.
     lp_first: bool = True
+    # CBC: called with the search's incumbent and bound while it runs (cbc_progress.Watch); HiGHS, solving
+    # in-process, reports none
+    progress: Callable[[SolveProgress], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.name not in SOLVERS:
@@ -608,6 +614,8 @@ class _CbcSolve:
                 backend = owner._backend(self.tmp.name)
             assert isinstance(backend, _OwnedCbc)
             self.backend = backend
+            if owner.progress is not None and not relax:  # the plan's own solve, not a bound's LP
+                backend.watch = Watch(owner.progress, offset=milp.constant)
             self.proc = backend.start_mps(text, relaxation=self.first)
         except pulp.PulpSolverError as err:
             self.error = err  # reported by result(), as a synchronous solve reports it

@@ -9,9 +9,11 @@ import typer
 
 from migplan.catalog.layout import picture
 from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
-from migplan.cli.render import emit, grid, handle_errors, info
+from migplan.cli.progress import Reporter
+from migplan.cli.progress import reporter as progress_reporter
+from migplan.cli.render import emit, grid, handle_errors
 from migplan.commands.context import build_context
-from migplan.commands.propose import ProposeRequest
+from migplan.commands.propose import WRITING, ProposeRequest
 from migplan.commands.propose import propose as run_propose
 from migplan.errors import MigplanError
 from migplan.files import check_output_options
@@ -176,10 +178,15 @@ def propose(
                                                     help="Keep at least N free instances of PROFILE (of MODEL "
                                                          "only, when given), e.g. --spare 1g.10gb=4; repeatable; "
                                                          "replaces the config file's planner.spare.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr (for "
+                                        "cron).")] = False,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
+                                                  help="Phases, their times and the solver's incumbent and "
+                                                       "bound on stderr [default: when stderr is a terminal, "
+                                                       "once the run takes over a second].",
+                                                  show_default=False)] = None,
 ) -> None:
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
-    ctx = build_context(config, catalog, output)
-    check_output_options((out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
     req = ProposeRequest(
         inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
@@ -187,9 +194,19 @@ def propose(
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
                          "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope,
                          "reclaim_idle": reclaim_idle, "spare": _spare_option(spare)})
-    result = run_propose(ctx, req, report=info)
+    with progress_reporter(quiet, progress) as rep:  # migplan/cli/progress.py: who sees what
+        _propose(rep, config, catalog, output, report_html, req)
+
+
+def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, output: str | None,
+             report_html: str | None, req: ProposeRequest) -> None:
+    ctx = build_context(config, catalog, output)
+    check_output_options((req.out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
+    result = run_propose(ctx, req, report=rep.note, progress=rep)
+    rep.phase(WRITING)
     if report_html:  # migplan/commands/report.py
         from migplan.commands.report import write_page
 
-        write_page(ctx, result, report_html, forbid=[out, inventory, profiles, snapshot, config], report=info)
-    emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog))
+        write_page(ctx, result, report_html, forbid=[req.out, req.inventory, req.profiles, req.snapshot, config],
+                   report=rep.note)
+    emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog), ready=rep.close)

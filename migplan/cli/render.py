@@ -15,18 +15,22 @@ from migplan.text import printable
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def emit(data: Any, fmt: str, table: Callable[[], str]) -> None:
-    """Print `data` as JSON/YAML, or the text `table()` builds, on stdout."""
+def emit(data: Any, fmt: str, table: Callable[[], str], ready: Callable[[], None] | None = None) -> None:
+    """Print `data` as JSON/YAML, or the text `table()` builds, on stdout; `ready` is called once the text is
+    made, before it is written (a live progress line on the same terminal is cleared there)."""
     if fmt == "json":
         import json
 
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        text = json.dumps(data, indent=2) + "\n"
     elif fmt == "yaml":
         import yaml  # imported when used: start-up time of every command counts
 
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=120))
+        text = yaml.safe_dump(data, sort_keys=False, width=120)
     else:
-        sys.stdout.write(table().rstrip("\n") + "\n")
+        text = table().rstrip("\n") + "\n"
+    if ready is not None:
+        ready()
+    sys.stdout.write(text)
 
 
 def grid(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from migplan import documents
 from migplan.catalog import Catalog
@@ -22,6 +22,9 @@ from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from migplan.adapters.cbc_progress import SolveProgress
     from migplan.adapters.solver import PulpSolver
 
 DEFAULT_SOLVER = "cbc"
@@ -34,6 +37,26 @@ DEFAULT_GAP_ABS_GPUS = 0.99
 # move budget that binds): stop only within just under half a GPU's weight, so a GPU is given up only for
 # moves worth more than half a GPU (measured in bench/consolidate.py).
 CONSOLIDATE_GAP_ABS_GPUS = 0.49
+
+# The phases of a plan, as `Progress.phase` is told them
+READING = "reading inventory and profiles"
+BUILDING = "building the model"
+SOLVING = "solving"
+CHECKING = "checking the plan"
+WRITING = "writing"
+
+
+class Progress(Protocol):
+    """What a caller shows while a plan is made (the CLI's is `migplan.cli.progress.Reporter`)."""
+
+    def phase(self, name: str) -> None:
+        """A phase begins (READING ... WRITING; SOLVING and CHECKING come again for each re-solve)."""
+
+    def detail(self, message: str) -> None:
+        """One of the planner's own lines: each model's size, each solve's outcome."""
+
+    def solving(self, figures: SolveProgress) -> None:
+        """The solver's incumbent and bound while it searches (CBC only: HiGHS solves in-process)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +78,9 @@ def planner_policy(ctx: Context, overrides: Mapping[str, Any]) -> Policy:
     return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSolver:
+def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy,
+                   watch: Callable[[SolveProgress], None] | None = None) -> PulpSolver:
+    """The solver the settings ask for; `watch`: called with a CBC search's figures while it runs."""
     from migplan.adapters.solver import PulpSolver  # pulp (and CBC) only when a plan is made
 
     cfg = ctx.config.planner
@@ -66,7 +91,7 @@ def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy) -> PulpSol
     # only when the solver closed the gap; a gap stop reports "feasible" with its distance to the bound)
     share = CONSOLIDATE_GAP_ABS_GPUS if policy.consolidate else DEFAULT_GAP_ABS_GPUS
     gap_abs = None if gap == 0 else share * policy.weights.gpu
-    return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=gap_abs or None)
+    return PulpSolver(name=name, time_limit=time_limit, gap=gap, gap_abs=gap_abs or None, progress=watch)
 
 
 def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, report: Report = quiet) -> FleetState:
@@ -91,14 +116,36 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
     return out
 
 
-def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: dt.datetime | None = None) -> Plan:
-    """Plan every GPU of the chosen state for the workload profiles; write the plan when `req.out` is set."""
+def _planner_lines(report: Report, progress: Progress | None) -> Report:
+    """Where the planner's lines go: to `progress` as details, which also mark its phases, when there is one
+    (else to `report`, as before there was progress)."""
+    if progress is None:
+        return report
+
+    def say(message: str) -> None:
+        progress.detail(message)
+        # migplan.planner.planner `_solve` says "model: ..." once a model is built, before it is solved, and
+        # "solver NAME: ..." once it is solved; the plan is then mapped and checked (or re-solved)
+        if message.startswith("model:"):
+            progress.phase(SOLVING)
+        elif message.startswith("solver "):
+            progress.phase(CHECKING)
+
+    return say
+
+
+def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progress: Progress | None = None,
+            now: dt.datetime | None = None) -> Plan:
+    """Plan every GPU of the chosen state for the workload profiles; write the plan when `req.out` is set.
+    `report`: notes and warnings; `progress`: phases, the planner's lines and the solver's figures."""
+    if progress is not None:
+        progress.phase(READING)
     # large profile sets are read by worker processes, started first, while this one checks the settings
     # and reads the inventory (errors still come in the sequential order: the profiles' last)
     with ctx.start_profiles(req.profiles) as pending:
         check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
         policy = planner_policy(ctx, req.policy)
-        solver = planner_solver(ctx, req, policy)
+        solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
         state = planner_state(ctx, req.inventory, req.snapshot, report)
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
@@ -110,10 +157,14 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, now: d
         for g in state.gpus:
             g.fingerprint()
         profiles = ctx.profiles_result(pending)
-    result = plan(state, profiles, catalog, policy, solver, progress=report)
+    if progress is not None:
+        progress.phase(BUILDING)
+    result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress))
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:
+        if progress is not None:
+            progress.phase(WRITING)
         documents.write_plan(req.out, result, forbid=_inputs(ctx, req))
         report(f"plan written to {req.out}")
     return result
