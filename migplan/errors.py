@@ -1,6 +1,7 @@
 """One error hierarchy for migplan. The CLI maps each to a message on stderr and an exit code.
 
-Exit codes (README, "Exit codes"): 0 success, 1 failure, 2 usage or input error.
+Exit codes (README, "Exit codes"): 0 success, 1 failure, 2 usage or input error; `propose` 6: the solver found no
+plan in time and the plan written is the greedy fallback (planner/greedy.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_FALLBACK = 6  # propose: a plan, but the greedy fallback, not a solver's (cron can tell it apart)
 
 
 class MigplanError(Exception):

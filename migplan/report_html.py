@@ -191,10 +191,15 @@ def _summary(plan: Plan) -> str:
                     f"{s.instances_created} created"),
         ("memory", f"headroom {s.headroom_rule}; below peak {s.below_peak}"
                    + (f"; least margin {s.min_margin_mib} MiB" if s.min_margin_mib is not None else "")),
-        ("solver", f"{v.solver}: {v.status}, gap {gap}, {v.time_s:.2f} s"),
+        ("solver", f"{v.solver}: {v.status}, gap {gap}, {v.time_s:.2f} s" if v.fallback is None else
+         f"{v.solver}: {v.status} in {v.time_s:.2f} s; plan: the {v.fallback} fallback"),
     ]
     out = ['<table class="summary">'] + [f"<tr><th>{esc(k)}</th><td>{esc(val)}</td></tr>" for k, val in rows]
     out.append("</table>")
+    if v.fallback is not None:
+        out.append(f'<p class="warning">warning: the solver found no plan within its time limit; this is the '
+                   f'{esc(v.fallback)} fallback: every layout kept, nothing running moved, new demand only in idle '
+                   'instances. A longer time limit gives a plan that changes layouts.</p>')
     if s.memory_warning:
         out.append(f'<p class="warning">warning: {esc(s.memory_warning)}</p>')
     if plan.migrations:

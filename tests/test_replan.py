@@ -287,3 +287,16 @@ def test_instances_no_workload_accounts_for_are_reported_as_orphans(tmp_path: Pa
            now=T0 + dt.timedelta(hours=2), connect=sim_runner.connect(_state(tmp_path)))
     assert StateDir(tmp_path / "state").runs()[0]["orphans"] == [f"h1:{b['gpu']}:{b['instance']}"]
     assert any("event=orphans instances=1" in line for line in lines), lines
+
+
+def test_a_greedy_fallback_is_recorded_but_never_applied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from migplan.commands import replan as replan_mod
+    from tests.test_greedy_fallback import NoIncumbent
+
+    state = _setup(tmp_path)
+    _profiles(tmp_path, {"a": 15000})
+    monkeypatch.setattr(replan_mod, "planner_solver", lambda *a, **k: NoIncumbent())
+    r = _run(tmp_path, T0)
+    assert r.exit_code == EXIT_NOTHING and r.plan is not None and r.plan.solve.fallback == "greedy", r.line
+    assert "this is the greedy fallback" in r.line and not _mutations(state)
+    assert StateDir(tmp_path / "state").runs()[0]["exit_code"] == EXIT_NOTHING

@@ -31,11 +31,18 @@ class _Gpu:
         self.target = Layout.parse(target) if target is not None else None
 
 
-class _Plan:
-    """What decide reads of a plan: whether it changes a GPU, and each GPU's target layout."""
+class _Solve:
+    def __init__(self, fallback: str | None) -> None:
+        self.fallback = fallback
 
-    def __init__(self, changed: int = 1, targets: dict[tuple[str, int], list[str] | None] | None = None) -> None:
+
+class _Plan:
+    """What decide reads of a plan: whether it changes a GPU, each GPU's target layout, whether it is a fallback."""
+
+    def __init__(self, changed: int = 1, targets: dict[tuple[str, int], list[str] | None] | None = None,
+                 fallback: str | None = None) -> None:
         self.summary = _Summary(changed)
+        self.solve = _Solve(fallback)
         self.gpus = tuple(_Gpu(h, i, t) for (h, i), t in (targets or {}).items())
 
 
@@ -128,6 +135,17 @@ def test_a_plan_without_changes_is_nothing_to_do() -> None:
     left = Standing({"x": OUT, "z": _at("1g.5gb@0", outgrown=True)}, 1, 0)
     same = decide(left, left, _Plan(changed=0, targets={("h", 0): ["1g.5gb@0"]}), ReplanPolicy())  # type: ignore[arg-type]
     assert not same.apply and same.line == "nothing to do: the plan changes no GPU", same.line
+
+
+def test_a_greedy_fallback_is_never_applied_even_when_it_places_demand() -> None:
+    now = Standing({"x": OUT}, 1, 0)
+    planned = Standing({"x": _at("1g.5gb@1")}, 1, 0)
+    solved = decide(now, planned, _Plan(changed=0), ReplanPolicy())  # type: ignore[arg-type]
+    assert solved.apply and solved.urgent  # the same placement from the solver is applied at once
+    d = decide(now, planned, _Plan(changed=0, fallback="greedy"), ReplanPolicy())  # type: ignore[arg-type]
+    assert not d.apply and not d.urgent
+    assert d.line.startswith("not applied: the solver found no plan within its time limit and this is the greedy "
+                             "fallback"), d.line
 
 
 # The same, on plans the planner makes (CBC) from a problem: one A100 with 1g.5gb@0 1g.5gb@1 2g.10gb@2 3g.20gb@4,

@@ -11,11 +11,11 @@ from migplan.catalog.layout import picture
 from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
 from migplan.cli.progress import Reporter
 from migplan.cli.progress import reporter as progress_reporter
-from migplan.cli.render import emit, grid, handle_errors
+from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.commands.propose import WRITING, ProposeRequest
 from migplan.commands.propose import propose as run_propose
-from migplan.errors import MigplanError
+from migplan.errors import EXIT_FALLBACK, MigplanError
 from migplan.files import check_output_options
 from migplan.planner import Plan, plan_to_dict
 from migplan.planner.demand import policy_from_mapping, spare_rule
@@ -70,8 +70,21 @@ def _table(p: Plan, catalog: Any) -> str:
         + (f"warning: {s.memory_warning}\n" if s.memory_warning else "")
         + f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
         + _idle_line(p)
-        + f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s")
+        + _solve_line(p, gap))
     return "\n".join(out)
+
+
+FALLBACK_WARNING = ("the solver found no plan within its time limit; this is the greedy fallback: every layout "
+                    "kept, nothing running moved or stopped, new demand only in idle instances it fits (checked as "
+                    "any plan). Give the solver more time (--time-limit) for a plan that changes layouts.")
+
+
+def _solve_line(p: Plan, gap: str) -> str:
+    v = p.solve
+    if v.fallback is not None:
+        return (f"solver {v.solver}: {v.status} in {v.time_s:.2f}s; plan: the {v.fallback} fallback "
+                "(every layout kept, nothing running moved, new demand in idle instances)")
+    return f"solver {v.solver}: {v.status}, gap {gap}, {v.time_s:.2f}s"
 
 
 def _spare_option(values: list[str] | None) -> dict[str, int] | None:
@@ -210,3 +223,6 @@ def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, outpu
         write_page(ctx, result, report_html, forbid=[req.out, req.inventory, req.profiles, req.snapshot, config],
                    report=rep.note)
     emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog), ready=rep.close)
+    if result.solve.fallback is not None:  # a plan, written and printed, but not the solver's: say so, exit 6
+        info(f"warning: {FALLBACK_WARNING}")
+        raise typer.Exit(EXIT_FALLBACK)

@@ -125,8 +125,9 @@ def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
 
 
 class _Splitter:
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, still: str | None = None) -> None:
         self.problem = problem
+        self.still = still  # set: why no running item may move (the todo text its reasons give)
         self.classes: dict[ClassKey, Klass] = {}
         self.kept: dict[str, tuple[GpuKey, Instance | None]] = {}
         self.unplaced: dict[str, str] = {}
@@ -168,8 +169,8 @@ class _Splitter:
                 self.soft[gpu.key].append((ikey, self.klass(it).idx))
                 self.risky[gpu.key].add(ikey)
             else:
-                todo = ("its profile says movable: false" if self.problem.policy.movable_running
-                        else "moving it needs --allow-disrupt or --consolidate")
+                todo = self.still or ("its profile says movable: false" if self.problem.policy.movable_running
+                                      else "moving it needs --allow-disrupt or --consolidate")
                 self.at_risk[it.name] = f"{risk}; {todo}"
                 self.kept[it.name] = (gpu.key, it.running_on)
                 self.hard[gpu.key].add(ikey)
@@ -179,14 +180,17 @@ class _Splitter:
         else:
             self.hard[gpu.key].add(ikey)
             where = it.running_on or "the whole GPU"
-            todo = ("its profile says movable: false" if self.problem.policy.movable_running
-                    else "moving it needs --allow-disrupt")
+            todo = self.still or ("its profile says movable: false" if self.problem.policy.movable_running
+                                  else "moving it needs --allow-disrupt")
             self.unplaced[it.name] = (f"outgrown: its peak {it.demand.peak_mib} MiB no longer fits {where} "
                                       f"({runs_in_mib(model, it)} MiB); {todo}")
 
 
-def split(problem: Problem) -> Split:
-    s = _Splitter(problem)
+def split(problem: Problem, *, still: str | None = None) -> Split:
+    """The problem's items and GPUs sorted (see `Split`). `still`: the reason, given in the texts of running items
+    that do not fit where they run, why they may not move; the problem's policy must then move nothing
+    (planner.greedy's fallback plan)."""
+    s = _Splitter(problem, still)
     for it in problem.items:
         s.item(it)
     host_tags, gpu_tags = _tags(problem)

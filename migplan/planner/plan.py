@@ -87,6 +87,9 @@ class SolveInfo:
     gap: float | None
     time_s: float
     gpus_lower_bound: int | None
+    # "greedy": the solver found no plan in time (status no-solution) and this is planner.greedy's fallback,
+    # checked like any plan: every layout kept, nothing running moved. Written only when set (plan version 5).
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
         "host_models": models_to_list(plan.models),
         "source": plan.source,
         "policy": dict(plan.policy),
-        "solve": asdict(plan.solve),
+        "solve": _solve_dict(plan.solve),
         "summary": asdict(plan.summary),
         "gpus": [gpu_to_dict(g) for g in plan.gpus],
         "workloads": [_workload_dict(w) for w in plan.workloads],
@@ -584,15 +587,37 @@ def _dataclass(cls: type[Any], n: Node) -> dict[str, Node]:
     return n.fields(keys, keys)
 
 
+FALLBACKS = ("greedy",)  # planner.greedy.GREEDY
+
+
+def _solve_dict(solve: SolveInfo) -> dict[str, Any]:
+    d = asdict(solve)
+    if d["fallback"] is None:
+        del d["fallback"]  # a solver's plan: as plans were written before the fallback existed
+    return d
+
+
 def _read_solve(n: Node) -> SolveInfo:
-    f = _dataclass(SolveInfo, n)
+    keys = {f.name for f in fields(SolveInfo)}
+    f = n.fields(keys, keys - {"fallback"})
     status = f["status"].str()
     if status not in {s.value for s in SolveStatus} | LEGACY_STATUSES:  # old plans: as written
         f["status"].fail(f"unknown solve status {status!r}")
     time_s = f["time_s"].number(minimum=0)
     return SolveInfo(solver=f["solver"].str(), status=status, objective=_opt_number(f["objective"]),
                      bound=_opt_number(f["bound"]), gap=_opt_number(f["gap"]), time_s=time_s,
-                     gpus_lower_bound=_opt_int(f["gpus_lower_bound"]))
+                     gpus_lower_bound=_opt_int(f["gpus_lower_bound"]), fallback=_read_fallback(f, status))
+
+
+def _read_fallback(f: dict[str, Node], status: str) -> str | None:
+    if "fallback" not in f or f["fallback"].is_null:
+        return None
+    name = f["fallback"].str()
+    if name not in FALLBACKS:
+        f["fallback"].fail(f"unknown fallback {name!r}; known: {', '.join(FALLBACKS)}")
+    if status != SolveStatus.NO_SOLUTION.value:
+        f["fallback"].fail(f"a {name} fallback is made only when the solver found no solution, not {status!r}")
+    return name
 
 
 _TEXT_MAX = 500  # headroom_rule and memory_warning are one line each

@@ -22,10 +22,11 @@ from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate, reweighted
+from migplan.planner.greedy import GREEDY, STILL, frozen_problem, greedy_values, left_out_reason
 from migplan.planner.groups import Split, class_key, split
 from migplan.planner.mapping import Mapped, map_solution
 from migplan.planner.migration import GpuLayouts, Move, order
-from migplan.planner.milp import Milp, SizeLimit, SolveHandle, Solver, SolveResult, start_solve
+from migplan.planner.milp import Milp, SizeLimit, SolveHandle, Solver, SolveResult, SolveStatus, start_solve
 from migplan.planner.plan import (
     Consolidation,
     CurvePoint,
@@ -219,6 +220,38 @@ def _left_out(problem: Problem, sp: Split, mapped: Mapped) -> dict[int, int]:
     return out
 
 
+class NoIncumbent(PlanError):
+    """The solver stopped (its time limit) before it had any solution, and proved nothing: `plan_problem` then
+    makes the greedy fallback (planner.greedy)."""
+
+    def __init__(self, result: SolveResult) -> None:
+        super().__init__(f"the solver found no plan in time ({result.status.value}: {result.message})",
+                         hint="give it more time (--time-limit) or a larger --gap")
+        self.result = result
+
+
+def _fallback(problem: Problem, res: SolveResult, say: Progress,
+              limit: SizeLimit | None) -> tuple[Problem, Split, Mapped, SolveResult]:
+    """The greedy plan (planner.greedy) for a problem the solver found no plan for in time: the frozen problem
+    (nothing running moves), its split, the mapping of the greedy's values, and the solver's result as it ended.
+    PlanError when even that cannot be made (a GPU group with no pattern that keeps it as it is)."""
+    frozen = frozen_problem(problem)
+    sp = split(frozen, still=STILL)
+    f = formulate(frozen, sp, limit=limit)
+    try:
+        values = greedy_values(f)
+    except ValueError as err:
+        raise PlanError(f"the solver found no plan in time, and no fallback could be made: {err}",
+                        hint="give it more time (--time-limit)") from None
+    say(f"solver {res.solver}: no solution in {res.time_s:.2f}s; falling back to a greedy plan "
+        "(every layout kept, nothing running moved, new demand in idle instances)")
+    mapped = map_solution(f, values)
+    for it in frozen.items:  # new demand without a place: say why in the fallback's terms
+        if it.name in mapped.unplaced and it.name not in sp.unplaced:
+            mapped.unplaced[it.name] = left_out_reason(it, frozen.policy.anti_affinity_scope)
+    return frozen, sp, mapped, res
+
+
 REFINE_ROUNDS = 2  # re-solves with the sets the mapping could not spread planned per GPU group
 REFINE_ALL = 20_000  # ... all sets at once when that many (class, group) pairs or fewer
 
@@ -286,6 +319,8 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
         if not res.status.has_solution or f.milp.violations(list(res.values)):
             if best is not None:
                 break
+            if res.status is SolveStatus.NO_SOLUTION:
+                raise NoIncumbent(res)
             if not res.status.has_solution:
                 hint = "lower --keep-free" if problem.policy.keep_free else None
                 raise PlanError(f"the solver found no plan ({res.status.value}: {res.message})", hint=hint)
@@ -395,12 +430,23 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
             g = reweighted(f, LB_WEIGHTS, place_all=True)
             made.append((g, _begun(started, start_solve(solver, g.milp, relax=True))))
 
-        mapped, res, left_out = _solve(problem, sp, solver, say, limit,
-                                       meanwhile=start_bound if lower_bound else None)
+        asked = problem.policy
+        fallback: str | None = None
+        try:
+            mapped, res, left_out = _solve(problem, sp, solver, say, limit,
+                                           meanwhile=start_bound if lower_bound else None)
+        except NoIncumbent as stop:
+            # made and checked under the frozen problem's policy (nothing running moves); the plan records the
+            # policy asked for, and that it is the fallback
+            problem, sp, mapped, res = _fallback(problem, stop.result, say, limit)
+            left_out, fallback = _left_out(problem, sp, mapped), GREEDY
         bound: SolveHandle | None = None
         if lower_bound:  # `_solve` ran `start_bound` on its first model
             g, bound = made[0]
-            if any(left_out.values()):
+            if fallback is not None and any(left_out.values()):
+                bound.cancel()  # the bound on placing everything: no measure of a plan that leaves some out
+                bound = None
+            elif any(left_out.values()):
                 bound.cancel()
                 g = dataclasses.replace(g, milp=dataclasses.replace(g.milp, upper=list(g.milp.upper)))
                 bound = _begun(started, start_solve(solver, _bound_model(problem, sp, left_out, g), relax=True))
@@ -418,7 +464,8 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         except ValueError as err:
             raise PlanError(f"the plan's moves cannot be ordered: {err}") from None
         lb = _bound(bound) if bound is not None else None
-        solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb)
+        solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb,
+                          fallback=fallback)
         used = {g.model for g in problem.gpus}
         host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
         summary = _summary(problem, gpus, wls, value, lb)
@@ -437,7 +484,7 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
             consolidation = Consolidation(problem.policy.max_moves, len(migrations), len(before), summary.gpus_used,
                                           len(freed), None if free_lb is None else len(before) - free_lb, points,
                                           gpus_newly_used=len(after - before))
-        plan = Plan(problem.fingerprint, source, problem.policy.to_dict(), solve, summary, gpus, wls,
+        plan = Plan(problem.fingerprint, source, asked.to_dict(), solve, summary, gpus, wls,
                     models=host_models, migrations=migrations, freed=freed,
                     consolidation=consolidation)
         bad = validate(plan, problem, gpu_checks=check_gpus(gpus, problem),

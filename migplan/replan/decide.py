@@ -6,7 +6,8 @@ memory, (3) frees at least `min_free_gpus` whole GPUs, or (4) cuts the memory al
 least `min_waste_cut`. (1) and (2) are urgent: they override the cool-down. (1) and (2) count workloads one
 by one, where each is served now against where the plan serves it, so the line says what the plan does: an
 outgrown workload the plan leaves out is not "given a larger instance", and one placed while another is
-left out in its stead is said too. Every decision is one line.
+left out in its stead is said too. A plan that is the planner's greedy fallback (the solver had no plan in
+time) is never applied. Every decision is one line.
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ def decide(now: Standing, planned: Standing, plan: Plan, policy: ReplanPolicy) -
         reasons.append(f"frees {freed} GPU(s) (threshold {policy.min_free_gpus})")
     if cut >= policy.min_waste_cut and now.waste_mib > 0:
         reasons.append(f"cuts unneeded memory by {cut:.0%} (threshold {policy.min_waste_cut:.0%})")
+    if plan.solve.fallback is not None:
+        # the planner's fallback when the solver had nothing in time: checked, but no one chose it; a run from
+        # cron leaves the fleet as it is rather than act on it (the next run may have the solver's plan)
+        return Decision(False, False, (), f"not applied: the solver found no plan within its time limit and this "
+                        f"is the {plan.solve.fallback} fallback; raise replan.time_limit_s (or planner.time_limit)",
+                        freed, cut)
     if not plan.summary.gpus_changed and not urgent:
         return Decision(False, False, (), "nothing to do: the plan changes no GPU", freed, cut)
     # urgent without a GPU change: new demand fits instances that exist; applying writes its assignments
