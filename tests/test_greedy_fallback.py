@@ -173,3 +173,30 @@ def test_the_html_report_says_it_is_the_fallback() -> None:
     assert "plan: the greedy fallback" in page and "warning: the solver found no plan within its time limit" in page
     solved = plan(fleet(gpu("a", 0, layout=["3g.20gb@0"])), profiles(wl("new", 15000)), CAT, EXACT, PulpSolver())
     assert "fallback" not in render(solved, CAT)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("current", ["random", "previous"])
+@pytest.mark.parametrize("allow_disrupt", [False, True])
+def test_on_generated_fleets_the_fallback_is_a_checked_plan_that_changes_nothing(seed: int, current: str,
+                                                                                allow_disrupt: bool) -> None:
+    """Random layouts, or a plan applied and demand changed since (mixed models, anti-affinity sets): the fallback
+    passes the validator (plan() raises otherwise), creates and destroys nothing, moves and stops no one,
+    and keeps every running workload that still fits where it runs."""
+    from bench.generate import Spec, change_demand, generate
+    from migplan.planner.replay import applied
+
+    state, ps = generate(Spec(32, 60, "mixed", "inference", "random" if current == "random" else "empty", seed,
+                              anti=8))
+    if current == "previous":  # as bench/run.py's previous scenario: the plan applied, then half the demand changed
+        state, ps = applied(state, ps, plan(state, ps, CAT, Policy(), PulpSolver(time_limit=30)))
+        ps = change_demand(ps, 0.5, seed)
+    policy = Policy(allow_disrupt=allow_disrupt)
+    p = plan(state, ps, CAT, policy, NoIncumbent())  # type: ignore[arg-type]
+    assert p.solve.fallback == "greedy" and p.migrations == ()
+    assert all(g.actions == () for g in p.gpus) and p.summary.workloads_disrupted == 0
+    assert sum(1 for w in p.workloads if w.moved) == 0
+    running = [it for it in ps.workloads if it.observed is not None and it.observed.host is not None]
+    kept = {w.workload for w in p.workloads if w.kept}
+    assert current == "random" or kept  # the applied plan's workloads run: the fallback keeps them
+    assert kept <= {w.name for w in running}
