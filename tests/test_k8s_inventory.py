@@ -95,11 +95,13 @@ def test_declared_state_for_the_planner() -> None:
 
 def test_unknown_product_names_the_node_and_the_label(tmp_path: Path) -> None:
     doc = _doc()
-    _labels(doc, "h100-single")["nvidia.com/gpu.product"] = "NVIDIA-Tesla-T4"
+    # a product neither the MIG catalog nor the table of GPUs without MIG knows, on a node GFD calls MIG-capable
+    # (a T4 is planned whole: tests/test_k8s_whole_gpus.py)
+    _labels(doc, "h100-single")["nvidia.com/gpu.product"] = "NVIDIA-Z200-SXM-96GB"
     with pytest.raises(InputError) as err:
         load_inventory(_write(tmp_path, doc), CAT)
     msg = str(err.value)
-    assert "node 'h100-single'" in msg and "nvidia.com/gpu.product" in msg and "Tesla-T4" in msg
+    assert "node 'h100-single'" in msg and "nvidia.com/gpu.product" in msg and "Z200-SXM-96GB" in msg
     assert "nodes.json:" in msg and "catalog learn" in msg
 
 

@@ -1,6 +1,8 @@
 """The catalog of MIG-capable GPU models: geometry types, the shipped data, and user overrides.
 
   geometry.py GpuModel, GiProfile, Engines: one model's MIG geometry (pure)
+  whole_gpus.py GPUs without MIG (T4, L4, A10, L40S, V100 ...): the sourced table of those migplan knows and
+              the model (`GpuModel.mig` False) of one it does not know (pure)
   catalog.py  Catalog: lookup by id, alias, nvidia-smi name and PCI device id (pure)
   layout.py   Instance, Layout: instances placed on one GPU; `check_layout` (NVIDIA's placement
               rules as the catalog states them), layout enumeration and counting (pure)

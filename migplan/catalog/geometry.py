@@ -15,6 +15,12 @@ an older driver refuses on one GPU are an `Exclusion` with the driver that lifte
 "Concepts": "prior to NVIDIA driver release R510, the combination of a (4 memory, 4 compute) and a (4 memory,
 3 compute) profile was not supported" (4g.20gb with 3g.20gb on A100-40GB). A catalog model stands for a
 driver that meets every `min_driver`; `GpuModel.for_driver` makes the model of an older one.
+
+GPUs without MIG (`GpuModel.mig` False: T4, L4, A10, L40S, V100 ...; the MIG User Guide, "Supported GPUs", lists
+the only products with MIG, all of compute capability 8.0 or later): a model without profiles whose one layout is
+the whole GPU, planned through the same path as a MIG-capable GPU with MIG disabled (`planner.demand` WHOLE_GPU).
+Its `full_profile` is a stand-in (`WHOLE`, in no layout) that carries the GPU's memory and SM count, so the
+planner's memory and compute checks read it as they read a MIG GPU's whole-GPU profile.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from dataclasses import dataclass, field, fields, replace
 from migplan.errors import CatalogError
 
 ARCHITECTURES = ("ampere", "hopper", "blackwell")
+NO_MIG = "none"  # the architecture of a GPU without MIG: no MIG mode to change, so no reset semantics
+WHOLE = "whole"  # the stand-in profile of a GPU without MIG: the same name as migplan.profiles.WHOLE_GPU
 ENGINE_KINDS = ("ce", "dec", "enc", "jpeg", "ofa")
 ENGINE_NAMES = {"ce": "copy engines (CE)", "dec": "decoders (DEC)", "enc": "encoders (ENC)",
                 "jpeg": "JPEG decoders (JPEG)", "ofa": "optical flow accelerators (OFA)"}
@@ -170,7 +178,9 @@ class GiProfile:
 
 @dataclass(frozen=True)
 class GpuModel:
-    """A MIG-capable GPU model and its profiles."""
+    """A GPU model: a MIG-capable one and its profiles, or (`mig` False) a GPU without MIG, whose only layout is
+    the whole GPU: no profiles, one memory and one compute slice, `whole_memory_mib` and `whole_sm_count` (0: not
+    known) in place of a whole-GPU profile."""
 
     id: str
     architecture: str
@@ -189,6 +199,9 @@ class GpuModel:
     drivers: str = ""  # the driver range this model's numbers hold for (docs/mig-geometry.md §10)
     # Profiles the driver refuses on one GPU; only those without `min_driver` are enforced (`for_driver`)
     exclusions: tuple[Exclusion, ...] = ()
+    mig: bool = True  # False: a GPU without MIG (module notes); only then are the two below used
+    whole_memory_mib: int = 0  # the whole GPU's memory (`nvidia.com/gpu.memory`, or a sourced table)
+    whole_sm_count: int = 0  # its streaming multiprocessors; 0: not known (compute is then not checked on it)
 
     @functools.cached_property
     def _by_name(self) -> dict[str, GiProfile]:
@@ -213,7 +226,11 @@ class GpuModel:
 
     @functools.cached_property  # immutable model: computed once (asked per workload by the planner)
     def full_profile(self) -> GiProfile:
-        """The plain profile that takes the whole GPU (7g on A100/H100, 4g on A30 and RTX PRO 6000)."""
+        """The plain profile that takes the whole GPU (7g on A100/H100, 4g on A30 and RTX PRO 6000); on a GPU
+        without MIG the stand-in `WHOLE` (not one of `profiles`: no layout ever holds it)."""
+        if not self.mig:
+            return GiProfile(name=WHOLE, id=0, compute_slices=1, memory_slices=1, memory_mib=self.whole_memory_mib,
+                             max_count=1, sm_count=self.whole_sm_count, starts=(0,), confidence=self.confidence)
         full = [p for p in self.profiles if p.memory_slices == self.memory_slices and not p.media_extensions]
         plain = [p for p in full if not p.variant]
         return max(plain or full, key=lambda p: p.compute_slices)
@@ -228,12 +245,19 @@ class GpuModel:
 
     @property
     def sm_total(self) -> int:
+        """SMs of the whole GPU (the full profile's); 0 only on a GPU without MIG whose count is not known."""
         return self.full_profile.sm_count
 
     @property
     def memory_mib(self) -> int:
-        """Memory usable under MIG (the full profile's), which is below the card's total."""
+        """Memory usable under MIG (the full profile's), which is below the card's total; on a GPU without MIG,
+        its whole memory."""
         return self.full_profile.memory_mib
+
+    @property
+    def compute_unknown(self) -> bool:
+        """A GPU without MIG whose SM count no source gives: a workload's compute is not checked against it."""
+        return not self.mig and self.whole_sm_count == 0
 
     @property
     def reset_required_for_mode(self) -> bool:

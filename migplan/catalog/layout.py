@@ -360,13 +360,17 @@ def used_memory_slices(model: GpuModel, layout: Layout) -> int:
 # --- picture -------------------------------------------------------------------------------
 
 SLOT_WIDTH = 2
+NO_MIG_PICTURE = "whole GPU (no MIG)"
 
 
 def picture(model: GpuModel, layout: Layout | None) -> str:
     """One cell per memory slice, merged across an instance: `|3g.20gb    |2g.10|1g|  |`.
 
-    `None` means MIG is disabled (the whole GPU is one device).
+    `None` means MIG is disabled (the whole GPU is one device); a GPU without MIG is `whole GPU (no MIG)`, as
+    wide as an 8-slice GPU's picture so that tables line up.
     """
+    if not model.mig:
+        return "|" + NO_MIG_PICTURE.center(8 * (SLOT_WIDTH + 1) - 1) + "|"
     if layout is None:
         width = model.memory_slices * (SLOT_WIDTH + 1) - 1
         label = "MIG disabled" if width >= len("MIG disabled") + 2 else "MIG off"

@@ -34,6 +34,7 @@ from migplan.catalog.catalog import Catalog
 from migplan.catalog.geometry import (
     ARCHITECTURES,
     ENGINE_KINDS,
+    NO_MIG,
     Engines,
     Exclusion,
     GiProfile,
@@ -168,7 +169,33 @@ def _engines(node: Node) -> dict[str, int]:
 _SLICES_HINT = f"MIG GPUs have at most 8 memory and 7 compute slices; migplan accepts up to {MAX_MIG_SLICES}"
 
 
+_WHOLE_KEYS = {"id", "mig", "memory_mib", "sm_count", "aliases", "smi_names", "pci_device_ids", "architecture",
+               "verified", "confidence", "source"}
+
+
+def _whole_model(node: Node) -> GpuModel:
+    """`mig: false`: a GPU without MIG (`geometry.GpuModel.mig`): its memory and SM count (0: unknown), no
+    profiles or slices; the entry a plan carries for such a GPU (`writer`), or an override file's."""
+    f = node.fields(_WHOLE_KEYS, {"id", "mig", "memory_mib"})
+    if f["mig"].bool():
+        f["mig"].fail("'mig: true' models list their slices and profiles", hint="write mig: false, or leave it out")
+    if "architecture" in f and f["architecture"].str() != NO_MIG:
+        f["architecture"].fail(f"a GPU without MIG has architecture {NO_MIG!r} (no MIG mode semantics)")
+    return GpuModel(
+        id=_name(f["id"]), architecture=NO_MIG, memory_slices=1, compute_slices=1, profiles=(),
+        aliases=_str_list(f["aliases"]) if "aliases" in f else (),
+        smi_names=_str_list(f["smi_names"]) if "smi_names" in f else (),
+        pci_device_ids=tuple(s.lower() for s in _str_list(f["pci_device_ids"])) if "pci_device_ids" in f else (),
+        verified=f["verified"].bool() if "verified" in f else False,
+        confidence=_name(f["confidence"]) if "confidence" in f else "user",
+        source=_note(f["source"]) if "source" in f else "", mig=False,
+        whole_memory_mib=f["memory_mib"].int(minimum=1, maximum=MAX_MEMORY_MIB),
+        whole_sm_count=f["sm_count"].int(minimum=0, maximum=MAX_SM_COUNT) if "sm_count" in f else 0)
+
+
 def _model(node: Node, *, check_layouts: bool = True) -> GpuModel:
+    if node.is_map and "mig" in dict(node.items()):
+        return _whole_model(node)
     f = node.fields(_MODEL_KEYS, _MODEL_REQUIRED)
     model_id = _name(f["id"])
     arch = f["architecture"].str()

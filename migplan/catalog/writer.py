@@ -35,7 +35,16 @@ def _profile_yaml(p: GiProfile) -> list[str]:
     ] + ([f"    min_driver: {_q(p.min_driver)}"] if p.min_driver is not None else [])
 
 
+def _whole_yaml(m: GpuModel) -> list[str]:
+    """A GPU without MIG (`loader._whole_model`): its memory and SM count, no profiles."""
+    return [f"- id: {_q(m.id)}", "  mig: false", f"  memory_mib: {m.whole_memory_mib}",
+            f"  sm_count: {m.whole_sm_count}", f"  smi_names: {_flow(_q(n) for n in m.smi_names)}",
+            f"  verified: {str(m.verified).lower()}", f"  confidence: {_q(m.confidence)}", f"  source: {_q(m.source)}"]
+
+
 def _model_yaml(m: GpuModel) -> list[str]:
+    if not m.mig:
+        return _whole_yaml(m)
     out = [
         f"- id: {_q(m.id)}", f"  aliases: {_flow(_q(a) for a in m.aliases)}",
         f"  smi_names: {_flow(_q(n) for n in m.smi_names)}",

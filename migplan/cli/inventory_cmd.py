@@ -61,8 +61,11 @@ def check(inventory: InventoryOpt = None, output: OutputOpt = None, config: Conf
     """Validate the inventory and print the fleet as a table."""
     ctx = build_context(config, catalog, output)
     inv = ctx.inventory(inventory)
-    for m in {ctx.catalog.get(g.model) for _, g in inv.gpus()}:
-        if not m.verified:
+    known = inv.catalog(ctx.catalog)  # with the inventory's GPUs without MIG (Kubernetes labels)
+    for m in sorted({known.get(g.model) for _, g in inv.gpus()}, key=lambda m: m.id):
+        if not m.mig:
+            info(f"note: {m.id} has no MIG: planned as whole GPUs ({m.memory_mib} MiB; {m.source})")
+        elif not m.verified:
             info(f"warning: {m.id} is an unverified catalog model; check its profiles with 'migplan catalog show'")
     data = {"source": inv.source, "hosts": [_host_data(h) for h in inv.hosts]}
-    emit(data, ctx.output, lambda: fleet_table(inv, ctx.catalog))
+    emit(data, ctx.output, lambda: fleet_table(inv, known))

@@ -52,7 +52,7 @@ def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None
         return inventory
     pinv = host_patterns.from_membership((h.name, h.groups) for h in inventory.hosts)
     keep = set(host_patterns.select(pinv, [item for item in limit or () if item.strip()]))
-    chosen = Inventory(inventory.source, tuple(h for h in inventory.hosts if h.name in keep))
+    chosen = Inventory(inventory.source, tuple(h for h in inventory.hosts if h.name in keep), inventory.models)
     if not chosen.hosts:
         raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
                          hint="list the hosts with 'migplan inventory check'")

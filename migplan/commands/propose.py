@@ -16,10 +16,13 @@ from migplan import documents
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
+from migplan.commands.pods import check_stdin, demand_from_pods
 from migplan.config import check_planner_overrides
+from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
+from migplan.profiles import ProfileSet
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,6 +74,7 @@ class ProposeRequest:
     time_limit: float | None = None
     gap: float | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)  # Policy field -> value (None: not given)
+    pods: str | None = None  # `kubectl get pods -A -o json` (a file, or `-`): their demand (commands/pods.py)
 
 
 def planner_policy(ctx: Context, overrides: Mapping[str, Any]) -> Policy:
@@ -96,16 +100,22 @@ def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy,
 
 def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, report: Report = quiet) -> FleetState:
     """The state to plan from: a discovery snapshot when one is given, else the inventory's declared layouts."""
+    return _planner_state(ctx, inventory, snapshot, report)[0]
+
+
+def _planner_state(ctx: Context, inventory: str | None, snapshot: str | None,
+                   report: Report) -> tuple[FleetState, Inventory | None]:
+    """`planner_state`, and the inventory it was read from (None: a snapshot)."""
     chosen = snapshot or ctx.config.snapshot
     if chosen:
-        return documents.load_snapshot_state(chosen, ctx.catalog)
+        return documents.load_snapshot_state(chosen, ctx.catalog), None
     inv = ctx.inventory(inventory)
     unknown = [h.name for h in inv.hosts if not h.gpus]
     if unknown:
         report(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
                f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out "
                "SNAPSHOT' and plan with '--snapshot SNAPSHOT'")
-    return state_from_inventory(inv, ctx.catalog)
+    return state_from_inventory(inv, ctx.catalog), inv
 
 
 def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
@@ -113,6 +123,8 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
     out = [p for p in (req.snapshot or ctx.config.snapshot, req.inventory or ctx.config.inventory) if p]
     if req.profiles or ctx.config.profiles:
         out.append(str(req.profiles or ctx.config.profiles))
+    if req.pods and req.pods != "-":
+        out.append(req.pods)
     return out
 
 
@@ -146,17 +158,23 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
         policy = planner_policy(ctx, req.policy)
         solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
-        state = planner_state(ctx, req.inventory, req.snapshot, report)
+        check_stdin(req.pods, req.inventory)
+        state, inventory = _planner_state(ctx, req.inventory, req.snapshot, report)
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
         for m in state.models:
-            report(f"note: planning with the host's own profile table for {m.id} ({m.source})")
+            report(f"note: planning with the host's own profile table for {m.id} ({m.source})" if m.mig else
+                   f"note: {m.id} has no MIG: planned as whole GPUs only ({m.memory_mib} MiB; {m.source})")
         # made while the workers may still read: the fleet's (from each GPU's canonical text) for the plan,
         # each GPU's (a hash of that same text) for the plan document
         state.fingerprint()
         for g in state.gpus:
             g.fingerprint()
-        profiles = ctx.profiles_result(pending)
+        # with --pods, measured profiles are optional: the pods' requests are demand on their own
+        measured = req.profiles or ctx.config.profiles or not req.pods
+        profiles = ctx.profiles_result(pending) if measured else ProfileSet(())
+        if req.pods:
+            profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report)
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress))

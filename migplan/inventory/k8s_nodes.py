@@ -15,22 +15,34 @@ The labels read (docs/kubernetes.md) are the ones GPU feature discovery (GFD, in
                                  `nvidia.com/mig-<p>` (mixed); capacity is preferred over the labels
   nvidia.com/mig.config          the mig-parted config the MIG manager applies
   nvidia.com/mig.config.state    pending | rebooting | success | failed
+  nvidia.com/mig.capable         true | false: whether any GPU of the node supports MIG (`nvml.go`,
+                                 newMigCapabilityLabeler); false: GPUs without MIG, planned as whole GPUs
+  nvidia.com/cuda.driver-version.full, .major, .minor, .revision (and the deprecated
+  nvidia.com/cuda.driver.major, .minor, .rev)   the driver (`nvml.go`, newVersionLabeler: "X.Y[.Z]" split
+                                 on '.', the revision "" when there is none): the host's `driver`, so the
+                                 catalog's driver rules are resolved (docs/mig-geometry.md §1)
 
 What the labels cannot say: which GPU holds which instance, and where. Per-GPU layouts are therefore
 inferred: the node's MIG devices are split over its MIG-enabled GPUs (the lowest indices) and placed by
 a placement search (`mig_parted.split_counts`). `migplan discover` reads the truth over SSH. A node
 whose MIG manager is still working (state pending or rebooting) is held (its GPUs reserved).
+
+GPUs without MIG (`mig.capable=false`, or a product `catalog.whole_gpus` lists: T4, L4, A10, L40S, V100 ...) are
+hosts with whole GPUs: each is a `DeclaredGpu` with MIG off whose model (`GpuModel.mig` False, carried in
+`Inventory.models`) has the memory of `nvidia.com/gpu.memory` (else the table's) and the table's SM count, if any.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
 from migplan import mig_parted, names
-from migplan.catalog import Catalog
-from migplan.catalog.geometry import GpuModel
+from migplan.catalog import Catalog, whole_gpus
+from migplan.catalog.geometry import GpuModel, driver_version
 from migplan.catalog.layout import Layout
+from migplan.errors import CatalogError
 from migplan.inventory.model import DeclaredGpu, Host, Inventory
 from migplan.yamldoc import Node
 
@@ -40,12 +52,20 @@ MEMORY = "nvidia.com/gpu.memory"
 STRATEGY = "nvidia.com/mig.strategy"
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+# the driver: GFD's new labels first, then the deprecated ones it still writes (nvml.go, newVersionLabeler)
+DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
+DRIVER_PARTS = (("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor",
+                 "nvidia.com/cuda.driver-version.revision"),
+                ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"))
 GPU_RESOURCE = "nvidia.com/gpu"
 STRATEGIES = ("none", "single", "mixed")
 BUSY_STATES = ("pending", "rebooting")  # the MIG manager is changing the node
 _MIG_COUNT = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\.count\Z")
 _MIG_RESOURCE = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\Z")
 _UNSANITARY = re.compile(r"[^A-Za-z0-9._ -]")  # GFD `sanitise`: these characters are dropped
+_MODEL_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # a GPU without MIG named after its product
+_DRIVER_PART = re.compile(r"\A[0-9]{1,4}\Z")
 _LIST_KINDS = ("List", "NodeList")
 _CATALOG_HINT = ("add the model with 'migplan catalog learn' or a --catalog file; list known models with "
                  "'migplan catalog list'")
@@ -182,7 +202,84 @@ def _mixed(item: Node, name: str, model: GpuModel, count: int, labels: dict[str,
     return [*split, *([None] * whole)]
 
 
-def _node(item: Node, catalog: Catalog) -> Host | None:
+def _driver(labels: dict[str, Node], name: str) -> str | None:
+    """The node's driver version from GFD's labels (`DRIVER_FULL`, else the parts, new then deprecated), None
+    when none is there. A value that is not a driver version is an error naming the node and the label."""
+    if DRIVER_FULL in labels:
+        text = labels[DRIVER_FULL].str().strip()
+        try:
+            ok = 2 <= len(text.split(".")) <= 3 and bool(driver_version(text))
+        except CatalogError:
+            ok = False
+        if not ok:
+            labels[DRIVER_FULL].fail(f"node {name!r}: {text!r} is not a driver version (label {DRIVER_FULL})",
+                                     hint="GFD writes X.Y or X.Y.Z, e.g. 570.133.20")
+        return text
+    for keys in DRIVER_PARTS:
+        if keys[0] not in labels:
+            continue
+        parts = []
+        for k in keys:
+            text = labels[k].str().strip() if k in labels else ""
+            if not (_DRIVER_PART.fullmatch(text) or (k == keys[2] and text == "")):
+                (labels[k] if k in labels else labels[keys[0]]).fail(
+                    f"node {name!r}: {text!r} is not a part of a driver version (label {k})",
+                    hint="GFD writes digits (the revision may be empty), e.g. 570, 133, 20")
+            if text:
+                parts.append(text)
+        return ".".join(parts)
+    return None
+
+
+def _mig_capable(labels: dict[str, Node], name: str) -> bool | None:
+    if MIG_CAPABLE not in labels:
+        return None
+    text = labels[MIG_CAPABLE].str().strip()
+    if text not in ("true", "false"):
+        labels[MIG_CAPABLE].fail(f"node {name!r}: {MIG_CAPABLE} must be 'true' or 'false', not {text!r}")
+    return text == "true"
+
+
+def _no_mig_model(catalog: Catalog, base: str) -> str | None:
+    """The table's id of a product without MIG (`catalog.whole_gpus`), matched as GFD writes names."""
+    key = product_key(base)
+    return next((i for i, smi in whole_gpus.known() if key in {product_key(n) for n in (i, *smi)}), None)
+
+
+# (model id, memory MiB, product name as read): a GPU without MIG before `parse_nodes` names it
+WholeKey = tuple[str, int, str]
+
+
+def _whole(item: Node, name: str, base: str, known: str | None, labels: dict[str, Node],
+           capacity: dict[str, Node], catalog: Catalog) -> tuple[list[Layout | None], WholeKey]:
+    """A node whose GPUs have no MIG: `gpu.count` whole GPUs of one model, its memory from the label, else the
+    table's. MIG device labels or resources there are an error (GFD writes none for such GPUs)."""
+    for k, n in (*labels.items(), *capacity.items()):
+        if _MIG_COUNT.fullmatch(k) or _MIG_RESOURCE.fullmatch(k):
+            n.fail(f"node {name!r}: MIG devices ({k}) on GPUs without MIG ({base}, {MIG_CAPABLE}=false)",
+                   hint="check the node's labels, or plan this host from 'migplan discover'")
+    if COUNT not in labels:
+        item.fail(f"node {name!r} has {PRODUCT} but no {COUNT} label", hint="check GPU feature discovery")
+    count = _count(labels[COUNT], COUNT, name)
+    _too_many(labels[COUNT], name, count)
+    model_id = known
+    if model_id is None:
+        model_id = base[len("NVIDIA-"):] if base.upper().startswith("NVIDIA-") else base
+        if not _MODEL_ID.fullmatch(model_id):
+            labels[PRODUCT].fail(f"node {name!r}: GPU name {base!r} (label {PRODUCT}) must be letters, digits, "
+                                 "'.', '_' or '-' (at most 64)")
+        if catalog.find(model_id) is not None:  # a MIG model's name on a GPU that says it has no MIG
+            model_id += "-no-MIG"
+    memory = _count(labels[MEMORY], MEMORY, name) if MEMORY in labels else whole_gpus.table_memory(model_id)
+    if not memory or memory > names.MAX_MEMORY_MIB:
+        labels.get(MEMORY, item).fail(
+            f"node {name!r}: the memory of GPU {base!r} (no MIG) is not known: label {MEMORY} is "
+            + (f"{memory} MiB" if MEMORY in labels else "missing"),
+            hint=f"GFD writes {MEMORY} (MiB of one GPU); without it migplan cannot size workloads on this GPU")
+    return [None] * count, (model_id, memory, base)
+
+
+def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey]) -> Host | None:
     f = _map(item)
     meta = _map(f.get("metadata"))
     if "name" not in meta:
@@ -200,15 +297,26 @@ def _node(item: Node, catalog: Catalog) -> Host | None:
         return None  # a node without GPUs: control plane, CPU workers
     product_node = labels[PRODUCT]
     base, single_profile = _split_product(product_node.str())
+    capable = _mig_capable(labels, name)
+    driver = _driver(labels, name)
     memory = _count(labels[MEMORY], MEMORY, name) if MEMORY in labels and single_profile is None else None
-    model = match_product(catalog, base, memory)
-    if model is None:
+    model = match_product(catalog, base, memory) if capable is not False else None
+    known = _no_mig_model(catalog, base) if model is None else None
+    if model is None and known is None and capable is not False:
         product_node.fail(f"node {name!r}: GPU {base!r} (label {PRODUCT}) is not in the MIG catalog",
-                          hint=_CATALOG_HINT)
+                          hint=_CATALOG_HINT + f"; a GPU without MIG is planned whole when GFD labels it {MIG_CAPABLE}="
+                                               "false")
     strategy = labels[STRATEGY].str() if STRATEGY in labels else "none"
     if strategy not in STRATEGIES:
         labels[STRATEGY].fail(f"node {name!r}: unknown MIG strategy {strategy!r} (label {STRATEGY})",
                               hint="GFD writes none, single or mixed")
+    if model is None:  # GPUs without MIG: whole GPUs
+        if single_profile is not None:
+            product_node.fail(f"node {name!r}: {PRODUCT} names a MIG device ({product_node.str()}) on GPUs "
+                              f"without MIG ({MIG_CAPABLE}=false or a GPU model without MIG)")
+        layouts, key = _whole(item, name, base, known, labels, capacity, catalog)
+        whole[name] = key
+        return _host(name, status, labels, strategy, layouts, key[0], driver, no_mig=True)
     if COUNT not in labels:
         item.fail(f"node {name!r} has {PRODUCT} but no {COUNT} label", hint="check GPU feature discovery")
     count = _count(labels[COUNT], COUNT, name)
@@ -222,26 +330,55 @@ def _node(item: Node, catalog: Catalog) -> Host | None:
         layouts = _mixed(item, name, model, count, labels, capacity)
         if strategy == "none" and all(lay is None for lay in layouts):
             layouts = [None] * count  # MIG devices are not listed under 'none': taken as MIG disabled
+    return _host(name, status, labels, strategy, layouts, model.id, driver)
+
+
+def _host(name: str, status: dict[str, Node], labels: dict[str, Node], strategy: str, layouts: list[Layout | None],
+          model: str, driver: str | None, *, no_mig: bool = False) -> Host | None:
     state = labels[MIG_STATE].str() if MIG_STATE in labels else None
     held = state in BUSY_STATES
-    gpus = tuple(DeclaredGpu(index=i, model=model.id, mig_enabled=lay is not None, layout=lay, reserved=held)
+    gpus = tuple(DeclaredGpu(index=i, model=model, mig_enabled=lay is not None, layout=lay, reserved=held)
                  for i, lay in enumerate(layouts))
     if not gpus:
         return None
-    kv = [("k8s.mig.strategy", strategy)]
+    kv = [("k8s.mig.strategy", strategy)] + ([("k8s.mig.capable", "false")] if no_mig else [])
     if MIG_CONFIG in labels:
         kv.append(("k8s.mig.config", labels[MIG_CONFIG].str()))
     if state is not None:
         kv.append(("k8s.mig.config.state", state))
     return Host(name=name, address=_address(name, status), groups=("kubernetes",), labels=tuple(sorted(kv)),
-                gpus=gpus, reserved_gpus=tuple(g.index for g in gpus) if held else ())
+                gpus=gpus, reserved_gpus=tuple(g.index for g in gpus) if held else (), driver=driver)
+
+
+def _whole_models(hosts: list[Host], whole: dict[str, WholeKey]) -> tuple[list[Host], tuple[GpuModel, ...]]:
+    """The models of the GPUs without MIG (`whole`: node -> its GPUs' key), one per (model, memory): named after
+    the model, or, where nodes give one model different memory sizes, `<model>-<MiB>MiB` each (so that no plan
+    mixes them up)."""
+    sizes: dict[str, set[int]] = {}
+    for model_id, mib, _ in whole.values():
+        sizes.setdefault(model_id, set()).add(mib)
+
+    def named(model_id: str, mib: int) -> str:
+        return model_id if len(sizes[model_id]) == 1 else f"{model_id}-{mib}MiB"
+
+    first = {(k[0], k[1]): k for k in sorted(whole.values())}
+    models = tuple(dataclasses.replace(whole_gpus.whole_gpu_model(m, mib, name=k[2]), id=named(m, mib))
+                   for (m, mib), k in sorted(first.items()))
+    out = []
+    for h in hosts:
+        k = whole.get(h.name)
+        if k is not None and named(k[0], k[1]) != k[0]:
+            h = dataclasses.replace(h, gpus=tuple(dataclasses.replace(g, model=named(k[0], k[1])) for g in h.gpus))
+        out.append(h)
+    return out, models
 
 
 def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
     """The GPU nodes of a node list as inventory hosts (nodes without NVIDIA labels are left out)."""
     top = dict(root.items())
     items = [root] if top["kind"].value() == "Node" else top["items"].list()
-    hosts = [h for h in (_node(i, catalog) for i in items) if h is not None]
+    whole: dict[str, WholeKey] = {}  # node -> its GPUs without MIG
+    hosts = [h for h in (_node(i, catalog, whole) for i in items) if h is not None]
     if not hosts:
         root.fail(f"none of the {len(items)} node(s) has NVIDIA GPU labels ({PRODUCT})",
                   hint="deploy NVIDIA GPU feature discovery (the GPU Operator does), or list the hosts in an inventory")
@@ -250,4 +387,5 @@ def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
         if h.name in seen:
             root.fail(f"node {h.name!r} is listed twice")
         seen.add(h.name)
-    return Inventory(root.source, tuple(hosts))
+    hosts, models = _whole_models(hosts, whole)
+    return Inventory(root.source, tuple(hosts), models)

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from migplan.catalog import Catalog, GpuModel
 from migplan.catalog.layout import Layout
 
 INVENTORY_VERSION = 1
@@ -75,6 +76,13 @@ class Host:
 class Inventory:
     source: str
     hosts: tuple[Host, ...]
+    # models the inventory itself defines, not in the catalog: GPUs without MIG read from Kubernetes labels
+    # (`k8s_nodes`, `catalog.whole_gpus`); a GPU's `model` names one of these or a catalog model
+    models: tuple[GpuModel, ...] = ()
+
+    def catalog(self, catalog: Catalog) -> Catalog:
+        """`catalog` with this inventory's own models (looked up first)."""
+        return Catalog((*self.models, *catalog.models), catalog.overridden) if self.models else catalog
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
@@ -90,7 +98,7 @@ class Inventory:
             return self
         keep = tuple(h for h in self.hosts
                      if any(fnmatch.fnmatch(n, p) for p in patterns for n in (h.name, *h.groups)))
-        return Inventory(self.source, keep)
+        return Inventory(self.source, keep, self.models)
 
 
 def hook_argv(line: str) -> list[str]:

@@ -186,7 +186,8 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
     `min_driver` is offered only on a host whose inventory `driver:` meets it (no `driver:`, none of
     them), and a combination an older driver refuses (an exclusion's `min_driver`) is refused there too;
     such a GPU is planned with the model of that driver (`driver_model`, in `FleetState.models`)."""
-    gpus, models = [], {}
+    gpus, models = [], {m.id: m for m in inventory.models}  # GPUs without MIG from Kubernetes labels
+    catalog = inventory.catalog(catalog) if catalog is not None else None
     owned: dict[tuple[str, str | None], GpuModel] = {}  # (model, driver) -> driver_model: once, not per GPU
     for host, spec in inventory.gpus():
         enabled = bool(spec.mig_enabled) if spec.mig_enabled is not None else spec.layout is not None

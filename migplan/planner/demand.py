@@ -191,6 +191,8 @@ def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fal
     m_q = workload.memory.percentile(policy.memory_percentile)
     # round first: 900000 * 1.1 is 990000.0000000001 in binary floating point, not a MiB more
     need = max(math.ceil(round(m_q * (1 + policy.headroom), 6)), m_q + policy.headroom_min_mib)
+    if workload.requested is not None:  # an unmeasured pod: its memory is the instance it asked for, not a peak
+        need = m_q
     try:
         share = workload.compute.percentile(policy.compute_percentile)
     except InputError as err:
@@ -211,7 +213,10 @@ def sm_per_slice(model: GpuModel) -> int:
 
 
 def slices_needed(demand: Demand, model: GpuModel) -> int:
-    """slices(target) = max(1, ceil(need_sm / SM per slice))."""
+    """slices(target) = max(1, ceil(need_sm / SM per slice)); a GPU without MIG is one slice, the whole GPU
+    (whether its SMs hold the demand is `whole_fits`'s to say)."""
+    if not model.mig:
+        return 1
     return max(1, math.ceil(demand.compute_sm / sm_per_slice(model) - 1e-9))
 
 
@@ -244,6 +249,10 @@ def fitting_profiles(demand: Demand, model: GpuModel, min_profile: str | None = 
     the catalog records no MIG-off total)."""
     if min_profile == WHOLE_GPU:
         return (WHOLE_GPU,) if whole_fits(demand, model) else ()
+    if not model.mig:  # a GPU without MIG: the whole GPU or nothing (a MIG `min_profile` by its memory)
+        size = profile_size(min_profile) if min_profile is not None else None
+        floor = size is None or model.memory_mib >= size[1] * 1000 * 0.9
+        return (WHOLE_GPU,) if floor and whole_fits(demand, model) else ()
     g = slices_needed(demand, model) if slices is None else slices  # `slices`: the caller's slices_needed
     mib = demand.memory_mib
     # The answer depends on the memory only through which profile sizes it exceeds: asked once per workload
@@ -273,16 +282,19 @@ def _memory_sizes(model: GpuModel) -> tuple[int, ...]:
 
 
 def whole_fits(demand: Demand, model: GpuModel) -> bool:
-    """The demand fits the whole MIG-disabled GPU (memory counted as the full profile's, all SMs)."""
-    return model.memory_mib >= demand.memory_mib and demand.compute_sm <= model.sm_total + 1e-9
+    """The demand fits the whole MIG-disabled GPU (memory counted as the full profile's, all SMs). On a GPU
+    without MIG whose SM count no source gives (`GpuModel.compute_unknown`) only memory is checked."""
+    return model.memory_mib >= demand.memory_mib and (
+        demand.compute_sm <= model.sm_total + 1e-9 or model.compute_unknown)
 
 
 def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
     """Why no instance of any model holds the demand (for the report)."""
     biggest = max(models, key=lambda m: m.memory_mib)
     if demand.memory_mib > biggest.memory_mib:
-        return (f"needs {demand.memory_mib} MiB; the largest instance in the fleet ({biggest.full_profile.name} on "
-                f"{biggest.id}) has {biggest.memory_mib} MiB")
+        where = f"{biggest.full_profile.name} on {biggest.id}" if biggest.mig else f"a whole {biggest.id}, no MIG"
+        return (f"needs {demand.memory_mib} MiB; the largest instance in the fleet ({where}) has "
+                f"{biggest.memory_mib} MiB")
     return "no profile of any model in the fleet meets its memory, compute and minimum profile together"
 
 

@@ -41,7 +41,10 @@ def maximal(model: GpuModel) -> tuple[Layout, ...]:
 
 
 def candidates(model: GpuModel, current: Layout | None, fixed: frozenset[Key]) -> list[Layout]:
-    """Maximal layouts, the current one and the empty one, keeping only those that contain `fixed`."""
+    """Maximal layouts, the current one and the empty one, keeping only those that contain `fixed`. A GPU without
+    MIG has the empty one alone (nothing planned on it; its one place is the WHOLE pattern): no MIG layout."""
+    if not model.mig:
+        return [Layout()] if not fixed else []
     out: list[Layout] = []
     seen: set[frozenset[Key]] = set()
     for lay in ([current] if current is not None else []) + [Layout()] + list(maximal(model)):

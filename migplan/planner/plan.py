@@ -739,7 +739,8 @@ _HOST_MODEL = re.compile(r"(?P<base>.+)@host-[0-9a-f]{8}")
 
 def _read_host_models(node: Node, catalog: Catalog) -> tuple[GpuModel, ...]:
     """Models built from hosts' own tables. Each must be named `<catalog id>@host-<digest>` after a model
-    of `catalog` with the same architecture: a plan file can never replace a catalog model."""
+    of `catalog` with the same architecture: a plan file can never replace a catalog model. A GPU without MIG
+    (`mig: false`, e.g. a T4 from Kubernetes labels) is carried whole and must not take a catalog model's name."""
     if node.is_null or not node.value("list"):
         return ()
     doc = yamldoc.parse(json.dumps({"version": CATALOG_VERSION, "models": node.value("list")}),
@@ -747,6 +748,10 @@ def _read_host_models(node: Node, catalog: Catalog) -> tuple[GpuModel, ...]:
     assert doc is not None
     models = tuple(parse_catalog(doc))
     for m in models:
+        if not m.mig:  # a GPU without MIG (its whole memory, no geometry to trust): never a catalog model's id
+            if catalog.find(m.id) is not None:
+                node.fail(f"host model {m.id!r} (no MIG) has the name of a catalog model", hint=_HINT)
+            continue
         found = _HOST_MODEL.fullmatch(m.id)
         base = catalog.find(found.group("base")) if found else None
         if base is None or base.id != found.group("base") or base.architecture != m.architecture:  # type: ignore[union-attr]  # found: else base is None

@@ -467,7 +467,9 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         solve = SolveInfo(res.solver, res.status.value, res.objective, res.bound, res.gap, round(res.time_s, 3), lb,
                           fallback=fallback)
         used = {g.model for g in problem.gpus}
-        host_models = tuple(m for k, m in sorted(problem.models.items()) if k in used and m.confidence == "host")
+        # carried in the plan: models built from hosts' own tables, and GPUs without MIG (not in the shipped catalog)
+        host_models = tuple(m for k, m in sorted(problem.models.items())
+                            if k in used and (m.confidence == "host" or not m.mig))
         summary = _summary(problem, gpus, wls, value, lb)
         before, after = in_use(gpus, wls, migrations)
         freed = plan_freed(gpus, wls, migrations)

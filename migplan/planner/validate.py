@@ -6,7 +6,8 @@ accounting (every item once), instance (exists, one workload each), fit (memory 
 spread (anti-affinity), busy (no running instance destroyed without --allow-disrupt, nor a running workload
 without --allow-disrupt or --consolidate, nor a `movable: false` one), keep-free, moves (the consolidation
 budget), whole (a whole-GPU placement only on a MIG-disabled target, only for a workload that needs the
-full profile or asks for `min_profile: whole`, and such a workload never on an instance).
+full profile or asks for `min_profile: whole`, and such a workload never on an instance; a GPU without MIG
+never has a MIG layout).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def _gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
             out.append(f"gpu {g.host}/{g.index}: current layout differs from the observed one")
         if pg.hold and (g.target != pg.current or g.actions):
             out.append(f"gpu {g.host}/{g.index}: {pg.hold} GPU would be changed")
-        if g.target is not None:
+        if (g.target is not None or g.current is not None) and not problem.models[pg.model].mig:
+            out.append(f"gpu {g.host}/{g.index}: {pg.model} has no MIG, but the plan gives it a MIG layout")
+        elif g.target is not None:
             issues = layout_issues.get((pg.model, g.target))
             if issues is None:
                 issues = layout_issues[(pg.model, g.target)] = [
