@@ -146,6 +146,11 @@ class Workload:
     replicas: int = 1
     source: str = ""
     movable: bool = True  # false: `propose --consolidate` (and --allow-disrupt) never moves it while it fits
+    # Set only for an unmeasured Kubernetes pod (migplan/pods.py; never read from a profiles file): the one
+    # instance it can use, a MIG profile (`nvidia.com/mig-<profile>`) or WHOLE_GPU (`nvidia.com/gpu`). The
+    # planner offers it that profile only, and `memory_mib` is that instance's size, not a measurement: no
+    # headroom is added to it.
+    requested: str | None = None
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,10 @@ def propose(
     snapshot: Annotated[str | None, typer.Option("--snapshot",
                                                  help="Plan from a discovery snapshot instead of the inventory's "
                                                       "layouts.")] = None,
+    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE|-",
+                                             help="Demand from 'kubectl get pods -A -o json': running pods where "
+                                                  "they run, pending pods as new demand, merged with --profiles "
+                                                  "(docs/kubernetes.md).")] = None,
     solver: Annotated[str | None, typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite,
                                                      help="Solver time limit, seconds [60].")] = None,
@@ -202,6 +206,7 @@ def propose(
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     req = ProposeRequest(
         inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
+        pods=pods,
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
                          "consolidate": consolidate, "max_moves": max_moves,
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
@@ -220,7 +225,8 @@ def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, outpu
     if report_html:  # migplan/commands/report.py
         from migplan.commands.report import write_page
 
-        write_page(ctx, result, report_html, forbid=[req.out, req.inventory, req.profiles, req.snapshot, config],
+        write_page(ctx, result, report_html, forbid=[req.out, req.inventory, req.profiles, req.snapshot, config,
+                                                     req.pods],
                    report=rep.note)
     emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog), ready=rep.close)
     if result.solve.fallback is not None:  # a plan, written and printed, but not the solver's: say so, exit 6

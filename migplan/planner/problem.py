@@ -19,7 +19,7 @@ from migplan.catalog.layout import Instance
 from migplan.errors import InputError
 from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
-from migplan.profiles import ProfileSet, Workload
+from migplan.profiles import WHOLE_GPU, ProfileSet, Workload
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,8 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
         d = demand if measured is not None or m is models[0] else demand_of(w, policy, measured, m)
         g = slices_needed(d, m)
         profs = fitting_profiles(d, m, w.min_profile, slices=g)
+        if w.requested is not None:  # a pod can use only the resource it requests (migplan/pods.py)
+            profs = tuple(p for p in profs if p == w.requested)
         if profs:
             fits.append((m.id, profs))
             need.append((m.id, g))
@@ -191,7 +193,9 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
                 _check_alone(w, it, where)
             why = _pin_reason(it, gpus)
             if why is None and not it.fits and it.running is None:
-                why = "too large: " + misfit_reason(it.demand, models)
+                why = ("too large: " + misfit_reason(it.demand, models) if w.requested is None else
+                       f"requests {'a whole GPU' if w.requested == WHOLE_GPU else w.requested}, which no GPU the "
+                       "plan may change offers (all GPUs of models with it are reserved or excluded)")
             if why is None:
                 items.append(it)
             else:
