@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
-from migplan.catalog.layout import Instance, Layout
+from migplan.catalog.layout import NO_MIG_PICTURE, Instance, Layout
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.planner import Plan
 
 SLOT_PX = 60  # width of one memory slice
+NO_MIG_SLOTS = 8  # a GPU without MIG is drawn as wide as an 8-slice GPU (one whole device)
 GAP_PX = 2
 SVG_HEIGHT = 58
 OPEN_HOSTS_UP_TO = 24  # GPUs: a small plan opens every host; a large one starts collapsed
@@ -87,12 +88,12 @@ def _text(x: float, y: float, text: str, cls: str, width_px: float) -> str:
 
 def _svg(model: GpuModel, g: GpuPlan, layout: Layout | None, other: Layout | None, side: str,
          ws: dict[str, list[WorkloadPlan]], whole: list[WorkloadPlan]) -> str:
-    width = model.memory_slices * SLOT_PX
+    width = (model.memory_slices if model.mig else NO_MIG_SLOTS) * SLOT_PX
     parts = [f'<svg class="gpu" data-side="{side}" data-slots="{model.memory_slices}" width="{width}" '
              f'height="{SVG_HEIGHT}" viewBox="0 0 {width} {SVG_HEIGHT}" role="img" '
              f'aria-label="{esc(g.host)} GPU {g.index} {side}">']
     if layout is None:
-        label = ", ".join(w.name for w in whole) or "MIG disabled (whole GPU)"
+        label = ", ".join(w.name for w in whole) or ("MIG disabled (whole GPU)" if model.mig else NO_MIG_PICTURE)
         fill = colour(whole[0].name) if whole else "#e4e4e4"
         parts.append(f'<g class="whole"><title>{esc(label)}</title><rect class="whole" x="1" y="1" '
                      f'width="{width - GAP_PX}" height="{SVG_HEIGHT - 2}" rx="4" style="fill:{fill}"/>'

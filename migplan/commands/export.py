@@ -93,10 +93,17 @@ def _host_gpus(plan: Plan) -> dict[str, list[GpuPlan]]:
     return hosts
 
 
-def host_entries(gpus: Sequence[GpuPlan]) -> tuple[Entry, ...]:
-    """A host's config from its planned targets; held GPUs are left out (mig-parted leaves them alone)."""
+def no_mig(catalog: Catalog) -> frozenset[str]:
+    """The models of GPUs without MIG (T4, L4 ... from Kubernetes labels, carried in the plan): the export has
+    no MIG config for them and labels no node for them alone."""
+    return frozenset(m.id for m in catalog.models if not m.mig)
+
+
+def host_entries(gpus: Sequence[GpuPlan], without_mig: frozenset[str] = frozenset()) -> tuple[Entry, ...]:
+    """A host's config from its planned targets; held GPUs and GPUs without MIG (`without_mig`: their models)
+    are left out (mig-parted leaves them alone)."""
     indices = sorted(g.index for g in gpus)
-    free = [g for g in gpus if g.hold is None]
+    free = [g for g in gpus if g.hold is None and g.model not in without_mig]
     all_gpus = len(free) == len(gpus) and indices == list(range(len(indices)))
     return mig_parted.node_entries([(g.index, g.target) for g in free], all_gpus=all_gpus)
 
@@ -129,6 +136,8 @@ def _gives_the_plan(entries: Sequence[Entry], gpus: Sequence[GpuPlan], catalog: 
     stand for a node of H100s planned as 7 x 1g.10gb each."""
     for g in gpus:
         model = catalog.get(g.model)
+        if not model.mig:  # mig-parted skips a GPU that is not MIG-capable, whatever the config says
+            continue
         chosen = [e for e in entries if e.selects(g.index, model)]
         if not chosen:
             if g.hold is None:
@@ -166,11 +175,13 @@ def build_gpu_operator(plan: Plan, catalog: Catalog, *, existing: dict[str, tupl
     configs: dict[str, tuple[Entry, ...]] = dict(existing or {})
     node_config: dict[str, str] = {}
     ours: list[str] = []
+    without_mig = no_mig(catalog)
     for host, gpus in _host_gpus(plan).items():
         k8s_name(host, "host")
-        entries = host_entries(gpus)
-        if not entries:  # every GPU held: nothing for the MIG manager to do on this node
+        entries = host_entries(gpus, without_mig)
+        if not entries:  # every GPU held or without MIG: nothing for the MIG manager to do on this node
             continue
+        gpus = [g for g in gpus if g.model not in without_mig]
         chosen = next((n for n, es in configs.items()
                        if _LABEL_VALUE.fullmatch(n) and _gives_the_plan(es, gpus, catalog)), None)
         if chosen is None:
@@ -291,9 +302,12 @@ def build_mig_parted(plan: Plan, catalog: Catalog, host: str, config: str | None
     if gpus is None:
         known = ", ".join(sorted(_host_gpus(plan))[:10])
         raise InputError(f"the plan has no host {host!r}", hint=f"hosts in the plan: {known}")
-    entries = host_entries(gpus)
+    without_mig = no_mig(catalog)
+    entries = host_entries(gpus, without_mig)
     if not entries:
-        raise InputError(f"every GPU of {host} is held (reserved or excluded): nothing for mig-parted to apply")
+        raise InputError(f"every GPU of {host} is held (reserved or excluded) or has no MIG: nothing for mig-parted "
+                         "to apply")
+    gpus = [g for g in gpus if g.model not in without_mig]
     name = config or mig_parted.config_name(entries, host_model(gpus))
     if not _LABEL_VALUE.fullmatch(name):
         raise InputError(f"config name {name!r} must be letters, digits, '.', '_' or '-' (at most 63)")
