@@ -34,7 +34,7 @@ import migplan
 PKG = Path(migplan.__file__).resolve().parent
 
 CORE = ("migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry", "migplan.catalog.catalog",
-        "migplan.catalog.layout", "migplan.model", "migplan.fleet.snapshot", "migplan.fleet.host_table",
+        "migplan.catalog.layout", "migplan.model", "migplan.fleet.snapshot", "migplan.fleet.host_table", "migplan.pods",
         "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history", "migplan.mig_parted",
         "migplan.inventory.k8s_nodes", "migplan.host_patterns", "migplan.report_html")
 # What touches the outside world: the core may import none of these.

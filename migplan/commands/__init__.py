@@ -12,6 +12,7 @@ returns; a cron-driven `replan` (or any other caller) uses the same functions wi
   collect_prometheus.py  samples from a Prometheus that scrapes dcgm-exporter, pass by pass
   history.py   profiles from history (CSV, on-host store, Prometheus) and backtests of a sizing rule
   profiles_dir.py  the profiles directory writer (one document per host), below collect and history
+  pods.py      `--pods FILE|-`: the pods' demand (migplan/pods.py) merged into the profiles propose and replan plan
   replan.py    one unattended run: lock, read, plan, decide, apply when worth it, record
   schedule.py  the cron entry and systemd units, written or removed idempotently
   export.py    a plan as the mig-parted configs NVIDIA's tools apply
