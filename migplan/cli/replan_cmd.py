@@ -37,6 +37,9 @@ def replan(
                                               show_default=False)] = None,
     collect: Annotated[bool, typer.Option("--collect", help="First fetch every host's history (as 'migplan collect "
                                           "--inventory') into STATE_DIR/fetched and plan from it.")] = False,
+    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE", help="Demand from 'kubectl get pods -A -o "
+                                             "json' merged with the profiles, as 'propose --pods' "
+                                             "(docs/kubernetes.md).", show_default=False)] = None,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
                                         "from now (e.g. 7d, 24h).")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
@@ -78,7 +81,7 @@ def replan(
     span = float("inf") if span is None else span
     res = run_replan(ctx, ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where,
                                         metrics_file=metrics_file, dry_run=dry_run, history=store, window_s=span,
-                                        collect=collect),
+                                        collect=collect, pods=pods),
                      report=report)
     level = "info" if res.exit_code in (0, 5) else "warning" if res.exit_code == 4 else "error"
     if not quiet or level != "info":

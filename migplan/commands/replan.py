@@ -25,6 +25,7 @@ from migplan.commands import Report, quiet
 from migplan.commands.apply import ApplyRequest, ApplyResult, apply, repair_hosts
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
+from migplan.commands.pods import demand_from_pods
 from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
 from migplan.errors import EXIT_FAILURE, EXIT_OK
 from migplan.files import check_output_option, write_atomic
@@ -62,6 +63,7 @@ class ReplanRequest:
     # none) into STATE_DIR/fetched, as 'migplan collect --inventory' does, and plan from it.
     collect: bool = False
     remote_history: str | None = None  # the store's path on the hosts (None: collect's default)
+    pods: str | None = None  # `kubectl get pods -A -o json`: their demand merged in (commands/pods.py)
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,8 @@ def _collect(ctx: Context, req: ReplanRequest, inventory: Any, sd: StateDir, rep
 
 
 def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
-    if req.history is None:
-        return ctx.profiles(req.profiles)
+    if req.history is None:  # with --pods, profiles are optional: the pods' requests are demand on their own
+        return ctx.profiles(req.profiles) if req.profiles or ctx.config.profiles or not req.pods else ProfileSet(())
     from migplan.adapters.history_store import read_samples
     from migplan.history.rollup import Window, rollup
 
@@ -270,6 +272,8 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if req.collect:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
     profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
+    if req.pods:
+        profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report)
     disrupt = rp.may_disrupt(now)
     # moving running work is allowed only inside a window: then the planner consolidates within the budget
     overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
