@@ -311,9 +311,10 @@ class PodDemand:
         running = [p for p in self.pods if p.state == "running"]
         pending = [p for p in self.pods if p.state == "pending"]
         measured = sum(1 for p in self.pods if p.sized == "measured")
-        return (f"pods from {pods.source}: {len(pods.pods)} with GPU requests ({len(running)} device(s) running, "
-                f"{len(pending)} pending; {measured} sized as measured, {len(self.pods) - measured} as requested), "
-                f"{len(pods.finished)} finished and {pods.without_gpu} without GPU requests ignored")
+        return (f"pods from {pods.source}: {len(pods.pods)} with GPU requests, {len(running)} device(s) held by "
+                f"running pods and {len(pending)} awaited by pending ones ({measured} sized as measured, "
+                f"{len(self.pods) - measured} as requested); {len(pods.finished)} finished and {pods.without_gpu} "
+                "without GPU requests ignored")
 
 
 def _strategy_profile(gpus: list[GpuState]) -> str | None:

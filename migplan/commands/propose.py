@@ -16,7 +16,7 @@ from migplan import documents
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
-from migplan.commands.pods import check_stdin, demand_from_pods
+from migplan.commands.pods import check_stdin, demand_from_pods, single_strategy_warnings
 from migplan.config import check_planner_overrides
 from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
@@ -178,6 +178,8 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress))
+    for line in single_strategy_warnings(result.gpus, inventory) if req.pods else ():
+        report(line)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:
