@@ -15,11 +15,29 @@ from typing import Annotated, Any
 
 import typer
 
+from migplan.adapters.kubectl import KubectlOptions
+from migplan.cli.k8s_options import (
+    DEFAULT_CONFIGMAP,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SETTLE_S,
+    DEFAULT_TIMEOUT_S,
+    ConfigMapOpt,
+    ContextOpt,
+    Drain,
+    DrainOpt,
+    KubeconfigOpt,
+    MigTimeoutOpt,
+    NamespaceOpt,
+    SettleOpt,
+    Via,
+    ViaOpt,
+)
 from migplan.cli.options import MAX_AGE_HOURS, CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, finite, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult, LastRequest, apply_last
 from migplan.commands.apply import apply as run_apply
 from migplan.commands.context import build_context
+from migplan.commands.gpu_operator import GpuOperatorRequest, GpuOperatorResult, apply_gpu_operator
 from migplan.errors import InputError
 from migplan.files import check_ancestors, check_output_options
 from migplan.text import printable
@@ -86,6 +104,14 @@ def apply(
     host_name: Annotated[str | None, typer.Option("--host-name", help="With --last: the name this machine "
                                                   "has in the inventory, when it is not its host name "
                                                   "[default: this machine's name].", show_default=False)] = None,
+    via: ViaOpt = Via.ssh,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    configmap: ConfigMapOpt = DEFAULT_CONFIGMAP,
+    namespace: NamespaceOpt = DEFAULT_NAMESPACE,
+    drain: DrainOpt = Drain.when_busy,
+    mig_timeout: MigTimeoutOpt = DEFAULT_TIMEOUT_S,
+    configmap_settle: SettleOpt = DEFAULT_SETTLE_S,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
     *,
@@ -94,6 +120,26 @@ def apply(
     """Apply a plan: only what changes, at explicit placements, verified, rolled back on failure."""
     fmt = output.value if output is not None else None
     ctx = build_context(config, catalog, None if fmt == "sh" else fmt)
+    if via is Via.gpu_operator:
+        if last or plan is None or inventory is not None:
+            raise InputError("--via gpu-operator applies a PLAN to the cluster's nodes, read live through kubectl",
+                             hint="give a PLAN, and no --last or --inventory")
+        check_output_options((journal, "--journal", "file"))
+        greq = GpuOperatorRequest(
+            plan=plan, kubectl=KubectlOptions(kubeconfig=kubeconfig, context=context, request_timeout=fleet.timeout),
+            configmap=configmap, namespace=namespace, limit=tuple(fleet.limit) if fleet.limit else None,
+            dry_run=dry_run or fmt == "sh", allow_disrupt=allow_disrupt, drain=drain.value, timeout=mig_timeout,
+            settle_s=configmap_settle, force_stale=force_stale, max_age_h=max_age, journal=journal)
+        if not greq.dry_run and not yes:
+            if not sys.stdin.isatty():
+                raise InputError("apply changes GPUs and asks first, but there is no terminal to ask on",
+                                 hint="review with --dry-run, then pass --yes")
+            shown = apply_gpu_operator(ctx, dataclasses.replace(greq, dry_run=True), report=info)
+            typer.echo(_k8s_script(shown), err=True)
+            if not typer.confirm("apply these changes?", default=False, err=True):
+                raise typer.Exit(1)
+        _emit_k8s(ctx, fmt, apply_gpu_operator(ctx, greq, report=info))
+        return
     if not last:  # options that only --last reads: refused rather than silently ignored
         for value, option in ((host_name, "--host-name"), (lock_file, "--lock-file")):
             if value is not None:
@@ -124,6 +170,33 @@ def apply(
         if not typer.confirm("apply these changes?", default=False, err=True):
             raise typer.Exit(1)
     _emit(ctx, fmt, run_apply(ctx, req, report=info))
+
+
+def _k8s_script(result: GpuOperatorResult) -> str:
+    """The kubectl commands in order, one per line, as a shell script a person can read and paste."""
+    lines = ["#!/bin/sh", f"# migplan apply --via gpu-operator --dry-run of plan {result.apply.plan_fingerprint}",
+             "set -eu", *result.commands]
+    return "\n".join(lines) + "\n"
+
+
+def _emit_k8s(ctx: Any, fmt: str | None, result: GpuOperatorResult) -> None:
+    if fmt == "sh":
+        sys.stdout.write(_k8s_script(result))
+    else:
+        cm = result.configmap
+        note = (f"ConfigMap {cm['namespace']}/{cm['name']}: "
+                + (f"configs added: {', '.join(cm.get('added') or ()) or 'none'}" if cm.get("written") or
+                   result.dry_run else "unchanged") + "\n")
+
+        def table() -> str:
+            text = note + "\n" + _table(result.apply)
+            if result.dry_run and result.commands:
+                text += "\n\n" + _k8s_script(result)
+            return text
+
+        emit(result.to_dict(), ctx.output, table)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def _emit(ctx: Any, fmt: str | None, result: ApplyResult) -> None:

@@ -80,6 +80,7 @@ from migplan.planner.plan import Plan
 from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
+K8S_LABEL = "k8s.mig.strategy"  # inventory.k8s_nodes marks each host it reads from a node with it
 DEFAULT_MAX_AGE_H = 24.0
 
 
@@ -382,6 +383,13 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     inventory = select_hosts(whole, req.fleet.limit)
     work = _by_host(plan, inventory.hosts)
     hosts = [h for h in inventory.hosts if h.name in work]
+    owned = [h.name for h in hosts if any(k == K8S_LABEL for k, _ in h.labels)]
+    if owned:  # the MIG manager would put its config back over ours (or fail half-way): never fight it
+        raise InputError(f"{', '.join(owned[:5])}{' ...' if len(owned) > 5 else ''}: Kubernetes node(s) from "
+                         "'kubectl get nodes', whose MIG layout the GPU Operator's MIG manager owns; nothing was "
+                         "applied over SSH", source=os.fspath(req.plan),
+                         hint="apply through the MIG manager: migplan apply PLAN --via gpu-operator "
+                              "(docs/kubernetes.md)")
     every = {h.name for h in whole.hosts}
     unknown = sorted({g.host for g in plan.gpus if g.actions} - every)
     if unknown and not req.fleet.limit:  # nothing of those would be applied, and exit 0 would say all was

@@ -1,0 +1,11 @@
+"""Applying a plan through NVIDIA's GPU Operator: the pure decisions (docs/kubernetes.md, "Applying through
+the GPU Operator"). The cluster is read and written by `migplan.adapters.kubectl`; the run itself is
+`migplan.commands.gpu_operator`.
+
+  objects.py   nodes and pods from kubectl's JSON, read as untrusted data (NodeView, PodView)
+  rollout.py   per node: unchanged, refused (changed since the plan), skipped (busy, the MIG manager at
+               work) or to change, with the drain it needs; the capacity the device plugin must
+               advertise afterwards; what a `nvidia.com/mig.config.state` value means
+
+Pure: no files, processes or clock. May import: errors, text, catalog, model, inventory.
+"""
