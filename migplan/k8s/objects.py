@@ -75,7 +75,8 @@ def node_view(obj: Any) -> NodeView:
 
 def node_views(doc: Any) -> dict[str, NodeView]:
     """A NodeList (or kubectl's List) by node name."""
-    items = _map(doc, "node list").get("items") or []
+    items = _map(doc, "node list").get("items")
+    items = [] if items is None else items
     if not isinstance(items, list):
         raise BadObject("node list: items is not a list")
     out: dict[str, NodeView] = {}
@@ -121,7 +122,8 @@ def pod_view(obj: Any) -> PodView:
     status = _map(o.get("status"), f"{where}: status")
     nvidia: dict[str, int] = {}
     for group in ("containers", "initContainers"):
-        containers = spec.get(group) or []
+        containers = spec.get(group)
+        containers = [] if containers is None else containers
         if not isinstance(containers, list):
             raise BadObject(f"{where}: spec.{group} is not a list")
         for n, c in enumerate(containers):
@@ -136,7 +138,8 @@ def pod_view(obj: Any) -> PodView:
 
 
 def pod_views(doc: Any) -> list[PodView]:
-    items = _map(doc, "pod list").get("items") or []
+    items = _map(doc, "pod list").get("items")
+    items = [] if items is None else items
     if not isinstance(items, list):
         raise BadObject("pod list: items is not a list")
     return [pod_view(i) for i in items]
