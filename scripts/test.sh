@@ -35,6 +35,7 @@ need "--no-install-recommends prometheus" "Prometheus tests (tests/test_promethe
 need chromium "HTML report's browser tests (a real headless Chromium)" chromium
 need zsh "completion tests (the zsh completion script in a real zsh)" zsh
 need systemd "schedule tests (tests/test_replan_schedule.py: systemd-analyze verify of the written units)" systemd-analyze
+need kubernetes-client "Kubernetes tests (tests/k8s_sim: the real kubectl against a local API stand-in)" kubectl
 
 # The Ansible tests read INI inventories with the real ansible-core (the optional migplan[ansible] extra).
 python3 -m pip install -q --disable-pip-version-check -e '.[test,ansible]'

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import own_tmpdir  # noqa: F401 - a fixture: importing it here offers it to every test
+from k8s_sim.fixtures import k8s_cluster  # noqa: F401 - the Kubernetes stand-in (tests/k8s_sim), as above
 
 # Fixtures that start a real server: the OpenSSH sshd of tests/fleet (and the real sudo behind it) and the
-# real Prometheus of tests/test_prometheus.py.
-SLOW_FIXTURES = frozenset({"ssh_server", "sudo_users", "prom", "prom_basic", "growth"})
+# real Prometheus of tests/test_prometheus.py; the Kubernetes stand-in's real kubectl (tests/k8s_sim).
+SLOW_FIXTURES = frozenset({"ssh_server", "sudo_users", "prom", "prom_basic", "growth", "k8s_cluster"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
