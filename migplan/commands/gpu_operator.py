@@ -364,6 +364,13 @@ def _rollback(s: _Session, d: NodeDecision, gpus: Sequence[GpuPlan], strategy: s
         return _NodeRun(GpuOutcome.ROLLED_BACK, f"{why}; {rollout.MIG_CONFIG_LABEL} put back to {d.previous}, the "
                         "node is as before")
     state = (last.label(MIG_STATE_LABEL) if last else None) or "unset"
+    if last is not None and before is not None and last.label(rollout.MIG_CONFIG_LABEL) == d.previous and \
+            not rollout.capacity_differences(before, last.capacity):
+        # a MIG manager stuck before it changed anything (e.g. pending, waiting for its operands): the label is
+        # back and the node advertises what it had; when it resumes it applies the previous config, in place
+        return _NodeRun(GpuOutcome.ROLLED_BACK, f"{why}; {rollout.MIG_CONFIG_LABEL} put back to {d.previous} and the "
+                        f"node advertises its previous devices, but the MIG manager has not reported yet "
+                        f"({MIG_STATE_LABEL}={state}): check it")
     return _NodeRun(GpuOutcome.FAILED, f"{why}; {rollout.MIG_CONFIG_LABEL} put back to {d.previous}, but the node "
                     f"is not as before yet ({MIG_STATE_LABEL}={state}" + (f"; {'; '.join(diffs[:4])}" if diffs else "")
                     + "): the MIG manager goes on with it; check the node")
