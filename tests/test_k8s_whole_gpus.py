@@ -148,6 +148,22 @@ def test_a_mig_model_labelled_without_mig_never_takes_the_catalog_name(tmp_path:
     assert not _model(inv, "A30-no-MIG").mig
 
 
+def test_a_gpu_without_mig_from_a_catalog_file_is_used_as_it_is(tmp_path: Path) -> None:
+    doc = _doc()
+    _labels(doc, "l4-node")["nvidia.com/gpu.product"] = "Tesla-K80"
+    k80 = parse(json.dumps({"version": 1, "models": [{"id": "K80", "mig": False, "memory_mib": 11441,
+                                                      "smi_names": ["Tesla K80"]}]}), "k80.yaml")
+    assert k80 is not None
+    catalog = CAT.merged(parse_catalog(k80))
+    f = tmp_path / "nodes.json"
+    f.write_text(json.dumps(doc))
+    inv = load_inventory(f, catalog)
+    assert [g.model for g in inv.host("l4-node").gpus] == ["K80"] * 2  # type: ignore[union-attr]
+    assert "K80" not in {m.id for m in inv.models}  # the catalog's own, not one built from the labels
+    g = state_from_inventory(inv, catalog).gpu("l4-node", 0)
+    assert g is not None and g.model == "K80" and not g.mig_enabled
+
+
 def test_one_product_with_two_memory_sizes_is_two_models(tmp_path: Path) -> None:
     doc = _doc()
     other = json.loads(json.dumps(next(i for i in doc["items"] if i["metadata"]["name"] == "l4-node")))

@@ -300,7 +300,10 @@ def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey]) -> Host | No
     capable = _mig_capable(labels, name)
     driver = _driver(labels, name)
     memory = _count(labels[MEMORY], MEMORY, name) if MEMORY in labels and single_profile is None else None
-    model = match_product(catalog, base, memory) if capable is not False else None
+    model = match_product(catalog, base, memory)
+    if model is not None and capable is False and model.mig:
+        model = None  # GFD says no GPU here has MIG: not the MIG model of that name (a GPU without MIG of a
+        # catalog file, `mig: false`, stays: it has no MIG to plan)
     known = _no_mig_model(catalog, base) if model is None else None
     if model is None and known is None and capable is not False:
         product_node.fail(f"node {name!r}: GPU {base!r} (label {PRODUCT}) is not in the MIG catalog",
