@@ -321,3 +321,33 @@ def test_pods_and_inventory_cannot_both_come_from_stdin() -> None:
 def test_a_missing_pods_file_is_named() -> None:
     r = CliRunner().invoke(app, ["propose", "-i", str(NODES), "--pods", "/nonexistent/pods.json"])
     assert r.exit_code == 2 and "/nonexistent/pods.json" in r.stderr and "not found" in r.stderr
+
+
+# -- replan --pods, on a simulated host (tests/test_replan.py's harness) ------------------------------------------
+
+def test_replan_creates_the_instance_a_pending_pod_waits_for_then_has_nothing_to_do(tmp_path: Path) -> None:
+    import datetime as dt
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import test_replan as harness
+
+    from migplan.commands.replan import EXIT_APPLIED, EXIT_NOTHING
+
+    harness._setup(tmp_path)  # h1: two MIG-disabled A100-SXM4-40GB
+    harness._profiles(tmp_path, {"batch-host-job": 4000})
+    pending = copy.deepcopy(_pod(_doc(), "llm-70b-5b8c9d7f6c-k2m4p"))
+    limits = pending["spec"]["containers"][0]["resources"]["limits"]
+    limits.pop("nvidia.com/mig-3g.40gb")
+    limits["nvidia.com/mig-3g.20gb"] = "1"
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [pending]}))
+    t0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
+    r = harness._run(tmp_path, t0, pods=str(pods))
+    assert r.exit_code == EXIT_APPLIED, r.line
+    got = {w.name: w for w in r.plan.workloads}
+    assert got["ml/llm-70b-5b8c9d7f6c-k2m4p"].instance.startswith("3g.20gb@")
+    assert got["batch-host-job"].status == "placed"
+    # the pod is still listed (the file is as old as the apply): the last apply's assignment is its place now
+    again = harness._run(tmp_path, t0 + dt.timedelta(hours=1), pods=str(pods))
+    assert again.exit_code == EXIT_NOTHING, again.line
