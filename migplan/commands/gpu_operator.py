@@ -285,8 +285,10 @@ def _drain(s: _Session, d: NodeDecision, live: NodeView, clock: Clock, timeout: 
     for pod in d.pods:
         path, body = s.kube.eviction_path(pod.namespace, pod.name), s.kube.eviction_body(pod.namespace, pod.name)
         shown = f"printf '%s' '{body}' | {s.kube.line('create', '--raw', path, '-f', '-')}"
+        s.record(shown)
         try:
-            s.write(["create", "--raw", path, "-f", "-"], stdin=body.encode(), shown=shown)
+            if not s.dry_run:
+                s.kube.evict(pod.namespace, pod.name)
         except KubectlError as err:
             if err.reason == "not-found":
                 continue  # gone already

@@ -639,6 +639,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raw = self._chunked()  # what kubectl sends for a body it streams (`create --raw -f`), as Go's net/http
         headers = {k.lower(): v for k, v in self.headers.items()}
         code, out = self.server.api.handle(self.command, self.path, headers, raw)
         data = json.dumps(out).encode()
@@ -647,6 +649,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _chunked(self) -> bytes:
+        """A chunked request body (RFC 9112 §7.1): hex size lines, each chunk, a 0 chunk, trailers."""
+        out = b""
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return out
+            out += self.rfile.read(size)
+            self.rfile.readline()
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
