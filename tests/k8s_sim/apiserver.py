@@ -686,7 +686,8 @@ class ApiServer:
         self.port = int(self._http.server_address[1])
         self.api.port = self.port
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._http.serve_forever, name="k8s-sim-apiserver", daemon=True)
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="k8s-sim-apiserver",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
