@@ -24,8 +24,9 @@ from migplan.adapters.solver import PulpSolver
 from migplan.cli.app import app
 from migplan.cli.progress import Mode, Reporter, choose_mode
 from migplan.commands.context import build_context
-from migplan.commands.propose import BUILDING, CHECKING, READING, SOLVING, WRITING, ProposeRequest, propose
+from migplan.commands.propose import BUILDING, READING, WRITING, ProposeRequest, propose
 from migplan.planner.milp import Milp, SolveStatus
+from migplan.planner.planner import CHECKING, SOLVING
 
 ROOT = Path(__file__).resolve().parent.parent
 INV = str(ROOT / "inventory" / "example.yaml")

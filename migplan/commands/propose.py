@@ -41,11 +41,9 @@ DEFAULT_GAP_ABS_GPUS = 0.99
 # moves worth more than half a GPU (measured in bench/consolidate.py).
 CONSOLIDATE_GAP_ABS_GPUS = 0.49
 
-# The phases of a plan, as `Progress.phase` is told them
+# The phases of a plan, as `Progress.phase` is told them (SOLVING and CHECKING by the planner itself)
 READING = "reading inventory and profiles"
 BUILDING = "building the model"
-SOLVING = "solving"
-CHECKING = "checking the plan"
 WRITING = "writing"
 
 
@@ -129,21 +127,9 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
 
 
 def _planner_lines(report: Report, progress: Progress | None) -> Report:
-    """Where the planner's lines go: to `progress` as details, which also mark its phases, when there is one
-    (else to `report`, as before there was progress)."""
-    if progress is None:
-        return report
-
-    def say(message: str) -> None:
-        progress.detail(message)
-        # migplan.planner.planner `_solve` says "model: ..." once a model is built, before it is solved, and
-        # "solver NAME: ..." once it is solved; the plan is then mapped and checked (or re-solved)
-        if message.startswith("model:"):
-            progress.phase(SOLVING)
-        elif message.startswith("solver "):
-            progress.phase(CHECKING)
-
-    return say
+    """Where the planner's lines go: to `progress` as details when there is one (else to `report`, as before
+    there was progress). The planner tells its phases through its own hook (`plan(phase=...)`)."""
+    return report if progress is None else progress.detail
 
 
 def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progress: Progress | None = None,
@@ -177,7 +163,8 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
             profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report)
     if progress is not None:
         progress.phase(BUILDING)
-    result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress))
+    result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),
+                  phase=progress.phase if progress is not None else None)
     for line in single_strategy_warnings(result.gpus, inventory) if req.pods else ():
         report(line)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")

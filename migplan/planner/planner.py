@@ -44,6 +44,10 @@ from migplan.planner.validate import check_gpus, check_workloads, validate
 from migplan.profiles import ProfileSet
 
 Progress = Callable[[str], None]
+# The planner's own phases, told to a caller's `phase` hook as they begin (a progress display shows them): the
+# solver is working on a built model, then its answer is mapped, checked and turned into the plan
+SOLVING = "solving"
+CHECKING = "checking the plan"
 LB_WEIGHTS = Weights(unplaced=0, disrupt=0, gpu=1, change=0, fragment=0, waste=0, mode=0, reset=0, risk=0, idle=0)
 
 
@@ -284,7 +288,8 @@ def _unspread(f: Formulation, values: tuple[float, ...], mapped: Mapped) -> froz
 
 def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
            limit: SizeLimit | None = None,
-           meanwhile: Callable[[Formulation], None] | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
+           meanwhile: Callable[[Formulation], None] | None = None,
+           phase: Progress | None = None) -> tuple[Mapped, SolveResult, dict[int, int]]:
     """Formulate, solve, re-check and map. When the mapping cannot spread members the solver placed (the model
     counts instances per model, not which GPU's instances each set may share), the sets involved are planned
     per GPU group and the model solved again (at most REFINE_ROUNDS times, each with what is left of the
@@ -306,6 +311,8 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
                  f"({len(sp.groups)} GPU groups, {len(sp.classes)} workload classes"
                  + (f", {sets} anti-affinity sets" if sets else "")
                  + (f", {len(refine)} of them per GPU group" if refine else "") + ")")
+        if phase is not None:
+            phase(SOLVING)
         handle = start_solve(solver if budget is None or not attempt else _with_time_limit(solver, budget - spent),
                              f.milp)
         try:
@@ -316,6 +323,8 @@ def _solve(problem: Problem, sp: Split, solver: Solver, progress: Progress,
             handle.cancel()
         spent += res.time_s
         progress(f"solver {res.solver}: {res.status.value} in {res.time_s:.2f}s ({res.message})")
+        if phase is not None:
+            phase(CHECKING)
         if not res.status.has_solution or f.milp.violations(list(res.values)):
             if best is not None:
                 break
@@ -412,7 +421,7 @@ def _curve(problem: Problem, sp: Split, solver: Solver, say: Progress, limit: Si
 
 def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
                  progress: Progress | None = None, lower_bound: bool = True, limit: SizeLimit | None = None,
-                 curve: bool = True) -> Plan:
+                 curve: bool = True, phase: Progress | None = None) -> Plan:
     """The plan for a built problem. `limit` bounds the model's size (default `formulation.LIMIT`): a larger
     model is refused with a PlanError while it is built, before it can fill memory. `curve`: when
     consolidating, re-solve at a few smaller move budgets to report GPUs freed per move (`Consolidation`)."""
@@ -434,7 +443,7 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
         fallback: str | None = None
         try:
             mapped, res, left_out = _solve(problem, sp, solver, say, limit,
-                                           meanwhile=start_bound if lower_bound else None)
+                                           meanwhile=start_bound if lower_bound else None, phase=phase)
         except NoIncumbent as stop:
             # made and checked under the frozen problem's policy (nothing running moves); the plan records the
             # policy asked for, and that it is the fallback
@@ -506,10 +515,12 @@ def _begun(stack: contextlib.ExitStack[bool | None], handle: H) -> H:
 
 
 def plan(state: FleetState, profiles: ProfileSet, catalog: Catalog, policy: Policy, solver: Solver, *,
-         progress: Progress | None = None, lower_bound: bool = True) -> Plan:
-    """The plan for `state` and `profiles` under `policy` (see docs/model.md)."""
+         progress: Progress | None = None, lower_bound: bool = True, phase: Progress | None = None) -> Plan:
+    """The plan for `state` and `profiles` under `policy` (see docs/model.md). `progress` gets the planner's
+    lines (model size, solver outcome); `phase` is told SOLVING and CHECKING as each begins."""
     # the collector paused while planning: millions of long-lived small objects and no cycles to speak of;
     # its full passes over everything alive took a fifth of planning 7,000 GPUs (bench/large_inputs.py)
     with yamldoc.paused_gc():
         problem = build_problem(state, profiles, catalog, policy)
-        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound)
+        return plan_problem(problem, solver, source=state.source, progress=progress, lower_bound=lower_bound,
+                            phase=phase)
