@@ -209,3 +209,26 @@ def test_ssh_apply_refuses_kubernetes_nodes(plan: str) -> None:
     r = CliRunner().invoke(app, ["apply", plan, "-i", str(DATA / "nodes.json"), "--yes"])
     assert r.exit_code == 2
     assert "--via gpu-operator" in r.output and "Traceback" not in r.output
+
+
+RBAC = Path(__file__).resolve().parent.parent / "examples" / "k8s" / "migplan-rbac.yaml"
+
+
+def test_the_documented_least_privilege_rbac_is_enough_and_no_more(k8s_cluster: Any, plan: str) -> None:
+    import yaml
+
+    roles = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] in ("ClusterRole", "Role")]
+    pdb = {"metadata": {"name": "train", "namespace": "ml"}, "spec": {"maxUnavailable": 1,
+                                                                     "selector": {"matchLabels": {"app": "t"}}}}
+    cluster = k8s_cluster(nodes(), configmaps=[CM], pods=[_gpu_pod("train-0", "h100-single", {"app": "t"})],
+                          pdbs=[pdb], rbac={"roles": roles, "enforce": True})
+    for verb, what, ns, want in (("patch", "nodes", None, "yes"), ("list", "pods", None, "yes"),
+                                 ("create", "pods --subresource=eviction", "ml", "yes"),
+                                 ("patch", "configmaps/default-mig-parted-config", "gpu-operator", "yes"),
+                                 ("delete", "pods", "ml", "no"), ("patch", "configmaps", "kube-system", "no"),
+                                 ("get", "secrets", "gpu-operator", "no")):
+        got = cluster.kubectl("auth", "can-i", verb, *what.split(), *(["-n", ns] if ns else []))
+        assert got.stdout.strip() == want, (verb, what, got.stdout, got.stderr)
+    code, doc, out = run(cluster, plan, "--allow-disrupt")
+    assert code == 0, out  # the whole apply, drain included, under those rules
+    assert not [r for r in cluster.requests if r.code == 403]
