@@ -83,6 +83,12 @@ WORKLOAD_STATUSES = ("placed", "at_risk", "unplaced")
 ON_GPU = frozenset(("placed", "at_risk"))
 
 
+def instances_taken(workloads: tuple[WorkloadPlan, ...]) -> set[tuple[GpuKey, str]]:
+    """(GPU, PROFILE@START) of every MIG instance a workload has after the plan (placed, or kept at risk)."""
+    return {((w.host or "", w.gpu if w.gpu is not None else -1), w.instance)
+            for w in workloads if w.on_gpu and w.instance is not None}
+
+
 @dataclass(frozen=True)
 class Endpoint:
     host: str

@@ -18,7 +18,7 @@ from migplan import yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.layout import Layout, used_compute
 from migplan.model.diff import Op, diff
-from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan
+from migplan.model.gpu_plan import Endpoint, GpuPlan, WorkloadPlan, instances_taken
 from migplan.model.state import FleetState, GpuKey
 from migplan.planner.demand import Policy, Weights, headroom_rule, memory_warning
 from migplan.planner.formulation import Formulation, formulate, reweighted
@@ -191,10 +191,7 @@ def _idle(problem: Problem, planned: list[GpuPlan], wls: tuple[WorkloadPlan, ...
     for it in problem.items:
         if it.running is not None and it.running_on is not None:
             running.setdefault(it.running, set()).add(it.running_on)
-    taken: dict[GpuKey, set[object]] = {}
-    for w in wls:
-        if w.on_gpu and w.instance is not None:
-            taken.setdefault((w.host or "", w.gpu if w.gpu is not None else -1), set()).add(w.instance)
+    taken = instances_taken(wls)
     kept = removed = freeing = 0
     for g in planned:
         if g.current is None:
@@ -207,7 +204,7 @@ def _idle(problem: Problem, planned: list[GpuPlan], wls: tuple[WorkloadPlan, ...
             if inst not in after:
                 removed += 1
                 freeing += int(g.key not in used)
-            elif str(inst) not in taken.get(g.key, set()):
+            elif (g.key, str(inst)) not in taken:
                 kept += 1
     return kept, removed, freeing
 

@@ -16,9 +16,9 @@ from collections import defaultdict
 
 from migplan.catalog.layout import Layout, check_layout
 from migplan.model.diff import diff
-from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
+from migplan.model.gpu_plan import GpuPlan, WorkloadPlan, instances_taken
 from migplan.model.state import GpuKey
-from migplan.planner.groups import fits_where_it_runs
+from migplan.planner.groups import fits_where_it_runs, runs_in_mib
 from migplan.planner.plan import Plan
 from migplan.planner.problem import Item, Problem
 from migplan.profiles import WHOLE_GPU
@@ -126,7 +126,7 @@ def _at_risk(w: WorkloadPlan, it: Item, problem: Problem) -> list[str]:
     model = problem.models[gpu.model]
     if fits_where_it_runs(it, gpu, model.full_profile.name):
         return [f"{w.name}: marked at risk, yet it fits where it runs"]
-    mib = model.memory_mib if it.running_on is None else model.profile(it.running_on.profile).memory_mib
+    mib = runs_in_mib(model, it)
     if it.demand.peak_mib > mib:
         return [f"{w.name}: kept at risk, but its peak {it.demand.peak_mib} MiB exceeds its {mib} MiB there"]
     return []
@@ -204,7 +204,7 @@ def _spare(gpus: tuple[GpuPlan, ...], workloads: tuple[WorkloadPlan, ...], probl
     pol = problem.policy
     if not pol.spare:
         return []
-    taken = {((w.host or "", w.gpu if w.gpu is not None else -1), w.instance) for w in workloads if w.on_gpu}
+    taken: set[tuple[GpuKey, str | None]] = set(instances_taken(workloads))
     on_gpu = {w.name for w in workloads if w.on_gpu}
     for it in problem.items:  # a running workload left out that may not be stopped runs on where it is
         if it.running is not None and it.name not in on_gpu and not (pol.movable_running and it.movable):
