@@ -386,7 +386,8 @@ class Api:
         if handler is None:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                            "resource", {"kind": rt.name})
-        return handler(info, query, headers, body)
+        result: tuple[int, Any] = handler(info, query, headers, body)
+        return result
 
     def _authorize(self, info: RouteInfo, path: str) -> None:
         rb, rt = self.rbac, info.rt
@@ -487,7 +488,6 @@ class Api:
         apply = appliers[ctype]
 
         def mutate(cur: JSON) -> JSON:
-            rv = cur["metadata"].get("resourceVersion")
             cur["metadata"].pop("resourceVersion", None)  # only a resourceVersion in the patch is a precondition
             new = apply(cur, body)
             if not isinstance(new, dict):
@@ -499,7 +499,6 @@ class Api:
             new.setdefault("metadata", {})
             if new["metadata"].get("resourceVersion") is None:
                 new["metadata"].pop("resourceVersion", None)
-            del rv
             return new
 
         return 200, self.store.update(rt, info.namespace, info.name, mutate, dry_run=query.get("dryRun") == "All")

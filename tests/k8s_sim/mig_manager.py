@@ -452,7 +452,7 @@ class MigManager:
             self._sleep()
         self.applied[node_name] = target
         self.errors.pop(node_name, None)
-        self._mutate_node(node_name, lambda o: advertise(o, model, target))
+        self._mutate_node(node_name, lambda o: advertise(o, target))
         self._label(node_name, {STATE_LABEL: "success", **{k: "false" if v == "false" else "true"
                                                            for k, v in deployed.items()}}, "success")
 
@@ -498,7 +498,7 @@ def _single(labels: dict[str, str], specs: list[GpuSpec | None], counts: dict[st
     return offered
 
 
-def advertise(node: JSON, model: str | None, specs: list[GpuSpec | None]) -> None:
+def advertise(node: JSON, specs: list[GpuSpec | None]) -> None:
     """Rewrite the node's capacity, allocatable and GFD labels as the restarted device plugin and GFD would."""
     labels = node["metadata"].setdefault("labels", {})
     strategy = labels.get(STRATEGY_LABEL, "none")
@@ -531,4 +531,3 @@ def advertise(node: JSON, model: str | None, specs: list[GpuSpec | None]) -> Non
     if strategy == "mixed":
         for p, n in counts.items():
             labels[f"{resource_name(p)}.count"] = str(n)
-    del model
