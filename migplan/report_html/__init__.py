@@ -14,6 +14,8 @@ memory peak of its workload against the instance's memory.
 
 Every instance rectangle carries `data-side` (current|target), `data-profile`, `data-start`,
 `data-slices` and `data-workload`, so tests (and people) can check the drawing against the plan.
+
+Pure: no files, processes or clock. May import: catalog, model, planner.
 """
 
 from __future__ import annotations
