@@ -35,7 +35,27 @@ need "--no-install-recommends prometheus" "Prometheus tests (tests/test_promethe
 need chromium "HTML report's browser tests (a real headless Chromium)" chromium
 need zsh "completion tests (the zsh completion script in a real zsh)" zsh
 need systemd "schedule tests (tests/test_replan_schedule.py: systemd-analyze verify of the written units)" systemd-analyze
-need kubernetes-client "Kubernetes tests (tests/k8s_sim: the real kubectl against a local API stand-in)" kubectl
+# kubectl: Debian's kubernetes-client (1.20), the client the API stand-in of tests/k8s_sim answers (newer ones send
+# protobuf). Where another kubectl owns /usr/bin/kubectl (Google Cloud CLI images ship a 1.32 dispatcher), Debian's
+# package is unpacked under .cache/ and the tests are pointed at it ($MIGPLAN_TEST_KUBECTL), the system left as it is.
+if ! command -v kubectl >/dev/null 2>&1; then
+  need kubernetes-client "Kubernetes tests (tests/k8s_sim: the real kubectl against a local API stand-in)" kubectl
+elif [ -z "${MIGPLAN_TEST_KUBECTL:-}" ] && ! kubectl version --client 2>/dev/null | grep -q 'GitVersion:"v1\.20\.'; then
+  own=.cache/kubectl/root/usr/bin/kubectl
+  if [ ! -x "$own" ] && [ "$(id -u)" = 0 ]; then
+    echo "unpacking Debian's kubernetes-client under .cache/kubectl for the Kubernetes tests" >&2
+    [ "$updated" = 1 ] || { DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null; updated=1; }
+    rm -rf .cache/kubectl && mkdir -p .cache/kubectl
+    (cd .cache/kubectl && apt-get download -q kubernetes-client >/dev/null 2>&1 \
+      && dpkg-deb -x kubernetes-client_*.deb root)
+  fi
+  if [ -x "$own" ]; then
+    MIGPLAN_TEST_KUBECTL=$PWD/$own
+    export MIGPLAN_TEST_KUBECTL
+  else
+    echo "warning: kubectl here is not Debian's 1.20 and it could not be unpacked: the Kubernetes tests will be skipped" >&2
+  fi
+fi
 
 # The Ansible tests read INI inventories with the real ansible-core (the optional migplan[ansible] extra).
 python3 -m pip install -q --disable-pip-version-check -e '.[test,ansible]'
