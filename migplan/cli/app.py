@@ -13,12 +13,18 @@ or a `typer.Typer()` app for a command group. A NAME with a space adds a command
 "catalog learn", "profiles build". The help text is the first paragraph of the command's docstring
 (or the group's help=); tests/test_cli_foundation.py checks that the two agree. Registering eagerly
 with `app.command("x")(fn)` still works, but imports `fn`'s module on every run.
+
+Help is plain text, not rich markup (issue 25): with typer's rich markup every bracketed text in a help string
+("[default: ...]", "STAT[+PCT%]") was read as a style tag and vanished, and long values were cut with "…".
+Arguments show as their metavar in capitals (`PLAN`, `[PLAN]`, `PROFILE@START...`, see `_Command`), and the
+completion options stay on `migplan` itself. tests/test_help_texts.py renders every command's help and checks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -82,15 +88,16 @@ class _LazyGroup(TyperGroup):
     def _load(self, name: str) -> Any:  # a click command or group
         target = load(self._entries()[name][0])
         if isinstance(target, typer.Typer):
+            _plain_help(target)
             group = get_group_from_info(
                 TyperInfo(target, name=name, cls=_LazyGroup if _default_cls(target) else None),
                 pretty_exceptions_short=target.pretty_exceptions_short, suggest_commands=target.suggest_commands,
-                rich_markup_mode=target.rich_markup_mode)
+                rich_markup_mode=None)
             if isinstance(group, _LazyGroup):
                 group.prefix = f"{self.prefix}{name} "
             return group
-        single = typer.Typer()
-        single.command(name)(target)
+        single = typer.Typer(add_completion=False, rich_markup_mode=None)  # completion: on `migplan` only
+        single.command(name, cls=_Command)(target)
         return get_command(single)
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -101,9 +108,11 @@ class _LazyGroup(TyperGroup):
         cmd = super().get_command(ctx, cmd_name)
         entry = self._entries().get(cmd_name)
         if cmd is None and entry is not None:  # listed by --help: its text, not its module
-            cmd = TyperCommand(name=cmd_name, help=entry[1], callback=None,
-                               rich_markup_mode=self.rich_markup_mode)
+            cmd = _Command(name=cmd_name, help=entry[1], callback=None, rich_markup_mode=None)
         return cmd
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return _short_help(self)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         with _plain_usage_errors(parent is None):
@@ -122,6 +131,64 @@ class _LazyGroup(TyperGroup):
             for other, (_, text) in entries.items():  # no such command: "did you mean" knows every name
                 self.commands.setdefault(other, TyperCommand(name=other, help=text, callback=None))
         return super().resolve_command(ctx, args)
+
+
+def _argument_name(param: Any, usage: bool = False) -> str:
+    """An argument as help names it: its metavar, else its name in capitals; on the usage line in brackets when
+    optional; `...` after it when it takes several (`[ARGS]...`, as click writes it)."""
+    name = str(param.metavar or (param.name or "").upper()).removesuffix("...")
+    if usage and not param.required:
+        name = f"[{name}]"
+    return f"{name}..." if param.nargs != 1 else name
+
+
+def _short_help(cmd: Any) -> str:
+    """The first paragraph of a command's help, whole: what its group's command list shows (click cuts it at
+    the terminal's width with "...")."""
+    text = inspect.cleandoc(cmd.short_help or cmd.help or "").partition("\f")[0]
+    return " ".join(text.split("\n\n")[0].split())
+
+
+class _Command(TyperCommand):
+    """A command whose help reads as an operator's CLI: its arguments by their metavar, in capitals, on the usage
+    line (`PLAN`, `[PLAN]` when optional, `PROFILE@START...`: not `{plan}`, typer >= 0.28) and in the Arguments
+    section (not `plan <str>`), and its whole first paragraph in its group's command list."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument" and not getattr(param, "hidden", False):
+                pieces.append(_argument_name(param, usage=True))
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append((_argument_name(param), record[1]))
+            else:
+                options.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return _short_help(self)
+
+
+def _plain_help(target: typer.Typer) -> None:
+    """Build a group's commands (and its sub-groups') as `_Command`s, unless one names its own class (typer
+    records `TyperCommand` for a command that names none)."""
+    for info in target.registered_commands:
+        if info.cls is None or info.cls is TyperCommand:
+            info.cls = _Command
+    for group in target.registered_groups:
+        if group.typer_instance is not None:
+            _plain_help(group.typer_instance)
 
 
 @contextlib.contextmanager
@@ -154,6 +221,7 @@ app = typer.Typer(
     help="Right-size every GPU in a fleet with MIG: collect, propose, apply, replan.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich markup ate every "[...]" of the help texts (issue 25)
     add_completion=True,  # --install-completion / --show-completion for bash and zsh (docs/README.md)
     cls=_LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
