@@ -42,30 +42,35 @@ class OutputFormat(str, Enum):
     yaml = "yaml"
 
 
+def choices(values: type[Enum]) -> str:
+    """The metavar of an option that takes one of an Enum's values: `table|json|yaml`, in the Enum's order."""
+    return "|".join(str(v.value) for v in values)
+
+
 OutputOpt = Annotated[
     OutputFormat | None,
-    typer.Option("-o", "--output", help="Output format: table, json or yaml.", envvar="MIGPLAN_OUTPUT",
-                 show_default=False),
+    typer.Option("-o", "--output", help="Output format [default: the config file's output, else table].",
+                 envvar="MIGPLAN_OUTPUT", show_default=False, metavar=choices(OutputFormat)),
 ]
 ConfigOpt = Annotated[
     str | None,
     typer.Option("--config", help="Config file [default: ~/.config/migplan/config.yaml].",
-                 envvar="MIGPLAN_CONFIG", show_default=False),
+                 envvar="MIGPLAN_CONFIG", show_default=False, metavar="FILE"),
 ]
 CatalogOpt = Annotated[
     list[str] | None,
     typer.Option("--catalog", help="Extra catalog file adding or overriding GPU models (repeatable).",
-                 envvar="MIGPLAN_CATALOG", show_default=False),
+                 envvar="MIGPLAN_CATALOG", show_default=False, metavar="FILE"),
 ]
 InventoryOpt = Annotated[
     str | None,
     typer.Option("--inventory", "-i", help="Inventory file (migplan or Ansible YAML).",
-                 envvar="MIGPLAN_INVENTORY", show_default=False),
+                 envvar="MIGPLAN_INVENTORY", show_default=False, metavar="PATH"),
 ]
 ProfilesOpt = Annotated[
     str | None,
     typer.Option("--profiles", "-p", help="Workload profile file or directory.", envvar="MIGPLAN_PROFILES",
-                 show_default=False),
+                 show_default=False, metavar="PATH"),
 ]
 
 
@@ -124,23 +129,24 @@ def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
 
 
 _FLEET_PARAMS = (
-    _param("parallel", Annotated[int, typer.Option("--parallel", "-j", min=1, max=512,
+    _param("parallel", Annotated[int, typer.Option("--parallel", "-j", min=1, max=512, metavar="N",
                                                    help="Hosts contacted at the same time.")], DEFAULT_PARALLEL),
     _param("accept_new_host_keys", Annotated[bool, typer.Option(
         "--accept-new-host-keys", help="Record the host key of a host not yet in known_hosts (a changed key is "
                                        "always refused).")], False),
     _param("known_hosts", Annotated[str, typer.Option(
         "--known-hosts", help="known_hosts file to verify (and record) host keys.",
-        envvar="MIGPLAN_KNOWN_HOSTS")], DEFAULT_KNOWN_HOSTS),
+        envvar="MIGPLAN_KNOWN_HOSTS", metavar="FILE")], DEFAULT_KNOWN_HOSTS),
     _param("ssh_config", Annotated[str, typer.Option(
         "--ssh-config", help="ssh_config file for Host/HostName/User/Port/IdentityFile/ProxyJump ('none' to read "
-                             "none).", envvar="MIGPLAN_SSH_CONFIG")], DEFAULT_SSH_CONFIG),
+                             "none).", envvar="MIGPLAN_SSH_CONFIG", metavar="FILE")], DEFAULT_SSH_CONFIG),
     _param("limit", Annotated[list[str] | None, typer.Option(
         "--limit", "-l", help="Only these hosts or groups (names, wildcards, comma-separated; repeatable).",
-        show_default=False)], None),
+        show_default=False, metavar="HOST-PATTERN")], None),
     _param("timeout", Annotated[float, typer.Option("--timeout", min=1.0, max=MAX_SECONDS, callback=finite,
-                                                    help="Seconds each remote command may take.")], DEFAULT_TIMEOUT),
+                                                    metavar="SECONDS", help="Seconds each remote command may take.")],
+           DEFAULT_TIMEOUT),
     _param("connect_timeout", Annotated[float, typer.Option(
-        "--connect-timeout", min=0.5, max=MAX_SECONDS, callback=finite,
+        "--connect-timeout", min=0.5, max=MAX_SECONDS, callback=finite, metavar="SECONDS",
         help="Seconds to connect and log in to a host.")], DEFAULT_CONNECT_TIMEOUT),
 )

@@ -13,13 +13,16 @@ from migplan.cli.progress import Reporter
 from migplan.cli.progress import reporter as progress_reporter
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
-from migplan.commands.propose import WRITING, ProposeRequest
+from migplan.commands.propose import DEFAULT_GAP, DEFAULT_SOLVER, DEFAULT_TIME_LIMIT_S, WRITING, ProposeRequest
 from migplan.commands.propose import propose as run_propose
+from migplan.config import PERCENTILES
 from migplan.errors import EXIT_FALLBACK, MigplanError
 from migplan.files import check_output_options
-from migplan.planner import Plan, plan_to_dict
+from migplan.planner import Plan, Policy, plan_to_dict
 from migplan.planner.demand import policy_from_mapping, spare_rule
 from migplan.planner.milp import SOLVERS
+
+_P = Policy()  # the planner's defaults, as the help states them
 
 
 def _table(p: Plan, catalog: Any) -> str:
@@ -143,54 +146,67 @@ def propose(
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
-    out: Annotated[str | None, typer.Option("--out", help="Write the plan document here (JSON).")] = None,
-    report_html: Annotated[str | None, typer.Option("--report",
+    out: Annotated[str | None, typer.Option("--out", metavar="FILE",
+                                            help="Write the plan document here (JSON).")] = None,
+    report_html: Annotated[str | None, typer.Option("--report", metavar="FILE",
                                                     help="Also write the plan as one self-contained HTML page here (as "
                                                          "'migplan report').")] = None,
-    snapshot: Annotated[str | None, typer.Option("--snapshot",
+    snapshot: Annotated[str | None, typer.Option("--snapshot", metavar="FILE",
                                                  help="Plan from a discovery snapshot instead of the inventory's "
                                                       "layouts.")] = None,
     pods: Annotated[str | None, typer.Option("--pods", metavar="FILE|-",
                                              help="Demand from 'kubectl get pods -A -o json': running pods where "
                                                   "they run, pending pods as new demand, merged with --profiles "
                                                   "(docs/kubernetes.md).")] = None,
-    solver: Annotated[str | None, typer.Option("--solver", help=f"MILP solver: {' or '.join(SOLVERS)}.")] = None,
+    solver: Annotated[str | None, typer.Option("--solver", metavar="|".join(SOLVERS), help="MILP solver "
+                                               f"[default: planner.solver, else {DEFAULT_SOLVER}].")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite,
-                                                     help="Solver time limit, seconds [60].")] = None,
-    gap: Annotated[float | None, typer.Option("--gap", min=0.0, max=0.99, callback=finite,
-                                              help="Relative MIP gap to stop at [0.0001].")] = None,
+                                                     metavar="SECONDS", help="Solver time limit [default: "
+                                                     f"planner.time_limit, else {DEFAULT_TIME_LIMIT_S:g}].")] = None,
+    gap: Annotated[float | None, typer.Option("--gap", min=0.0, max=0.99, callback=finite, metavar="FRACTION",
+                                              help="Relative MIP gap to stop at [default: planner.gap, else "
+                                                   f"{DEFAULT_GAP:g}].")] = None,
     allow_disrupt: Annotated[bool | None, typer.Option("--allow-disrupt/--no-allow-disrupt",
                                                        help="Allow moving running workloads (each move is "
-                                                            "counted).")] = None,
+                                                            "counted) [default: planner.allow_disrupt, else "
+                                                            "no].")] = None,
     consolidate: Annotated[bool | None, typer.Option("--consolidate/--no-consolidate",
                                                      help="Move running workloads to free GPUs (a freed GPU is worth "
                                                           "more than a move); reports GPUs freed per move "
-                                                          "budget.")] = None,
-    max_moves: Annotated[int | None, typer.Option("--max-moves", min=0,
+                                                          "budget [default: planner.consolidate, else no].")] = None,
+    max_moves: Annotated[int | None, typer.Option("--max-moves", min=0, metavar="N",
                                                   help="With --consolidate: at most N running workloads change "
-                                                       "instance (default: no limit).")] = None,
-    keep_free: Annotated[int | None, typer.Option("--keep-free", min=0, help="Keep N whole GPUs free.")] = None,
-    memory_percentile: Annotated[str | None, typer.Option("--memory-percentile",
+                                                       "instance [default: planner.max_moves, else no "
+                                                       "limit].")] = None,
+    keep_free: Annotated[int | None, typer.Option("--keep-free", min=0, metavar="N", help="Keep N whole GPUs free "
+                                                  f"[default: planner.keep_free, else {_P.keep_free}].")] = None,
+    memory_percentile: Annotated[str | None, typer.Option("--memory-percentile", metavar="|".join(PERCENTILES),
                                                           help="Memory statistic to size for: max (the observed peak) "
                                                                "or p50|p95|p99, which size below the peak and risk an "
-                                                               "out-of-memory kill (default max).")] = None,
-    compute_percentile: Annotated[str | None, typer.Option("--compute-percentile",
-                                                           help="Compute statistic to size for: p50|p95|p99|max; p99 "
-                                                                "needs compute.p99 in the profiles (default "
-                                                                "p95).")] = None,
+                                                               "out-of-memory kill [default: planner.memory_percentile,"
+                                                               f" else {_P.memory_percentile}].")] = None,
+    compute_percentile: Annotated[str | None, typer.Option("--compute-percentile", metavar="|".join(PERCENTILES),
+                                                           help="Compute statistic to size for; p99 needs compute.p99 "
+                                                                "in the profiles [default: planner.compute_percentile, "
+                                                                f"else {_P.compute_percentile}].")] = None,
     headroom: Annotated[float | None, typer.Option("--headroom", min=0.0, max=10.0, callback=finite,
+                                                   metavar="FRACTION",
                                                    help="Memory headroom fraction; need = the larger of statistic x (1 "
-                                                        "+ headroom) and statistic + --headroom-min-mib (default "
-                                                        "0.10).")] = None,
-    headroom_min_mib: Annotated[int | None, typer.Option("--headroom-min-mib", min=0,
-                                                         help="Least memory headroom, MiB; applies even with "
-                                                              "--headroom 0; 0 turns it off (default 512).")] = None,
-    anti_affinity_scope: Annotated[str | None, typer.Option("--anti-affinity-scope",
-                                                            help="gpu|host (default gpu).")] = None,
+                                                        "+ headroom) and statistic + --headroom-min-mib [default: "
+                                                        f"planner.headroom, else {_P.headroom:.2f}].")] = None,
+    headroom_min_mib: Annotated[int | None, typer.Option("--headroom-min-mib", min=0, metavar="MIB",
+                                                         help="Least memory headroom; applies even with --headroom 0; "
+                                                              "0 turns it off [default: planner.headroom_min_mib, else "
+                                                              f"{_P.headroom_min_mib}].")] = None,
+    anti_affinity_scope: Annotated[str | None, typer.Option("--anti-affinity-scope", metavar="gpu|host",
+                                                            help="Where the members of an anti-affinity group must "
+                                                                 "differ [default: planner.anti_affinity_scope, else "
+                                                                 f"{_P.anti_affinity_scope}].")] = None,
     reclaim_idle: Annotated[bool | None, typer.Option("--reclaim-idle/--keep-idle",
-                                                      help="Let idle instances go wherever the plan gains "
-                                                           "(default: keep them unless removing them frees a whole "
-                                                           "GPU or makes room for demand).")] = None,
+                                                      help="Let idle instances go wherever the plan gains, or keep "
+                                                           "them unless removing them frees a whole GPU or makes "
+                                                           "room for demand [default: planner.reclaim_idle, else "
+                                                           "--keep-idle].")] = None,
     spare: Annotated[list[str] | None, typer.Option("--spare", metavar="[MODEL/]PROFILE=N",
                                                     help="Keep at least N free instances of PROFILE (of MODEL "
                                                          "only, when given), e.g. --spare 1g.10gb=4; repeatable; "
