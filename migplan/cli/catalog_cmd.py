@@ -63,7 +63,7 @@ def list_models(output: OutputOpt = None, config: ConfigOpt = None, catalog: Cat
 
 @app.command("show")
 @handle_errors
-def show(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.")],
+def show(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.", metavar="MODEL")],
          output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
     """Show one model's MIG profiles and placements."""
     ctx = build_context(config, catalog, output)
@@ -85,10 +85,11 @@ def show(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100
 
 @app.command("layouts")
 @handle_errors
-def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.")],
+def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A100-SXM4-40GB.", metavar="MODEL")],
             maximal: Annotated[bool, typer.Option("--maximal", help="Only layouts where nothing more fits.")] = False,
             profiles: Annotated[str | None, typer.Option(
-                "--profiles", help="Comma-separated profiles to build from [default: all without +me].")] = None,
+                "--profiles", help="Comma-separated profiles to build from [default: all without +me].",
+                metavar="PROFILE,...")] = None,
             output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
     """Enumerate the valid layouts of a model (explicit placements)."""
     ctx = build_context(config, catalog, output)
@@ -112,8 +113,9 @@ def layouts(model: Annotated[str, typer.Argument(help="Model id or alias, e.g. A
 
 @app.command("check")
 @handle_errors
-def check(model: Annotated[str, typer.Argument(help="Model id or alias.")],
-          instances: Annotated[list[str], typer.Argument(help="Instances as PROFILE@START, e.g. 3g.20gb@4.")],
+def check(model: Annotated[str, typer.Argument(help="Model id or alias.", metavar="MODEL")],
+          instances: Annotated[list[str], typer.Argument(help="Instances as PROFILE@START, e.g. 3g.20gb@4.",
+                                                         metavar="PROFILE@START")],
           output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
     """Check a layout against NVIDIA's rules and show what could still be added, and where."""
     ctx = build_context(config, catalog, output)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from migplan import documents, smi
+from migplan.catalog.geometry import ARCHITECTURES
 from migplan.cli import catalog_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, fleet_options
 from migplan.cli.render import emit, finish_hosts, grid, handle_errors, info
@@ -58,9 +59,10 @@ def _finish(snapshot: Snapshot) -> None:
 def discover(
     inventory: InventoryOpt = None,
     out: Annotated[str | None, typer.Option("--out", help="Write the snapshot here (JSON; YAML for "
-                                             ".yaml/.yml) for 'propose --snapshot'.", show_default=False)] = None,
+                                             ".yaml/.yml) for 'propose --snapshot'.", show_default=False,
+                                             metavar="FILE")] = None,
     plan: Annotated[str | None, typer.Option("--plan", help="Also say where GPUs differ from this plan's "
-                                             "targets (on stderr).", show_default=False)] = None,
+                                             "targets (on stderr).", show_default=False, metavar="PLAN")] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -152,10 +154,11 @@ def _indent(text: str) -> str:
 def status(
     inventory: InventoryOpt = None,
     snapshot: Annotated[str | None, typer.Option("--snapshot", help="Show a saved snapshot instead of "
-                                                  "connecting to the hosts.", show_default=False)] = None,
+                                                  "connecting to the hosts.", show_default=False,
+                                                  metavar="FILE")] = None,
     plan: Annotated[str | None, typer.Option("--plan", help="Also show where GPUs differ from this plan's "
                                              "targets (e.g. other placements after the MIG manager ran).",
-                                             show_default=False)] = None,
+                                             show_default=False, metavar="PLAN")] = None,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -175,14 +178,16 @@ def status(
 @handle_errors
 @fleet_options(parallel=False, limit=False)
 def learn(
-    host: Annotated[str, typer.Option("--host", help="Inventory host to read the model from.")],
-    gpu: Annotated[int, typer.Option("--gpu", min=0, max=255, help="GPU index (must be in MIG mode).")] = 0,
+    host: Annotated[str, typer.Option("--host", metavar="HOST", help="Inventory host to read the model from.")],
+    gpu: Annotated[int, typer.Option("--gpu", min=0, max=255, metavar="N",
+                                     help="GPU index (must be in MIG mode).")] = 0,
     model_id: Annotated[str | None, typer.Option("--id", help="Model id [default: from the GPU name].",
-                                                 show_default=False)] = None,
-    architecture: Annotated[str | None, typer.Option("--architecture", help="ampere, hopper or blackwell "
-                                                     "[default: from the GPU name].", show_default=False)] = None,
-    out: Annotated[str | None, typer.Option("--out", help="Write the catalog file here (default: stdout).",
-                                            show_default=False)] = None,
+                                                 show_default=False, metavar="MODEL")] = None,
+    architecture: Annotated[str | None, typer.Option("--architecture", help="GPU architecture [default: from the "
+                                                     "GPU name].", show_default=False,
+                                                     metavar="|".join(ARCHITECTURES))] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the catalog file here [default: stdout].",
+                                            show_default=False, metavar="FILE")] = None,
     inventory: InventoryOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
