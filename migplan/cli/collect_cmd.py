@@ -54,21 +54,22 @@ def collect(
     inventory: InventoryOpt = None,
     history: Annotated[str, typer.Option("--history", help="The history store directory on this host (--local), "
                                          "and where it is on each host (--inventory).",
-                                         envvar="MIGPLAN_HISTORY")] = DEFAULT_DIR,
+                                         envvar="MIGPLAN_HISTORY", metavar="DIR")] = DEFAULT_DIR,
     host_name: Annotated[_S, typer.Option("--host-name", help="Host name the samples carry [default: this "
-                                          "machine's name].", show_default=False)] = None,
+                                          "machine's name].", show_default=False, metavar="NAME")] = None,
     retention_days: Annotated[float, typer.Option(
-        "--retention-days", min=0.01, max=MAX_RETENTION_DAYS, callback=finite,
+        "--retention-days", min=0.01, max=MAX_RETENTION_DAYS, callback=finite, metavar="DAYS",
         help="Samples older than this are dropped.")] = DEFAULT_RETENTION_DAYS,
-    max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="Size cap of the history store; the oldest "
-                                        "samples go first.")] = DEFAULT_MAX_MB,
+    max_mb: Annotated[int, typer.Option("--max-mb", min=1, metavar="MB", help="Size cap of the history store; the "
+                                        "oldest samples go first.")] = DEFAULT_MAX_MB,
     workload_rules: Annotated[_S, typer.Option("--workload-rules", help="YAML file of rules naming workloads "
                                                "from their command line (docs/collect.md).",
-                                               show_default=False)] = None,
+                                               show_default=False, metavar="FILE")] = None,
     quiet_run: Annotated[bool, typer.Option("--quiet", "-q", help="--local: print nothing unless it fails "
                                             "(for cron and timers).")] = False,
-    sample_seconds: Annotated[int, typer.Option("--sample-seconds", min=1, max=60, help="Length of the short "
-                                                "nvidia-smi sample on a host without history (pmon -c N).")] = 5,
+    sample_seconds: Annotated[int, typer.Option("--sample-seconds", min=1, max=60, metavar="SECONDS",
+                                                help="Length of the short nvidia-smi sample on a host without "
+                                                     "history (pmon -c N).")] = 5,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -125,11 +126,14 @@ def collect(
 def install(
     inventory: InventoryOpt = None,
     timer: Annotated[bool, typer.Option("--timer", help="Install a systemd timer instead of /etc/cron.d.")] = False,
-    migplan_path: Annotated[str, typer.Option("--migplan-path", help="The migplan command on the hosts.")] =
-    "/usr/local/bin/migplan",
-    history: Annotated[str, typer.Option("--history", help="The history store directory on the hosts.")] = DEFAULT_DIR,
-    cron_file: Annotated[str, typer.Option("--cron-file", help="The cron file written.")] = run.CRON_FILE,
-    systemd_dir: Annotated[str, typer.Option("--systemd-dir", help="Where the timer units go.")] = run.SYSTEMD_DIR,
+    migplan_path: Annotated[str, typer.Option("--migplan-path", metavar="PATH",
+                                              help="The migplan command on the hosts.")] = "/usr/local/bin/migplan",
+    history: Annotated[str, typer.Option("--history", metavar="DIR",
+                                         help="The history store directory on the hosts.")] = DEFAULT_DIR,
+    cron_file: Annotated[str, typer.Option("--cron-file", metavar="FILE",
+                                           help="The cron file written.")] = run.CRON_FILE,
+    systemd_dir: Annotated[str, typer.Option("--systemd-dir", metavar="DIR",
+                                             help="Where the timer units go.")] = run.SYSTEMD_DIR,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be written; write nothing.")] = False,
     output: OutputOpt = None,
     config: ConfigOpt = None,

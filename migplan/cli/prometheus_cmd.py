@@ -56,31 +56,36 @@ _PARAMS = (
         "--prometheus", metavar="URL", help="Prometheus base URL (scraping dcgm-exporter), e.g. "
                                             "http://prometheus:9090.", show_default=False)], None),
     _param("start", Annotated[_S, typer.Option("--start", help="Start: unix seconds or ISO 8601 (UTC if no zone).",
-                                               show_default=False)], None),
-    _param("end", Annotated[_S, typer.Option("--end", help="End [default: now].", show_default=False)], None),
+                                               show_default=False, metavar="TIME")], None),
+    _param("end", Annotated[_S, typer.Option("--end", help="End, as --start [default: now].", show_default=False,
+                                             metavar="TIME")], None),
     _param("window", Annotated[_S, typer.Option("--window", help="Length back from --end, e.g. 12h, 7d "
-                                                "[default: 7d].", show_default=False)], None),
+                                                "[default: 7d].", show_default=False, metavar="DURATION")], None),
     _param("step", Annotated[str, typer.Option("--step", help="Resolution: one sample per step per series "
-                                               "(memory: the max within it).")], "60s"),
+                                               "(memory: the max within it).", metavar="DURATION")], "60s"),
     _param("selector", Annotated[str, typer.Option("--selector", help='Extra label matchers for every query, '
-                                                   'e.g. cluster="a".')], ""),
+                                                   'e.g. cluster="a" [default: none].', show_default=False,
+                                                   metavar="MATCHERS")], ""),
     _param("basic_auth_file", Annotated[_S, typer.Option(
-        "--basic-auth-file", help="File with USER:PASSWORD on its first line.", show_default=False)], None),
+        "--basic-auth-file", help="File with USER:PASSWORD on its first line.", show_default=False,
+        metavar="FILE")], None),
     _param("bearer_token_file", Annotated[_S, typer.Option(
-        "--bearer-token-file", help="File holding a bearer token.", show_default=False)], None),
+        "--bearer-token-file", help="File holding a bearer token.", show_default=False, metavar="FILE")], None),
     _param("ca_file", Annotated[_S, typer.Option("--ca-file", help="CA bundle to verify the server's TLS "
-                                                 "certificate [default: the system's].", show_default=False)], None),
+                                                 "certificate [default: the system's].", show_default=False,
+                                                 metavar="FILE")], None),
     _param("http_timeout", Annotated[float, typer.Option("--http-timeout", min=1.0, max=MAX_SECONDS, callback=finite,
-                                                         help="Seconds each query may take.")], DEFAULT_TIMEOUT_S),
+                                                         metavar="SECONDS", help="Seconds each query may take.")],
+           DEFAULT_TIMEOUT_S),
     _param("unattributed", Annotated[str, typer.Option(
-        "--unattributed", help="Series without pod labels (idle GPUs, the old exporter): skip, or gpu "
-                               "(one profile per GPU/instance).")], "skip"),
+        "--unattributed", metavar="skip|gpu", help="Series without pod labels (idle GPUs, the old exporter): skip, "
+                                                   "or gpu (one profile per GPU/instance).")], "skip"),
     _param("workload_name", Annotated[str, typer.Option(
-        "--workload-name", help="pod (namespace/pod) or owner (Kubernetes' generated pod suffixes removed).")],
-        "pod"),
+        "--workload-name", metavar="pod|owner",
+        help="pod (namespace/pod) or owner (Kubernetes' generated pod suffixes removed).")], "pod"),
     _param("out", Annotated[_S, typer.Option("--out", help="Output directory (with --prometheus: one profiles file "
                                              "per host, written atomically, as 'profiles build' writes them).",
-                                             show_default=False)], None),
+                                             show_default=False, metavar="DIR")], None),
 )
 
 
