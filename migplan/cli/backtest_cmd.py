@@ -14,6 +14,7 @@ from migplan.cli import prometheus_cmd
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
+from migplan.config import PERCENTILES
 
 _S = str | None
 
@@ -48,20 +49,25 @@ def _table(bt: Any, all_workloads: bool) -> str:
 @handle_errors
 @prometheus_cmd.prometheus_options(without=prometheus_cmd.RANGE_AND_OUT)
 def backtest(
-    csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False)] = None,
+    csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False,
+                                    metavar="FILE")] = None,
     history: Annotated[_S, typer.Option("--history", help="The on-host history store (or a directory of stores "
-                                        "fetched by 'collect --inventory').", show_default=False)] = None,
-    train: Annotated[str, typer.Option("--train", help="Training window length (sized from it).")] = "7d",
-    test: Annotated[str, typer.Option("--test", help="Test window length, ending at --until (replayed).")] = "7d",
-    until: Annotated[_S, typer.Option("--until", help="End of the test window: unix seconds or ISO 8601.",
-                                      show_default="the history's last sample")] = None,
+                                        "fetched by 'collect --inventory').", show_default=False,
+                                        metavar="PATH")] = None,
+    train: Annotated[str, typer.Option("--train", help="Training window length (sized from it).",
+                                       metavar="DURATION")] = "7d",
+    test: Annotated[str, typer.Option("--test", help="Test window length, ending at --until (replayed).",
+                                      metavar="DURATION")] = "7d",
+    until: Annotated[_S, typer.Option("--until", help="End of the test window: unix seconds or ISO 8601 [default: "
+                                      "the history's last sample].", show_default=False, metavar="TIME")] = None,
     policy: Annotated[list[str] | None, typer.Option(
-        "--policy", help="Sizing rule STAT[+PCT%][+MIBMiB], STAT one of p50, p95, p99, max (repeatable).",
-        show_default="max+10%, max+25%, p99+10%")] = None,
+        "--policy", help="Sizing rule STAT[+PCT%][+MIBMiB], STAT one of p50, p95, p99, max (repeatable) [default: "
+                         "max+10%, max+25%, p99+10%].", show_default=False, metavar="RULE")] = None,
     gpu_model: Annotated[_S, typer.Option("--gpu-model", help="GPU model for workloads whose history names none.",
-                                          show_default=False)] = None,
-    compute_percentile: Annotated[_S, typer.Option("--compute-percentile", help="Compute statistic, as in propose.",
-                                                   show_default="p95")] = None,
+                                          show_default=False, metavar="MODEL")] = None,
+    compute_percentile: Annotated[_S, typer.Option("--compute-percentile", help="Compute statistic, as in propose "
+                                                   "[default: p95].", show_default=False,
+                                                   metavar="|".join(PERCENTILES))] = None,
     all_workloads: Annotated[bool, typer.Option("--all-workloads", help="List every workload in the table.")] = False,
     output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
     *,

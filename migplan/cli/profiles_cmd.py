@@ -81,11 +81,11 @@ def show(profiles: ProfilesOpt = None, output: OutputOpt = None, config: ConfigO
 
 _S = str | None
 WindowOpt = Annotated[str, typer.Option("--window", help="Window length ending at --until: 90s, 30m, 12h, 7d, 2w, "
-                                        "or 'all'.")]
-UntilOpt = Annotated[_S, typer.Option("--until", help="End of the window: unix seconds or ISO 8601.",
-                                      show_default="the history's last sample")]
+                                        "or 'all'.", metavar="DURATION")]
+UntilOpt = Annotated[_S, typer.Option("--until", help="End of the window: unix seconds or ISO 8601 [default: the "
+                                      "history's last sample].", show_default=False, metavar="TIME")]
 OutDirOpt = Annotated[_S, typer.Option("--out", help="Directory for the profiles files (one per host, written "
-                                       "atomically).", show_default=False)]
+                                       "atomically).", show_default=False, metavar="DIR")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the summary and write nothing.")]
 
 
@@ -177,8 +177,9 @@ def _run_build(history: str | None, csv: str | None, window: str, until: str | N
 @prometheus_cmd.prometheus_options(without=prometheus_cmd.RANGE_AND_OUT)
 def build(
     history: Annotated[_S, typer.Option("--history", help="The on-host history store (written by 'migplan collect "
-                                        "--local').", show_default=False)] = None,
-    csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False)] = None,
+                                        "--local').", show_default=False, metavar="PATH")] = None,
+    csv: Annotated[_S, typer.Option("--csv", help="A CSV time series (docs/profiles.md).", show_default=False,
+                                    metavar="FILE")] = None,
     window: WindowOpt = "7d", until: UntilOpt = None, out: OutDirOpt = None, dry_run: DryRunOpt = False,
     output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
     *,
@@ -192,7 +193,8 @@ def build(
 @handle_errors
 def import_csv(
     file: Annotated[str, typer.Argument(help="CSV time series: timestamp, workload, [host], memory_used_bytes or "
-                                        "memory_used_mib, [util_pct], [gpu_model].", show_default=False)],
+                                        "memory_used_mib, [util_pct], [gpu_model].", show_default=False,
+                                        metavar="FILE")],
     window: WindowOpt = "7d", until: UntilOpt = None, out: OutDirOpt = None, dry_run: DryRunOpt = False,
     output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None,
 ) -> None:
