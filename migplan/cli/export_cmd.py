@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from migplan import mig_parted as mp
-from migplan.cli.options import CatalogOpt, ConfigOpt
+from migplan.cli.options import CatalogOpt, ConfigOpt, choices
 from migplan.cli.render import grid, handle_errors, info
 from migplan.commands import export as run
 from migplan.commands.context import build_context
@@ -37,9 +37,9 @@ class MigPartedOutput(str, Enum):
     json = "json"
 
 
-PlanArg = Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.")]
+PlanArg = Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.", metavar="PLAN")]
 OutFileOpt = Annotated[str | None, typer.Option("--out", help="Write here instead of stdout.",
-                                                show_default=False)]
+                                                show_default=False, metavar="FILE")]
 
 
 def _write(text: str, out: str | None, forbid: list[str]) -> None:
@@ -66,15 +66,16 @@ def gpu_operator(
     plan: PlanArg,
     existing: Annotated[str | None, typer.Option(
         "--existing", help="The ConfigMap the MIG manager uses now (YAML or JSON); its configs are kept.",
-        show_default=False)] = None,
+        show_default=False, metavar="FILE")] = None,
     name: Annotated[str | None, typer.Option(
         "--name", help=f"ConfigMap name [default: the --existing one's, else {run.DEFAULT_CONFIGMAP}].",
-        show_default=False)] = None,
+        show_default=False, metavar="NAME")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the GPU Operator "
                                                   f"[default: the --existing one's, else {run.DEFAULT_NAMESPACE}].",
-                                                  show_default=False)] = None,
+                                                  show_default=False, metavar="NAMESPACE")] = None,
     output: Annotated[GpuOperatorOutput, typer.Option("-o", "--output", help="yaml (the manifest), sh (a kubectl "
-                                                      "script), json or table.")] = GpuOperatorOutput.yaml,
+                                                      "script), json or table.",
+                                                      metavar=choices(GpuOperatorOutput))] = GpuOperatorOutput.yaml,
     out: OutFileOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -95,11 +96,12 @@ def gpu_operator(
 @handle_errors
 def mig_parted(
     plan: PlanArg,
-    host: Annotated[str, typer.Option("--host", help="The plan's host to export.")],
+    host: Annotated[str, typer.Option("--host", help="The plan's host to export.", metavar="HOST")],
     config_name: Annotated[str | None, typer.Option("--config-name", "-c", help="Name of the config in the "
                                                     "file [default: migplan-<content hash>].",
-                                                    show_default=False)] = None,
-    output: Annotated[MigPartedOutput, typer.Option("-o", "--output", help="yaml or json.")] = MigPartedOutput.yaml,
+                                                    show_default=False, metavar="NAME")] = None,
+    output: Annotated[MigPartedOutput, typer.Option("-o", "--output", help="Output format.",
+                                                    metavar=choices(MigPartedOutput))] = MigPartedOutput.yaml,
     out: OutFileOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from migplan.cli.options import MAX_SECONDS, finite
+from migplan.cli.options import MAX_SECONDS, choices, finite
 from migplan.commands.gpu_operator import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, DEFAULT_SETTLE_S, DEFAULT_TIMEOUT_S
 
 
@@ -23,21 +23,29 @@ class Drain(str, Enum):
 
 
 ViaOpt = Annotated[Via, typer.Option("--via", help="ssh: nvidia-smi on each host; gpu-operator: the GPU Operator's "
-                                     "MIG manager, through kubectl (nodes from 'kubectl get nodes').")]
+                                     "MIG manager, through kubectl (nodes from 'kubectl get nodes').",
+                                     metavar=choices(Via))]
 KubeconfigOpt = Annotated[str | None, typer.Option("--kubeconfig", help="With --via gpu-operator: kubectl's "
-                                                   "kubeconfig [default: kubectl's own].", show_default=False)]
+                                                   "kubeconfig [default: kubectl's own].", show_default=False,
+                                                   metavar="FILE")]
 ContextOpt = Annotated[str | None, typer.Option("--context", help="With --via gpu-operator: the kubeconfig context "
-                                                "[default: its current context].", show_default=False)]
+                                                "[default: its current context].", show_default=False,
+                                                metavar="NAME")]
 ConfigMapOpt = Annotated[str, typer.Option("--configmap", help="With --via gpu-operator: the ConfigMap the MIG "
-                                           "manager reads (the ClusterPolicy's spec.migManager.config.name).")]
-NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="With --via gpu-operator: its namespace.")]
+                                           "manager reads (the ClusterPolicy's spec.migManager.config.name).",
+                                           metavar="NAME")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="With --via gpu-operator: its namespace.",
+                                           metavar="NAMESPACE")]
 DrainOpt = Annotated[Drain, typer.Option("--drain", help="With --via gpu-operator and --allow-disrupt: cordon and "
                                          "evict a node's GPU pods (PodDisruptionBudgets honoured) before its change: "
-                                         "never, when-busy (only a node with GPU pods), always.")]
+                                         "never, when-busy (only a node with GPU pods), always.",
+                                         metavar=choices(Drain))]
 MigTimeoutOpt = Annotated[float, typer.Option("--mig-timeout", min=1.0, max=MAX_SECONDS, callback=finite,
+                                              metavar="SECONDS",
                                               help="With --via gpu-operator: seconds per node for the MIG manager to "
                                                    "report success (then the label is put back).")]
 SettleOpt = Annotated[float, typer.Option("--configmap-settle", min=0.0, max=MAX_SECONDS, callback=finite,
+                                          metavar="SECONDS",
                                           help="With --via gpu-operator: seconds to wait after changing the ConfigMap "
                                                "(the kubelet's sync projects it into the MIG manager's pod).")]
 __all__ = ["DEFAULT_CONFIGMAP", "DEFAULT_NAMESPACE", "DEFAULT_SETTLE_S", "DEFAULT_TIMEOUT_S"]
