@@ -32,7 +32,16 @@ from migplan.cli.k8s_options import (
     Via,
     ViaOpt,
 )
-from migplan.cli.options import MAX_AGE_HOURS, CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, finite, fleet_options
+from migplan.cli.options import (
+    MAX_AGE_HOURS,
+    CatalogOpt,
+    ConfigOpt,
+    FleetOptions,
+    InventoryOpt,
+    choices,
+    finite,
+    fleet_options,
+)
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.apply import DEFAULT_MAX_AGE_H, ApplyRequest, ApplyResult, LastRequest, apply_last
 from migplan.commands.apply import apply as run_apply
@@ -78,7 +87,7 @@ def _script(result: ApplyResult) -> str:
 @fleet_options()
 def apply(
     plan: Annotated[str | None, typer.Argument(help="Plan document written by 'migplan propose --out'.",
-                                               show_default=False)] = None,
+                                               show_default=False, metavar="PLAN")] = None,
     inventory: InventoryOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the commands, change nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking.")] = False,
@@ -87,23 +96,27 @@ def apply(
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Start no further host once one fails.")] = False,
     force_stale: Annotated[bool, typer.Option("--force-stale", help="Apply a plan older than --max-age.")] = False,
     max_age: Annotated[float, typer.Option("--max-age", min=0.0, max=MAX_AGE_HOURS, callback=finite,
-                                           help="Hours a plan stays fresh.")] = DEFAULT_MAX_AGE_H,
+                                           metavar="HOURS", help="Hours a plan stays fresh.")] = DEFAULT_MAX_AGE_H,
     journal: Annotated[str | None, typer.Option("--journal", help="Append every command, its output and the "
-                                                "checkpoints here (JSON lines).", show_default=False)] = None,
+                                                "checkpoints here (JSON lines).", show_default=False,
+                                                metavar="FILE")] = None,
     output: Annotated[ApplyOutput | None, typer.Option("-o", "--output", help="table, json, yaml, or sh (the "
-                                                       "dry run as a shell script).", show_default=False)] = None,
+                                                       "dry run as a shell script) [default: the config file's "
+                                                       "output, else table].", show_default=False,
+                                                       metavar=choices(ApplyOutput))] = None,
     last: Annotated[bool, typer.Option("--last", help="Re-apply, on this machine, the layout applied here last "
                                        "(at boot: MIG instances do not survive a reboot).")] = False,
     state_dir: Annotated[str | None, typer.Option("--state-dir", help="With --last: the host's state directory "
                                                   "[default: /etc/migplan]. With a PLAN: where the fleet's "
                                                   "assignments map is written locally [default: next to PLAN].",
-                                                  show_default=False)] = None,
+                                                  show_default=False, metavar="DIR")] = None,
     lock_file: Annotated[str | None, typer.Option("--lock-file", help="With --last: the apply lock "
                                                   "[default: /run/lock/migplan-apply.lock].",
-                                                  show_default=False)] = None,
+                                                  show_default=False, metavar="FILE")] = None,
     host_name: Annotated[str | None, typer.Option("--host-name", help="With --last: the name this machine "
                                                   "has in the inventory, when it is not its host name "
-                                                  "[default: this machine's name].", show_default=False)] = None,
+                                                  "[default: this machine's name].", show_default=False,
+                                                  metavar="NAME")] = None,
     via: ViaOpt = Via.ssh,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
