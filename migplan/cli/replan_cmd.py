@@ -27,25 +27,25 @@ def replan(
     profiles: ProfilesOpt = None,
     state_dir: Annotated[str | None, typer.Option("--state-dir", help="Lock, runs, plans and GPU change "
                                                   "times [default: replan.state_dir, else /var/lib/migplan].",
-                                                  show_default=False)] = None,
+                                                  show_default=False, metavar="DIR")] = None,
     metrics_file: Annotated[str | None, typer.Option("--metrics-file", help="Write node_exporter textfile "
                                                      "metrics here (e.g. /var/lib/node_exporter/textfile/"
-                                                     "migplan.prom).", show_default=False)] = None,
+                                                     "migplan.prom).", show_default=False, metavar="FILE")] = None,
     store: Annotated[str | None, typer.Option("--history-store", help="Profiles from this history instead of "
                                               "--profiles: a host's store or a directory of <host>.sqlite "
                                               "('migplan collect --inventory --out DIR').",
-                                              show_default=False)] = None,
+                                              show_default=False, metavar="PATH")] = None,
     collect: Annotated[bool, typer.Option("--collect", help="First fetch every host's history (as 'migplan collect "
                                           "--inventory') into STATE_DIR/fetched and plan from it.")] = False,
     pods: Annotated[str | None, typer.Option("--pods", metavar="FILE", help="Demand from 'kubectl get pods -A -o "
                                              "json' merged with the profiles, as 'propose --pods' "
                                              "(docs/kubernetes.md).", show_default=False)] = None,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
-                                        "from now (e.g. 7d, 24h).")] = "7d",
+                                        "from now (e.g. 7d, 24h).", metavar="DURATION")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Show the last runs and why each applied or not; "
                                           "run nothing.")] = False,
-    last: Annotated[int, typer.Option("--last", min=1, help="With --history: how many runs.")] = 20,
+    last: Annotated[int, typer.Option("--last", min=1, metavar="N", help="With --history: how many runs.")] = 20,
     quiet: Annotated[bool, typer.Option("--quiet", "-q",
                                         help="Only warnings and errors on stderr (for cron).")] = False,
     output: OutputOpt = None,
@@ -100,7 +100,8 @@ def _replan_command() -> Any:
     """`replan`'s click command, built as `migplan replan` builds it (migplan.cli.app), to parse with."""
     from migplan.cli.app import app
 
-    single = typer.Typer(context_settings=app.info.context_settings)  # -h and --help, as under `migplan`
+    # -h and --help, and no completion options, as under `migplan` (app._LazyGroup._load)
+    single = typer.Typer(context_settings=app.info.context_settings, add_completion=False, rich_markup_mode=None)
     single.command("replan")(replan)
     return typer.main.get_command(single)
 
@@ -161,12 +162,17 @@ def _files(kind: str, every: str, at_boot: bool, migplan: str, args: list[str]) 
     return out
 
 
-KindOpt = Annotated[str, typer.Option("--with", help="cron (/etc/cron.d/migplan) or systemd (service + timer).")]
-EveryOpt = Annotated[str, typer.Option("--every", help="How often: 15m, 1h, 6h (a divisor of an hour or a day).")]
+KindOpt = Annotated[str, typer.Option("--with", help="cron (/etc/cron.d/migplan) or systemd (service + timer).",
+                                      metavar="cron|systemd")]
+EveryOpt = Annotated[str, typer.Option("--every", help="How often: 15m, 1h, 6h (a divisor of an hour or a day).",
+                                       metavar="DURATION")]
 BootOpt = Annotated[bool, typer.Option("--at-boot", help="Also install migplan-restore.service: 'migplan apply "
                                        "--last' before the container runtime and kubelet start.")]
 RootOpt = Annotated[str, typer.Option("--root", help="Install under this directory instead of / (packaging, "
-                                      "tests).")]
+                                      "tests).", metavar="DIR")]
+ReplanArgs = Annotated[list[str] | None, typer.Argument(help="Extra replan options after --, e.g. -- -i "
+                                                        "/etc/migplan/inventory.yaml.", show_default=False,
+                                                        metavar="REPLAN-OPTION")]
 
 
 def _migplan_path() -> str:
@@ -185,9 +191,7 @@ def _kind(kind: str) -> str:
 @schedule_app.command("install")
 @handle_errors
 def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot: BootOpt = False,
-                     root: RootOpt = "/", args: Annotated[list[str] | None, typer.Argument(
-                         help="Extra replan options, e.g. -- -i /etc/migplan/inventory.yaml.",
-                         show_default=False)] = None) -> None:
+                     root: RootOpt = "/", args: ReplanArgs = None) -> None:
     """Write the cron entry or the systemd units (idempotent: unchanged files are left alone)."""
     from migplan.commands.schedule import install
 
@@ -199,7 +203,7 @@ def schedule_install(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot:
 @schedule_app.command("show")
 @handle_errors
 def schedule_show(kind: KindOpt = "systemd", every: EveryOpt = "1h", at_boot: BootOpt = False,
-                  args: Annotated[list[str] | None, typer.Argument(show_default=False)] = None) -> None:
+                  args: ReplanArgs = None) -> None:
     """Print what 'schedule install' would write, file by file."""
     files = _files(_kind(kind), every, at_boot, _migplan_path(), list(args or []))
     for path, text in files.items():
