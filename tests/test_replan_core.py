@@ -227,6 +227,46 @@ def test_metrics_text_has_help_and_type_for_every_sample_and_skips_unknowns() ->
         metrics.render(metrics.RunMetrics(0, "bogus"))
 
 
+def test_every_reason_decide_gives_has_its_metric_code() -> None:
+    """Each verb decide() starts a reason with maps to one `migplan_last_run_reason` code (none is dropped)."""
+    moved = Standing({"x": OUT, "z": _at("1g.5gb@0", outgrown=True)}, 10, 100_000)
+    every = decide(moved, Standing({"x": _at("1g.5gb@0", 1), "z": _at("2g.10gb@2")}, 9, 50_000), _Plan(),
+                   ReplanPolicy())  # type: ignore[arg-type]
+    assert len(every.reasons) == 4, every.reasons
+    assert metrics.reason_codes(every.reasons) == {c for _, c in metrics.REASONS}
+    text = metrics.render(metrics.RunMetrics(1, "applied", reasons=every.reasons))
+    assert all(f'migplan_last_run_reason{{reason="{c}"}} 1' in text for _, c in metrics.REASONS), text
+    frees = decide(NOW, Standing(NOW.workloads, 9, 100_000), _Plan(), ReplanPolicy())  # type: ignore[arg-type]
+    text = metrics.render(metrics.RunMetrics(1, "applied", reasons=frees.reasons))
+    assert 'migplan_last_run_reason{reason="frees_gpus"} 1' in text
+    assert 'migplan_last_run_reason{reason="cuts_waste"} 0' in text
+    nothing = metrics.render(metrics.RunMetrics(1, "nothing_to_do", reasons=()))
+    reason_lines = [ln for ln in nothing.splitlines() if ln.startswith("migplan_last_run_reason{")]
+    assert len(reason_lines) == 4 and all(ln.endswith("} 0") for ln in reason_lines), nothing
+    assert "migplan_last_run_reason" not in metrics.render(metrics.RunMetrics(1, "locked"))  # no decision: unknown
+
+
+def test_per_gpu_change_times_and_at_risk_workloads_are_labelled_and_escaped() -> None:
+    text = metrics.render(metrics.RunMetrics(
+        1, "applied", gpu_changed_at=(("gpu-b", 1, 1_700_000_000.0), ("gpu-a", 0, 1_699_990_000.5)),
+        at_risk=(metrics.AtRisk('ns/odd"name\\x', "gpu-a", 0, "3g.20gb@4", 158),
+                 metrics.AtRisk("big", "gpu-a", 1, None, 1))))
+    assert ('migplan_gpu_last_change_timestamp_seconds{host="gpu-a",gpu="0"} 1699990000.5\n'
+            'migplan_gpu_last_change_timestamp_seconds{host="gpu-b",gpu="1"} 1700000000\n') in text
+    assert ('migplan_workload_at_risk_margin_bytes{workload="ns/odd\\"name\\\\x",host="gpu-a",gpu="0",'
+            f'instance="3g.20gb@4"}} {158 * 1048576}') in text
+    assert 'migplan_workload_at_risk_margin_bytes{workload="big",host="gpu-a",gpu="1",instance="whole"} 1048576' in text
+    for name in ("migplan_gpu_last_change_timestamp_seconds", "migplan_workload_at_risk_margin_bytes"):
+        assert f"# HELP {name} " in text and f"# TYPE {name} gauge" in text and text.count(f"# TYPE {name} ") == 1
+    bare = metrics.render(metrics.RunMetrics(1, "nothing_to_do", gpu_changed_at=(), at_risk=()))
+    assert "migplan_gpu_" not in bare and "migplan_workload_at_risk_margin" not in bare  # none: no family at all
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (scripts/test.sh installs Debian's prometheus package as root)")
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(("every", "cron", "calendar"), [
     ("15m", "*/15 * * * *", "*:0/15"), ("1h", "0 * * * *", "hourly"), ("6h", "0 */6 * * *", "00/6:00")])
 def test_schedule_cadence(every: str, cron: str, calendar: str) -> None:

@@ -8,9 +8,30 @@ written atomically by the caller (node_exporter reads `*.prom` in its `--collect
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 RESULTS = ("nothing_to_do", "applied", "partial", "failed", "locked", "not_applied", "would_apply", "repaired")
+# Why a decision applies its plan (replan.decide writes each reason starting with its verb): one code per verb.
+REASONS = (("places", "places_left_out"), ("gives", "enlarges_outgrown"), ("frees", "frees_gpus"),
+           ("cuts", "cuts_waste"))
+
+
+def reason_codes(reasons: Iterable[str]) -> frozenset[str]:
+    """The codes (REASONS) of a decision's reasons, e.g. "frees 1 GPU(s) (threshold 1)" -> frees_gpus."""
+    verbs = dict(REASONS)
+    return frozenset(verbs[v] for v in (r.split(" ", 1)[0] for r in reasons) if v in verbs)
+
+
+@dataclass(frozen=True)
+class AtRisk:
+    """A workload the plan keeps at risk where it runs (its peak fits the instance, peak + headroom does not)."""
+
+    workload: str
+    host: str
+    gpu: int
+    instance: str | None  # PROFILE@START; None: the whole MIG-disabled GPU
+    margin_mib: int  # instance memory - observed peak
 
 
 @dataclass(frozen=True)
@@ -28,6 +49,9 @@ class RunMetrics:
     gpus_changed: int = 0
     solve_seconds: float | None = None
     apply_seconds: float | None = None
+    reasons: tuple[str, ...] | None = None  # the decision's reasons (Decision.reasons); None: no decision made
+    gpu_changed_at: tuple[tuple[str, int, float], ...] | None = None  # (host, GPU, unix time of its last change)
+    at_risk: tuple[AtRisk, ...] | None = None  # None: no plan
 
 
 _GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -69,4 +93,27 @@ def render(m: RunMetrics) -> str:
         if v is None:
             continue
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name} {_number(v)}"]
+    if m.reasons is not None:
+        codes = reason_codes(m.reasons)
+        lines += ["# HELP migplan_last_run_reason Reasons the last run's decision gave for applying its plan "
+                  "(1 for each it gave).", "# TYPE migplan_last_run_reason gauge"]
+        lines += [f'migplan_last_run_reason{{reason="{c}"}} {int(c in codes)}' for _, c in REASONS]
+    if m.gpu_changed_at:
+        lines += ["# HELP migplan_gpu_last_change_timestamp_seconds Unix time migplan last changed this GPU's "
+                  "layout.", "# TYPE migplan_gpu_last_change_timestamp_seconds gauge"]
+        lines += [f"migplan_gpu_last_change_timestamp_seconds{_labels(host=h, gpu=str(i))} {_number(t)}"
+                  for h, i, t in sorted(m.gpu_changed_at)]
+    if m.at_risk:
+        lines += ["# HELP migplan_workload_at_risk_margin_bytes Memory an at-risk workload's instance has above "
+                  "its observed peak (less than the headroom the plan wants).",
+                  "# TYPE migplan_workload_at_risk_margin_bytes gauge"]
+        lines += [f"migplan_workload_at_risk_margin_bytes"
+                  f"{_labels(workload=w.workload, host=w.host, gpu=str(w.gpu), instance=w.instance or 'whole')} "
+                  f"{w.margin_mib * 1048576}" for w in sorted(m.at_risk, key=lambda w: (w.host, w.gpu, w.workload))]
     return "\n".join(lines) + "\n"
+
+
+def _labels(**labels: str) -> str:
+    """`{name="value",...}`, each value escaped as the text format wants (backslash, double quote, newline)."""
+    esc = {k: v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for k, v in labels.items()}
+    return "{" + ",".join(f'{k}="{v}"' for k, v in esc.items()) + "}"
