@@ -198,10 +198,12 @@ class Kubectl:
         return self.json(self.get_args(kind, name, namespace, all_namespaces=all_namespaces,
                                        field_selector=field_selector), kind=want)
 
-    def get_text(self, kind: str) -> str:
-        """A list as kubectl prints it (`kubectl get nodes -o json`), for readers that take the text."""
-        text = self.run(self.get_args(kind))
-        parse_object(text, ("List", _list_kind(kind)), command_line(self.argv(*self.get_args(kind))))
+    def get_text(self, kind: str, *, all_namespaces: bool = False) -> str:
+        """A list as kubectl prints it (`kubectl get nodes -o json`, `kubectl get pods -A -o json`), for readers
+        that take the text; checked to be one JSON object of the list's kind first."""
+        args = self.get_args(kind, all_namespaces=all_namespaces)
+        text = self.run(args)
+        parse_object(text, ("List", _list_kind(kind)), command_line(self.argv(*args)))
         return text
 
     def patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:

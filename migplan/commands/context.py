@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from migplan.catalog import Catalog, load_catalog
 from migplan.config import Config, load_config
@@ -11,12 +12,21 @@ from migplan.errors import InputError
 from migplan.inventory import Inventory, load_inventory
 from migplan.profiles import ProfileSet, check_models
 
+if TYPE_CHECKING:
+    from migplan.adapters.kubectl import KubectlOptions
+
+
+# `-i kubectl` / `--pods kubectl` (and `inventory: kubectl` in the config): read the cluster live, through the one
+# kubectl adapter, instead of a file; a file of that name is `./kubectl` (docs/kubernetes.md, "Live reads").
+LIVE = "kubectl"
+
 
 @dataclass(frozen=True)
 class Context:
     config: Config
     catalog: Catalog
     output: str
+    kubectl: KubectlOptions | None = None  # how live reads reach the cluster (None: kubectl's defaults)
 
     def inventory_path(self, path: str | None) -> str:
         chosen = path or self.config.inventory
@@ -26,7 +36,12 @@ class Context:
         return chosen
 
     def inventory(self, path: str | None) -> Inventory:
-        return load_inventory(self.inventory_path(path), self.catalog)
+        chosen = self.inventory_path(path)
+        if chosen == LIVE:
+            from migplan.commands.k8s_live import read_nodes  # kubectl only when asked for
+
+            return read_nodes(self.kubectl, self.catalog)[1]
+        return load_inventory(chosen, self.catalog)
 
     def profiles_path(self, path: str | None) -> str:
         chosen = path or self.config.profiles
@@ -54,8 +69,9 @@ class Context:
         return pset
 
 
-def build_context(config_path: str | None, catalog_paths: list[str] | None, output: object) -> Context:
+def build_context(config_path: str | None, catalog_paths: list[str] | None, output: object,
+                  kubectl: KubectlOptions | None = None) -> Context:
     config = load_config(config_path)
     catalog = load_catalog([*config.catalog, *(catalog_paths or [])])
     fmt = getattr(output, "value", output) or config.output or "table"
-    return Context(config=config, catalog=catalog, output=str(fmt))
+    return Context(config=config, catalog=catalog, output=str(fmt), kubectl=kubectl)

@@ -42,12 +42,12 @@ from migplan.commands.apply import K8S_LABEL, ApplyRequest, ApplyResult, _check_
 from migplan.commands.context import Context
 from migplan.commands.export import CONFIG_KEY, Export, build_gpu_operator, config_text, parse_configmap
 from migplan.commands.fleet import select_hosts
+from migplan.commands.k8s_live import read_nodes
 from migplan.errors import InputError, MigplanError
 from migplan.fleet.outcomes import GpuOutcome, GpuResult, HostApplyResult
 from migplan.inventory import Host, Inventory
-from migplan.inventory.k8s_nodes import parse_nodes
 from migplan.k8s import rollout
-from migplan.k8s.objects import BadObject, NodeView, PodView, node_view, node_views, pod_views
+from migplan.k8s.objects import BadObject, NodeView, PodView, node_view, pod_views
 from migplan.k8s.rollout import MIG_STATE_LABEL, STRATEGY_LABEL, NodeDecision
 from migplan.model.gpu_plan import GpuPlan
 from migplan.planner.plan import Plan
@@ -140,15 +140,7 @@ class _Session:
 # --- reading the cluster -------------------------------------------------------------------------
 
 def _nodes(s: _Session, catalog: Catalog) -> tuple[dict[str, NodeView], Inventory]:
-    text = s.kube.get_text("nodes")
-    try:
-        views = node_views(json.loads(text))
-    except BadObject as err:
-        raise InputError(f"kubectl get nodes: {err.message}") from None
-    root = yamljson.parse(text, "kubectl get nodes")
-    if root is None:
-        raise InputError("kubectl get nodes printed nothing")
-    return views, parse_nodes(root, catalog)
+    return read_nodes(None, catalog, kube=s.kube)
 
 
 def _pods(s: _Session) -> list[PodView]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from migplan import documents
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
-from migplan.commands.context import Context
+from migplan.commands.context import LIVE, Context
 from migplan.commands.pods import check_stdin, demand_from_pods, single_strategy_warnings
 from migplan.config import check_planner_overrides
 from migplan.inventory import Inventory
@@ -118,10 +118,10 @@ def _planner_state(ctx: Context, inventory: str | None, snapshot: str | None,
 
 def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
     """Files this run reads: `--out` must never be one of them."""
-    out = [p for p in (req.snapshot or ctx.config.snapshot, req.inventory or ctx.config.inventory) if p]
+    out = [p for p in (req.snapshot or ctx.config.snapshot, req.inventory or ctx.config.inventory) if p and p != LIVE]
     if req.profiles or ctx.config.profiles:
         out.append(str(req.profiles or ctx.config.profiles))
-    if req.pods and req.pods != "-":
+    if req.pods and req.pods not in ("-", LIVE):
         out.append(req.pods)
     return out
 
@@ -160,7 +160,7 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         measured = req.profiles or ctx.config.profiles or not req.pods
         profiles = ctx.profiles_result(pending) if measured else ProfileSet(())
         if req.pods:
-            profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report)
+            profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.problem import build_problem
 from migplan.profiles import ProfileSet, check_models
 from migplan.replan import metrics
-from migplan.replan.decide import Decision, decide, in_cooldown, orphans, standing_now, standing_planned
+from migplan.replan.decide import Decision, Standing, decide, in_cooldown, orphans, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window
 
 EXIT_NOTHING = EXIT_OK
@@ -77,15 +77,17 @@ class ReplanResult:
     solve_s: float | None = None
     apply_s: float | None = None
     run_id: str | None = None
+    via: Mapping[str, Any] | None = None  # `--via gpu-operator`: the nodes held, the ConfigMap, the kubectl writes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run_id, "result": self.result, "line": self.line, "exit_code": self.exit_code,
-                "reasons": list(self.decision.reasons) if self.decision else [],
-                "gpus_freed": self.decision.gpus_freed if self.decision else None,
-                "plan_fingerprint": self.plan.fingerprint if self.plan else None,
-                "summary": dataclasses.asdict(self.plan.summary) if self.plan else None,
-                "solve_s": self.solve_s, "apply_s": self.apply_s,
-                "apply": self.applied.to_dict() if self.applied else None}
+        out = {"run": self.run_id, "result": self.result, "line": self.line, "exit_code": self.exit_code,
+               "reasons": list(self.decision.reasons) if self.decision else [],
+               "gpus_freed": self.decision.gpus_freed if self.decision else None,
+               "plan_fingerprint": self.plan.fingerprint if self.plan else None,
+               "summary": dataclasses.asdict(self.plan.summary) if self.plan else None,
+               "solve_s": self.solve_s, "apply_s": self.apply_s,
+               "apply": self.applied.to_dict() if self.applied else None}
+        return {**out, **self.via} if self.via is not None else out
 
 
 def replan_policy(ctx: Context) -> ReplanPolicy:
@@ -106,9 +108,13 @@ def _run_id(now: dt.datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%S") + f"-{now.microsecond:06d}"
 
 
+Body = Callable[[Context, ReplanRequest, StateDir, Report, dt.datetime], "ReplanResult"]
+
+
 def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.datetime | None = None,
-           connect: Callable[[Host], CommandRunner] | None = None) -> ReplanResult:
-    """One run (see the module notes). `connect` overrides SSH (tests, local hosts)."""
+           connect: Callable[[Host], CommandRunner] | None = None, body: Body | None = None) -> ReplanResult:
+    """One run (see the module notes). `connect` overrides SSH (tests, local hosts); `body` replaces the run itself
+    inside the lock, the metrics file written after it (`commands.replan_k8s`: through the GPU Operator)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR),
                          state_dir_option(req.state_dir, ctx.config.replan.get("state_dir")))
@@ -117,7 +123,8 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
         check_output_option(metrics_file, "--metrics-file" if req.metrics_file else "replan.metrics_file")
     try:
         with state_dir.lock(), children.stop_on_signals():
-            result = _discover_plan_apply(ctx, req, state_dir, report, now, connect)
+            result = (body(ctx, req, state_dir, report, now) if body is not None else
+                      _discover_plan_apply(ctx, req, state_dir, report, now, connect))
     except Locked as e:
         return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
     if isinstance(metrics_file, str) and metrics_file:
@@ -254,6 +261,66 @@ def _away(profiles: ProfileSet, snap: Snapshot, sd: StateDir, report: Report) ->
     return ProfileSet(tuple(w for w in profiles.workloads if w.name not in set(away)), profiles.sources)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One run's plan and the decision on it (`plan_and_decide`)."""
+
+    plan: Plan
+    decision: Decision
+    disrupt: bool  # running work may be moved now (replan.allow_disrupt, inside a maintenance window)
+    orphans: list[str]
+    solve_s: float
+
+
+def plan_and_decide(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles: ProfileSet, catalog: Catalog,
+                    cooling: set[GpuKey], now: dt.datetime, *, source: str, exclude_held: bool = False) -> Planned:
+    """Plan `state` for `profiles` with the GPUs in `cooling` held as they are, and decide (hysteresis) whether the
+    plan is worth applying; when the held GPUs keep demand left out or outgrown, the plan without the cool-down is
+    used if it is urgent and serves more ("(cool-down overridden)"). The same rules for every replan (SSH and
+    `--via gpu-operator`). `exclude_held`: the GPUs in use now are counted, as a plan counts them, without the GPUs
+    the plan holds (a plan's `gpus_used` leaves held GPUs out; counted now, every held GPU with a workload on it
+    would read as a GPU the plan frees)."""
+    disrupt = rp.may_disrupt(now)
+    # moving running work is allowed only inside a window: then the planner consolidates within the budget
+    overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
+                                 "max_moves": rp.max_moves if disrupt else None}
+    policy = planner_policy(ctx, overrides)
+    limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
+    solver = planner_solver(ctx, ProposeRequest(time_limit=limit), policy)
+    now_problem = build_problem(state, profiles, catalog, policy)
+    now_standing = standing_now(now_problem)
+
+    def now_for(plan: Plan) -> Standing:
+        if not exclude_held:
+            return now_standing
+        held = {g.key for g in plan.gpus if g.hold is not None}
+        used = {it.running for it in now_problem.items if it.running is not None and it.running in held}
+        return dataclasses.replace(now_standing, gpus_used=now_standing.gpus_used - len(used))
+
+    idle = orphans(now_problem)
+    started = time.monotonic()
+    # no budget curve: it is for an operator choosing --max-moves, and costs a re-solve per point
+    chosen = plan_problem(build_problem(_hold(state, cooling), profiles, catalog, policy), solver,
+                          source=source, curve=False)
+    decision = decide(now_for(chosen), standing_planned(chosen), chosen, rp)
+    planned = standing_planned(chosen)
+    if cooling and (planned.left_out or planned.outgrown):
+        free = plan_problem(build_problem(state, profiles, catalog, policy), solver, source=source, curve=False)
+        urgent = decide(now_for(free), standing_planned(free), free, rp)
+        better = standing_planned(free)
+        if urgent.urgent and (better.left_out, better.outgrown) < (planned.left_out, planned.outgrown):
+            chosen, decision = free, dataclasses.replace(urgent, line=urgent.line + " (cool-down overridden)")
+    solve_s = time.monotonic() - started
+    chosen = dataclasses.replace(chosen, created_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return Planned(chosen, decision, disrupt, idle, solve_s)
+
+
+def report_orphans(idle: list[str], report: Report) -> None:
+    if idle:
+        report(f"info: event=orphans instances={len(idle)} {' '.join(idle[:10])}{' ...' if len(idle) > 10 else ''}"
+               ": no workload is assigned to or measured on them (a plan may reclaim them)")
+
+
 def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
                          connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
     """The run itself (`replan` holds the state directory's lock around it): discover, repair what an interrupted
@@ -273,36 +340,11 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
     profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
     if req.pods:
-        profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report)
-    disrupt = rp.may_disrupt(now)
-    # moving running work is allowed only inside a window: then the planner consolidates within the budget
-    overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
-                                 "max_moves": rp.max_moves if disrupt else None}
-    policy = planner_policy(ctx, overrides)
-    limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
-    solver = planner_solver(ctx, ProposeRequest(time_limit=limit), policy)
-    now_problem = build_problem(state, profiles, catalog, policy)
-    now_standing = standing_now(now_problem)
-    idle = orphans(now_problem)
-    if idle:
-        report(f"info: event=orphans instances={len(idle)} {' '.join(idle[:10])}{' ...' if len(idle) > 10 else ''}"
-               ": no workload is assigned to or measured on them (a plan may reclaim them)")
+        profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
-    started = time.monotonic()
-    # no budget curve: it is for an operator choosing --max-moves, and costs a re-solve per point
-    chosen = plan_problem(build_problem(_hold(state, cooling), profiles, catalog, policy), solver,
-                          source="discovery", curve=False)
-    decision = decide(now_standing, standing_planned(chosen), chosen, rp)
-    planned = standing_planned(chosen)
-    if cooling and (planned.left_out or planned.outgrown):
-        free = plan_problem(build_problem(state, profiles, catalog, policy), solver, source="discovery",
-                            curve=False)
-        urgent = decide(now_standing, standing_planned(free), free, rp)
-        better = standing_planned(free)
-        if urgent.urgent and (better.left_out, better.outgrown) < (planned.left_out, planned.outgrown):
-            chosen, decision = free, dataclasses.replace(urgent, line=urgent.line + " (cool-down overridden)")
-    solve_s = time.monotonic() - started
-    chosen = dataclasses.replace(chosen, created_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    made = plan_and_decide(ctx, rp, state, profiles, catalog, cooling, now, source="discovery")
+    report_orphans(made.orphans, report)
+    chosen, decision, disrupt, idle, solve_s = made.plan, made.decision, made.disrupt, made.orphans, made.solve_s
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
     run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
                            "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),

@@ -1,6 +1,7 @@
 """Nodes and pods as kubectl prints them (`-o json`), read as untrusted data (pure).
 
-Only what the apply needs: a node's name, resourceVersion, labels, `status.capacity` and `spec.unschedulable`;
+Only what the apply needs: a node's name, resourceVersion, labels, `status.capacity`, `spec.unschedulable` and its
+`Ready` condition;
 a pod's namespace, name, node (`spec.nodeName`), phase and its containers' NVIDIA resources
 (`nvidia.com/gpu`, `nvidia.com/mig-<profile>`, NVIDIA/k8s-device-plugin README "MIG support"). A value of the
 wrong type is an error naming the object and the key, never a traceback.
@@ -53,6 +54,7 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
+    ready: bool | None = None  # status.conditions[type=Ready]: "True", "False"/"Unknown" (None: not reported)
 
     def label(self, key: str) -> str | None:
         return self.labels.get(key)
@@ -70,7 +72,23 @@ def node_view(obj: Any) -> NodeView:
     status = _map(o.get("status"), f"{where}: status")
     return NodeView(name, _str(meta.get("resourceVersion"), f"{where}: metadata.resourceVersion", optional=True),
                     _strings(meta.get("labels"), f"{where}: metadata.labels"),
-                    _strings(status.get("capacity"), f"{where}: status.capacity"), unsched)
+                    _strings(status.get("capacity"), f"{where}: status.capacity"), unsched,
+                    _ready(status.get("conditions"), where))
+
+
+def _ready(conditions: Any, where: str) -> bool | None:
+    """The node's `Ready` condition (the kubelet's heartbeat, kubernetes.io "Nodes", "Condition"): `True` is ready,
+    `False` or `Unknown` (the node controller's mark for a node that stopped reporting) is not; None: no such
+    condition."""
+    if conditions is None:
+        return None
+    if not isinstance(conditions, list) or len(conditions) > 64:
+        raise BadObject(f"{where}: status.conditions is not a list")
+    for n, c in enumerate(conditions):
+        cond = _map(c, f"{where}: status.conditions[{n}]")
+        if cond.get("type") == "Ready":
+            return _str(cond.get("status"), f"{where}: status.conditions[{n}].status") == "True"
+    return None
 
 
 def node_views(doc: Any) -> dict[str, NodeView]:
