@@ -318,7 +318,7 @@ def test_a_key_file_that_is_not_a_key_is_an_auth_error(tmp_path: Path) -> None:
 def test_ssh_config_errors_name_the_file_and_line(tmp_path: Path) -> None:
     cfg = tmp_path / "ssh_config"
     cfg.write_text("# fleet\nHost other\n  Port 2200\n\nHost gpu-*\n  User ops\n  Port 22abc\n"
-                   "Host jumpy\n  ProxyJump ops@bad host:22\nHost proxied\n  ProxyCommand nc %h %p\n"
+                   "Host jumpy\n  ProxyJump ops@bad host:22\nHost proxied\n  ProxyCommand nc %h %p | cat\n"
                    "Host *\n  ProxyJump none\n")
     config = load_ssh_config(str(cfg))
     with pytest.raises(InputError) as err:
@@ -330,11 +330,27 @@ def test_ssh_config_errors_name_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         resolve_target(Host(name="p", address="proxied"), config)
     assert str(err.value).startswith(f"{cfg}:11: ") and "ProxyCommand" in str(err.value)
+    assert "needs a shell" in str(err.value)  # a ProxyCommand paramiko would run differently (no shell) is refused
     assert resolve_target(Host(name="o", address="other"), config).endpoint.port == 2200
     cfg.write_text("Host a\n  Port 22\n  Port\n")
     with pytest.raises(InputError) as err:
         load_ssh_config(str(cfg))
     assert str(err.value).startswith(f"{cfg}:3: ")
+
+
+def test_ssh_config_proxycommand_is_expanded_with_the_inventory_values(tmp_path: Path) -> None:
+    """paramiko expands %h %p %r in ProxyCommand with ssh_config's own values; migplan keeps the raw text (its
+    _SshConfigFile turns paramiko's expansion off for that key) and expands it with the host's real port and user,
+    which the inventory may override: a paramiko that stopped calling the hook would fail here."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-*\n  HostName %h.example.net\n  User cfg-user\n  Port 2200\n"
+                   "  ProxyCommand ssh -W %h:%p -l %r -o Tag=100%% bastion\n")
+    config = load_ssh_config(str(cfg))
+    target = resolve_target(Host(name="g", address="gpu-7", port=2222, user="ops"), config)
+    assert target.proxy_command == ("ssh", "-W", "gpu-7.example.net:2222", "-l", "ops", "-o", "Tag=100%", "bastion")
+    assert target.jumps == () and (target.endpoint.port, target.endpoint.user) == (2222, "ops")
+    target = resolve_target(Host(name="g", address="gpu-7"), config)
+    assert target.proxy_command[2:5] == ("gpu-7.example.net:2200", "-l", "cfg-user")
 
 
 def test_a_host_error_names_the_host_once() -> None:

@@ -1,9 +1,21 @@
 """SSH transport (the only module that imports paramiko): one connection per host, strict host keys.
 
 Connection settings come from the inventory first, then `~/.ssh/config` (Host, HostName, User,
-Port, IdentityFile, IdentitiesOnly, ProxyJump), then defaults (port 22, the local user name,
+Port, IdentityFile, IdentitiesOnly, ProxyJump, ProxyCommand), then defaults (port 22, the local user name,
 ssh-agent keys and ~/.ssh/id_*), as Ansible does. A bad value in ssh_config (`Port 22abc`, a
-`ProxyCommand`, a malformed `ProxyJump`) is an input error naming the file and line.
+`ProxyCommand` that needs a shell, a malformed `ProxyJump`) is an input error naming the file and line.
+
+Proxies, from the inventory (`Host.ssh_args`: `ansible_ssh_common_args` and the like, read by
+migplan.inventory.ssh_args) or else from ssh_config, with OpenSSH's meaning:
+
+* ProxyJump `a,b`: a chain of real SSH connections, each jump host resolved against ssh_config like any host
+  (its own ProxyJump or ProxyCommand included, as `ssh -J` does) and its key verified against known_hosts; each
+  next hop is reached through a `direct-tcpip` channel of the previous one, passed to paramiko as `sock=`;
+* ProxyCommand: `_ProxyCommand` (paramiko.ProxyCommand, without a shell) reaches the first hop, with `%h %p %r
+  %n %%` expanded from the resolved host, port and user (ssh_config's raw text is kept for that: paramiko would
+  expand it with ssh_config's values, not the inventory's); what it prints on stderr goes into the error when the
+  connection fails;
+* an inventory's UserKnownHostsFile: the target's key is verified against that file (jump hosts: --known-hosts).
 
 Host keys are verified by migplan itself, with OpenSSH's rules (`migplan.adapters.known_hosts`):
 paramiko's own HostKeys stay empty, so paramiko hands every server key to `_HostKeyPolicy`, which
@@ -38,10 +50,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import getpass
 import itertools
 import logging
 import os
 import re
+import select
+import shlex
 import socket
 import stat
 import threading
@@ -94,7 +109,8 @@ from migplan.adapters.runner import (
 )
 from migplan.adapters.ssh_options import SshOptions
 from migplan.errors import InputError
-from migplan.inventory import Host
+from migplan.inventory import Host, JumpHop
+from migplan.inventory.ssh_args import SshArgsError, expand, parse_jumps, proxy_command
 from migplan.text import printable
 
 log = logging.getLogger(__name__)
@@ -176,12 +192,23 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class SshTarget:
-    """An inventory host resolved against ssh_config: where to connect and through which jumps."""
+    """An inventory host resolved against ssh_config: where to connect and through which jumps; `proxy_command`
+    (an argv, expanded) reaches the first hop (jumps[0], or the endpoint); `known_hosts`: the file the endpoint's
+    key is verified against instead of --known-hosts (the inventory's UserKnownHostsFile)."""
 
     name: str
     endpoint: Endpoint
     jumps: tuple[Endpoint, ...] = ()
     become: tuple[str, ...] = ()
+    proxy_command: tuple[str, ...] = ()
+    known_hosts: str | None = None
+
+    @property
+    def route(self) -> str:
+        """The way to the host, in words (for --verbose)."""
+        hops = [str(ep) for ep in (*self.jumps, self.endpoint)]
+        first = f"ProxyCommand {' '.join(self.proxy_command)!r} -> " if self.proxy_command else ""
+        return first + " -> ".join(hops)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -201,10 +228,15 @@ def public_key(key: paramiko.PKey) -> kh.PublicKey:
 # --- ssh_config -----------------------------------------------------------------------------
 
 class _SshConfigFile(paramiko.SSHConfig):
-    """paramiko's SSHConfig plus where it came from, so that errors can name the file and line."""
+    """paramiko's SSHConfig plus where it came from, so that errors can name the file and line. ProxyCommand is
+    left unexpanded (migplan expands %h %p %r with the values the inventory may override)."""
 
     path: str = ""
     lines: tuple[str, ...] = ()
+
+    def _allowed_tokens(self, key: str) -> list[str]:  # paramiko's hook (SSHConfig._tokenize), not in its stubs
+        base = getattr(super(), "_allowed_tokens")  # noqa: B009  # private: tests/test_runner.py checks it is called
+        return [] if key == "proxycommand" else list(base(key))
 
 
 _SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko's SSHConfig.SETTINGS_REGEX
@@ -327,46 +359,93 @@ def _endpoint(config: paramiko.SSHConfig | None, name: str, *, port: int | None 
                     identities_only=identities_only), opts
 
 
-def _parse_jump(spec: str) -> tuple[str, int | None, str | None]:
-    """`[user@]host[:port]` or `ssh://[user@]host[:port]` -> (host, port, user)."""
-    text = spec.strip()
-    if text.startswith("ssh://"):
-        text = text[len("ssh://"):]
-    user, _, rest = text.rpartition("@")
-    host, port = rest, None
-    if rest.startswith("["):  # [v6::addr]:port
-        host, _, tail = rest[1:].partition("]")
-        port = _port(tail[1:], f"ProxyJump {spec!r}") if tail.startswith(":") else None
-    elif rest.count(":") == 1:
-        host, _, p = rest.partition(":")
-        port = _port(p, f"ProxyJump {spec!r}")
-    if not names.ADDRESS.match(host) or (user and not names.SAFE_TOKEN.match(user)):
-        raise InputError(f"ProxyJump {spec!r} is not [user@]host[:port]")
-    return host, port, user or None
+_MAX_HOPS = 8  # jump hosts in one route, ssh_config's own ProxyJumps included: more is a loop
+
+
+def _config_proxy(config: paramiko.SSHConfig | None, name: str, opts: dict[str, Any]) -> tuple[str, str] | None:
+    """ssh_config's proxy for `name`: ("jump", spec) or ("command", raw text), whichever comes first in the file
+    (OpenSSH uses the first of the two); None for neither (or `none`)."""
+    jump = str(opts.get("proxyjump") or "none")
+    command = opts.get("proxycommand")
+    found = []
+    if jump.lower() != "none":
+        found.append(("jump", jump))
+    if command is not None and str(command).lower() != "none":
+        found.append(("command", str(command)))
+    if len(found) == 2:
+        jl, cl = _locate(config, name, "proxyjump"), _locate(config, name, "proxycommand")
+        found.sort(key=lambda kv: (jl if kv[0] == "jump" else cl) or 0)
+    return found[0] if found else None
+
+
+def _config_command(config: paramiko.SSHConfig | None, name: str, raw: str) -> tuple[str, ...]:
+    try:
+        return proxy_command(raw)
+    except SshArgsError as err:
+        raise _config_error(config, name, "proxycommand", raw, f"{name}: ssh config: {err}", hint=err.hint) from None
+
+
+def _route(config: paramiko.SSHConfig | None, target: Endpoint, name: str,
+           proxy: tuple[str, Any] | None, depth: int = 0) -> tuple[list[Endpoint], tuple[str, ...]]:
+    """The jump hosts before `target` (in order) and the expanded ProxyCommand that reaches the first of them (or
+    `target`), as OpenSSH builds them: `-J a,b` reaches b with `-J a` (overriding b's own ProxyJump), and the first
+    jump host with its own ssh_config (its ProxyJump or ProxyCommand included). `proxy`: ("jump", hops),
+    ("command", argv) or None."""
+    if proxy is None:
+        return [], ()
+    kind, value = proxy
+    if kind == "command":
+        user = target.user or getpass.getuser()
+        return [], expand(value, host=target.hostname, port=target.port, user=user, name=name)
+    hops: tuple[JumpHop, ...] = value
+    if depth + len(hops) > _MAX_HOPS:
+        raise InputError(f"the way to {name} has more than {_MAX_HOPS} jump hosts (a ProxyJump loop in ssh "
+                         "config?)", source=getattr(config, "path", "") or None,
+                         hint="check the ProxyJump lines of the jump hosts")
+    last = hops[-1]
+    jump, jopts = _endpoint(config, last.host, port=last.port, user=last.user)
+    if len(hops) > 1:
+        before: tuple[str, Any] | None = ("jump", hops[:-1])
+    else:
+        found = _config_proxy(config, last.host, jopts)
+        before = None
+        if found is not None and found[0] == "jump":
+            before = ("jump", _config_jumps(config, last.host, found[1]))
+        elif found is not None:
+            before = ("command", _config_command(config, last.host, found[1]))
+    chain, command = _route(config, jump, last.host, before, depth + len(hops))
+    return [*chain, jump], command
+
+
+def _config_jumps(config: paramiko.SSHConfig | None, name: str, spec: str) -> tuple[JumpHop, ...]:
+    try:
+        return parse_jumps(spec)
+    except SshArgsError as err:
+        raise _config_error(config, name, "proxyjump", spec, f"{name}: {err}",
+                            hint="ProxyJump takes [user@]host[:port], comma-separated") from None
 
 
 def resolve_target(host: Host, config: paramiko.SSHConfig | None) -> SshTarget:
-    """Where and how to reach an inventory host (ssh_config looked up by its address, like `ssh ADDRESS`)."""
+    """Where and how to reach an inventory host (ssh_config looked up by its address, like `ssh ADDRESS`); the
+    inventory's ProxyJump/ProxyCommand (`host.ssh_args`) win over ssh_config's."""
     if host.key_file and not os.path.isfile(os.path.expanduser(host.key_file)):
         raise InputError(f"{host.name}: key_file {host.key_file} does not exist or is not a file",
                          hint="fix key_file (ansible_ssh_private_key_file) in the inventory")
     endpoint, opts = _endpoint(config, host.address, port=host.port, user=host.user, key_file=host.key_file)
-    if "proxycommand" in opts and opts["proxycommand"] is not None:
-        raise _config_error(config, host.address, "proxycommand", None,
-                            f"{host.name}: ssh config sets ProxyCommand, which migplan does not run",
-                            hint="use 'ProxyJump [user@]jumphost[:port]' instead")
-    jumps: list[Endpoint] = []
-    spec = str(opts.get("proxyjump", "none"))
-    if spec.lower() != "none":
-        for hop in spec.split(","):
-            try:
-                jhost, jport, juser = _parse_jump(hop)
-            except InputError as err:
-                raise _config_error(config, host.address, "proxyjump", spec, f"{host.name}: {err.message}",
-                                    hint="ProxyJump takes [user@]host[:port], comma-separated") from None
-            jump, _ = _endpoint(config, jhost, port=jport, user=juser)
-            jumps.append(jump)
-    return SshTarget(name=host.name, endpoint=endpoint, jumps=tuple(jumps), become=tuple(host.become))
+    args = host.ssh_args
+    proxy: tuple[str, Any] | None = None
+    if args is not None and args.proxy is not None:
+        proxy = {"jump": ("jump", args.jumps), "command": ("command", args.command)}.get(args.proxy)
+    else:
+        found = _config_proxy(config, host.address, opts)
+        if found is not None and found[0] == "jump":
+            proxy = ("jump", _config_jumps(config, host.address, found[1]))
+        elif found is not None:
+            proxy = ("command", _config_command(config, host.address, found[1]))
+    jumps, command = _route(config, endpoint, host.address, proxy)
+    known = os.path.expanduser(args.known_hosts) if args is not None and args.known_hosts else None
+    return SshTarget(name=host.name, endpoint=endpoint, jumps=tuple(jumps), become=tuple(host.become),
+                     proxy_command=command, known_hosts=known)
 
 
 # --- key files -----------------------------------------------------------------------------
@@ -492,6 +571,88 @@ def _host_key_algorithms(known_types: Sequence[str], available: Sequence[str]) -
     return first + [a for a in available if a not in first]
 
 
+# --- ProxyCommand --------------------------------------------------------------------------
+
+class _ProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand (the argv run without a shell) with three changes: its stderr is read as it comes and
+    the last lines kept, for the error when the connection fails (an unread pipe could also stall the command);
+    end-of-file is returned as such (paramiko's `recv` waits out its timeout when the command has exited, so a
+    dead proxy looked like a slow one); `close` reaps the process (SIGTERM, then SIGKILL after 2 s)."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        super().__init__(shlex.join(argv))  # paramiko splits it back with shlex.split: the same argv
+        self.argv = tuple(argv)
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=8)
+        self._reader = threading.Thread(target=self._drain, name="migplan-proxycommand-stderr", daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        err = self.process.stderr
+        if err is None:
+            return
+        pending = b""
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := err.read1(4096) if hasattr(err, "read1") else err.read(4096):
+                pending = (pending + chunk)[-8192:]
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self.stderr_tail.append(printable(line.decode("utf-8", "replace"), 300))
+        if pending.strip():
+            self.stderr_tail.append(printable(pending.decode("utf-8", "replace"), 300))
+
+    def recv(self, size: int) -> bytes:
+        out = self.process.stdout
+        assert out is not None
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ready, _, _ = select.select([out], [], [], wait)
+                if ready:
+                    return os.read(out.fileno(), size)  # b"": the command exited (end-of-file for paramiko)
+            except OSError as err:
+                raise paramiko.ProxyCommandFailure(" ".join(self.argv), err.strerror or str(err)) from None
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError()
+
+    def close(self) -> None:
+        process = self.process
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.terminate()
+            deadline = time.monotonic() + 2
+            while process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if process.poll() is None:
+                with contextlib.suppress(OSError):
+                    process.kill()
+                process.wait()
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._reader.join(1)
+
+    def ended(self) -> str:
+        """How the command ended, with what it printed on stderr (for an error message)."""
+        self._reader.join(0.5)
+        code = self.process.poll()
+        said = "; ".join(self.stderr_tail)
+        state = "is still running" if code is None else f"exited with status {code}"
+        return f"ProxyCommand '{' '.join(self.argv)}' {state}" + (f": {said}" if said else " (it printed nothing)")
+
+
+def _start_proxy(host: str, argv: Sequence[str]) -> _ProxyCommand:
+    try:
+        return _ProxyCommand(argv)
+    except (OSError, ValueError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UnreachableError(host, f"cannot start ProxyCommand '{' '.join(argv)}': {why}",
+                               hint="check the ProxyCommand in the inventory (ansible_ssh_common_args) or ssh "
+                                    "config; the program must be on PATH") from None
+
+
 # --- the runner ----------------------------------------------------------------------------
 
 class _SshHeld:
@@ -513,9 +674,10 @@ class SshRunner:
     command runs (it then ends with ConnectionLost at once instead of waiting for its timeout).
     """
 
-    def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts) -> None:
+    def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts,
+                 target_known: KnownHosts | None = None) -> None:
         self.target = target
-        self.connection = _SshConnection(target, options, known)
+        self.connection = _SshConnection(target, options, known, target_known)
         self._files: _SftpTransfer | _BecomeTransfer = (
             _BecomeTransfer(self.connection) if target.become else _SftpTransfer(self.connection))
 
@@ -633,10 +795,12 @@ class _SshConnection:
     the SFTP session on it, and the channels commands run on. `busy` is held by whoever runs a command or a
     transfer on it (one at a time); `close()` never waits for it."""
 
-    def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts) -> None:
+    def __init__(self, target: SshTarget, options: SshOptions, known: KnownHosts,
+                 target_known: KnownHosts | None = None) -> None:
         self.target = target
         self.options = options
         self.known_hosts = known
+        self.target_known = target_known  # the inventory's UserKnownHostsFile, for the endpoint only
         self.busy = threading.Lock()  # one command (or transfer) at a time
         self._state = threading.Lock()  # guards clients, _sftp, _closed; never held while waiting
         self.clients: list[paramiko.SSHClient] = []  # jumps first, the target last
@@ -697,7 +861,11 @@ class _SshConnection:
             self.close()
             raise ConnectionLost(self.host, "the SSH connection dropped")
         opened: list[paramiko.SSHClient] = []
-        sock: paramiko.Channel | None = None
+        sock: paramiko.Channel | _ProxyCommand | None = None
+        if self.target.jumps or self.target.proxy_command:
+            log.debug("%s: connecting through %s", self.host, self.target.route)
+        if self.target.proxy_command:
+            sock = _start_proxy(self.host, self.target.proxy_command)
         try:
             for endpoint in (*self.target.jumps, self.target.endpoint):
                 client = self._connect(endpoint, sock)
@@ -708,6 +876,8 @@ class _SshConnection:
         except BaseException:
             for client in reversed(opened):
                 client.close()
+            if isinstance(sock, _ProxyCommand):  # the first hop failed: its transport may not own the command
+                sock.close()
             raise
         with self._state:
             closed = self._closed
@@ -745,17 +915,22 @@ class _SshConnection:
                                 hint="point key_file (ansible_ssh_private_key_file) or IdentityFile at a private "
                                      "key, as made by 'ssh-keygen'")
 
-    def _connect(self, ep: Endpoint, sock: paramiko.Channel | None) -> paramiko.SSHClient:
+    def _connect(self, ep: Endpoint, sock: paramiko.Channel | _ProxyCommand | None) -> paramiko.SSHClient:
         opts = self.options
         name = ep.known_hosts_name
+        known = self.target_known if self.target_known is not None and ep is self.target.endpoint else self.known_hosts
+        if known is not self.known_hosts:
+            log.debug("%s: verifying the key of %s against %s (UserKnownHostsFile)", self.host, name, known.path)
         client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(_HostKeyPolicy(self.known_hosts, opts.accept_new_host_keys, self.host, name))
+        client.set_missing_host_key_policy(_HostKeyPolicy(known, opts.accept_new_host_keys, self.host, name))
         key_files = [k for k in ep.key_files if os.path.isfile(k)]  # as ssh, skip missing IdentityFiles
         self._check_keys(ep, key_files)
-        where = f"{ep}" + (" (via jump host)" if sock is not None else "")
+        proxy = sock if isinstance(sock, _ProxyCommand) else None
+        via = " (via ProxyCommand)" if proxy is not None else " (via jump host)" if sock is not None else ""
+        where = f"{ep}{via}"
         thread = f"migplan-ssh-{next(_THREADS)}"
         lines = _RELAY.capture(thread)
-        known_types = self.known_hosts.key_types(name)
+        known_types = known.key_types(name)
 
         def transport_factory(sock: Any, /, **kwargs: Any) -> paramiko.Transport:
             transport = paramiko.Transport(sock, **kwargs)
@@ -789,6 +964,9 @@ class _SshConnection:
                                  "authorized_keys; keys in ssh-agent are tried too") from None
         except TimeoutError:
             client.close()
+            if proxy is not None:
+                raise UnreachableError(self.host, f"{where}: no answer within {opts.connect_timeout:g} s; "
+                                       f"{proxy.ended()}") from None
             raise UnreachableError(self.host, f"{where}: no answer within {opts.connect_timeout:g} s") from None
         except paramiko.ssh_exception.NoValidConnectionsError as err:
             client.close()
@@ -801,6 +979,10 @@ class _SshConnection:
             raise UnreachableError(self.host, f"cannot resolve {ep.hostname}: {err.strerror}") from None
         except (paramiko.SSHException, OSError, EOFError) as err:
             client.close()
+            if proxy is not None:
+                raise UnreachableError(self.host, f"cannot connect to {where}: {proxy.ended()}",
+                                       hint="run the ProxyCommand by hand to see why it cannot reach the host (a jump "
+                                            "host's key not in known_hosts, a refused login, the host down)") from None
             raise UnreachableError(self.host, f"cannot connect to {where}: "
                                    f"{_handshake_reason(err, list(lines), opts.connect_timeout)}",
                                    hint="check that the port is the host's sshd") from None
@@ -836,8 +1018,6 @@ class _SshConnection:
         finally:
             chan.close()
         return code, out, err_out
-
-
 
 
 class _SftpTransfer:
@@ -1097,6 +1277,7 @@ class SshFleet:
         self.options = options or SshOptions()
         self.config = load_ssh_config(self.options.ssh_config)
         self.known_hosts = KnownHosts(self.options.known_hosts, writable=self.options.accept_new_host_keys)
+        self._known_files: dict[str, KnownHosts] = {self.known_hosts.path: self.known_hosts}  # by path, shared
         self._runners: dict[str, SshRunner] = {}
         self._lock = threading.Lock()
 
@@ -1107,7 +1288,14 @@ class SshFleet:
         """The runner for a host (created once; its connection opens on first use)."""
         with self._lock:
             if host.name not in self._runners:
-                self._runners[host.name] = SshRunner(self.target(host), self.options, self.known_hosts)
+                target = self.target(host)
+                own = None
+                if target.known_hosts is not None:  # the inventory's UserKnownHostsFile for this host
+                    path = os.path.expanduser(target.known_hosts)
+                    if path not in self._known_files:
+                        self._known_files[path] = KnownHosts(path, writable=self.options.accept_new_host_keys)
+                    own = self._known_files[path]
+                self._runners[host.name] = SshRunner(target, self.options, self.known_hosts, own)
             return self._runners[host.name]
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
-"""`migplan inventory check`: validate the inventory and print the fleet."""
+"""`migplan inventory check`: validate the inventory and print the fleet, the hosts a pattern selects and why the
+others are left out."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +12,8 @@ from migplan.catalog.layout import picture
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
-from migplan.inventory import DeclaredGpu, Host, Inventory
+from migplan.commands.fleet import select_hosts
+from migplan.inventory import DeclaredGpu, Host, Inventory, SshArgs
 
 app = typer.Typer(help="The fleet inventory.", no_args_is_help=True)
 
@@ -30,7 +32,25 @@ def _host_data(h: Host) -> dict[str, Any]:
         "become": " ".join(h.become) or None, "groups": list(h.groups), "labels": dict(h.labels),
         "discover": h.discover, "gpus": [_gpu_data(g) for g in h.gpus],
         "hooks": {"pre_apply": list(h.hooks.pre_apply), "post_apply": list(h.hooks.post_apply)},
+        "ssh_args": _ssh_data(h.ssh_args) if h.ssh_args else None,
     }
+
+
+def _ssh_data(a: SshArgs) -> dict[str, Any]:
+    return {"proxy": a.proxy, "proxy_jump": [str(j) for j in a.jumps] or None,
+            "proxy_command": list(a.command) or None, "known_hosts": a.known_hosts, "notes": list(a.notes)}
+
+
+def _via(h: Host) -> str:
+    """How the inventory says the host is reached (ssh_config's own proxies are applied when connecting)."""
+    a = h.ssh_args
+    if a is None or a.proxy is None:
+        return ""
+    if a.proxy == "jump":
+        return "jump " + ",".join(str(j) for j in a.jumps)
+    if a.proxy == "command":
+        return "ProxyCommand " + " ".join(a.command)
+    return "direct (proxy none)"
 
 
 def _slots(catalog: Catalog, g: DeclaredGpu) -> str:
@@ -42,30 +62,58 @@ def _slots(catalog: Catalog, g: DeclaredGpu) -> str:
 
 def fleet_table(inv: Inventory, catalog: Catalog) -> str:
     rows: list[list[Any]] = []
+    via = any(_via(h) for h in inv.hosts)  # a VIA column only when the inventory names a proxy
     for h in inv.hosts:
         target = f"{h.user + '@' if h.user else ''}{h.address}{':' + str(h.port) if h.port else ''}"
+        extra = [_via(h)] if via else []
         if h.discover and not h.gpus:
-            rows.append([h.name, target, "-", "(discover)", "", ""])
+            rows.append([h.name, target, *extra, "-", "(discover)", "", ""])
         for g in h.gpus:
             flags = ",".join(f for f, on in (("reserved", g.reserved), ("excluded", g.excluded)) if on)
-            rows.append([h.name, target, g.index, g.model, _slots(catalog, g), flags])
+            rows.append([h.name, target, *extra, g.index, g.model, _slots(catalog, g), flags])
     gpus = sum(len(h.gpus) for h in inv.hosts)
-    return (grid(rows, ["HOST", "SSH", "GPU", "MODEL", "LAYOUT", "FLAGS"])
-            + f"\n\n{len(inv.hosts)} hosts, {gpus} GPUs declared ({inv.source})")
+    heads = ["HOST", "SSH", *(["VIA"] if via else []), "GPU", "MODEL", "LAYOUT", "FLAGS"]
+    return grid(rows, heads) + _selection_text(inv) + f"\n\n{len(inv.hosts)} hosts, {gpus} GPUs declared ({inv.source})"
+
+
+def _selection_text(inv: Inventory) -> str:
+    """The hosts left out and why, and how the selection was made (nothing when every host is selected)."""
+    if not inv.left_out:
+        return ""
+    rows = [[lo.name, ", ".join(lo.groups) or "-", lo.reason] for lo in inv.left_out]
+    discover = sum(1 for h in inv.hosts if h.discover and not h.gpus)
+    reasons: dict[str, int] = {}
+    for lo in inv.left_out:
+        kind = ("not in the pattern" if lo.reason.startswith("not in ") else
+                "service hosts without GPUs" if lo.host is not None else "other")
+        reasons[kind] = reasons.get(kind, 0) + 1
+    why = ", ".join(f"{n} {kind}" for kind, n in reasons.items())
+    ask = ("\n(a service host without GPUs is discovered when --limit selects it or it sets migplan_discover: true)"
+           if reasons.get("service hosts without GPUs") else "")
+    return (f"\n\nLeft out ({len(inv.left_out)}):\n" + grid(rows, ["HOST", "GROUPS", "REASON"])
+            + f"\n\nselected {len(inv.hosts)} of {len(inv.hosts) + len(inv.left_out)} hosts "
+            f"({discover} to discover, {len(inv.hosts) - discover} with GPUs declared) by "
+            f"{'; then '.join(inv.selected_by) or 'every host'}; left out {len(inv.left_out)}: {why}{ask}")
 
 
 @app.command("check")
 @handle_errors
 def check(inventory: InventoryOpt = None, output: OutputOpt = None, config: ConfigOpt = None,
-          catalog: CatalogOpt = None) -> None:
-    """Validate the inventory and print the fleet as a table."""
+          catalog: CatalogOpt = None,
+          limit: Annotated[list[str] | None, typer.Option(
+              "--limit", "-l", help="Preview the hosts this Ansible host pattern selects, as discover, status and "
+                                    "apply would (comma-separated; repeatable).",
+              show_default=False, metavar="HOST-PATTERN")] = None) -> None:
+    """Validate the inventory and print the fleet as a table, with the hosts left out and why."""
     ctx = build_context(config, catalog, output)
-    inv = ctx.inventory(inventory)
+    inv = select_hosts(ctx.inventory(inventory), limit)
     known = inv.catalog(ctx.catalog)  # with the inventory's GPUs without MIG (Kubernetes labels)
     for m in sorted({known.get(g.model) for _, g in inv.gpus()}, key=lambda m: m.id):
         if not m.mig:
             info(f"note: {m.id} has no MIG: planned as whole GPUs ({m.memory_mib} MiB; {m.source})")
         elif not m.verified:
             info(f"warning: {m.id} is an unverified catalog model; check its profiles with 'migplan catalog show'")
-    data = {"source": inv.source, "hosts": [_host_data(h) for h in inv.hosts]}
+    data = {"source": inv.source, "hosts": [_host_data(h) for h in inv.hosts],
+            "left_out": [{"name": lo.name, "groups": list(lo.groups), "reason": lo.reason} for lo in inv.left_out],
+            "selected_by": list(inv.selected_by)}
     emit(data, ctx.output, lambda: fleet_table(inv, known))

@@ -24,7 +24,7 @@ from migplan.commands.context import Context
 from migplan.errors import InputError
 from migplan.fleet.discover import discover_fleet, inventory_drift
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host_dict
-from migplan.inventory import Host, Inventory
+from migplan.inventory import Host, Inventory, LeftOut
 from migplan.text import printable
 
 
@@ -46,13 +46,23 @@ def limit_patterns(limit: tuple[str, ...] | list[str] | None) -> list[str]:
 
 def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None) -> Inventory:
     """`--limit` as an Ansible host pattern (`gpu_nodes:!drained`, `a100*,&rack12`, `~regex`; each
-    --limit value is one pattern string): migplan.host_patterns, over host names and groups."""
+    --limit value is one pattern string): migplan.host_patterns, over host names and groups. The service hosts an
+    Ansible inventory without `migplan_limit` holds back (`LeftOut.host`) are candidates too: a pattern that
+    selects one asks for it. The hosts the pattern leaves out join `left_out`, with that reason."""
     patterns = limit_patterns(limit)
     if not patterns:
         return inventory
-    pinv = host_patterns.from_membership((h.name, h.groups) for h in inventory.hosts)
+    spare = [lo.host for lo in inventory.left_out if lo.host is not None]
+    candidates = (*inventory.hosts, *spare)
+    pinv = host_patterns.from_membership((h.name, h.groups) for h in candidates)
     keep = set(host_patterns.select(pinv, [item for item in limit or () if item.strip()]))
-    chosen = Inventory(inventory.source, tuple(h for h in inventory.hosts if h.name in keep), inventory.models)
+    shown = ",".join(item for item in limit or () if item.strip())
+    left = (*(lo for lo in inventory.left_out if lo.host is None),
+            *(LeftOut(h.name, h.groups, f"not in --limit {shown!r}") for h in candidates if h.name not in keep))
+    asked = [h.name for h in spare if h.name in keep]
+    how = f"--limit {shown!r}" + (f" (selecting service hosts without GPUs: {', '.join(asked)})" if asked else "")
+    chosen = Inventory(inventory.source, tuple(h for h in candidates if h.name in keep), inventory.models,
+                       left_out=left, selected_by=(*inventory.selected_by, how))
     if not chosen.hosts:
         raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
                          hint="list the hosts with 'migplan inventory check'")

@@ -6,6 +6,8 @@
   settings.py   a host's settings, shared by every source: their keys and readers, `Settings`,
                 `build_host`; Ansible variables as settings (`AnsibleHost`, `ansible_settings`)
   gpus.py       the `gpus` setting (a list, or `{model, count}`) and GPU index lists, layouts checked
+  ssh_args.py   ssh options an inventory passes (`ansible_ssh_common_args`...): ProxyJump, ProxyCommand,
+                UserKnownHostsFile honoured, anything else refused by name
   yaml_file.py  migplan's own YAML format; an Ansible YAML inventory walked into its hosts' variables
   ansible.py    Ansible beyond that file: `ansible-inventory --list` JSON, stdin, and any source
                 ansible-core reads (INI, directories, plugins); `migplan_limit` selects the hosts
@@ -13,7 +15,7 @@
   load.py       `load_inventory`/`parse_inventory`: which source a document is, and the checks all
                 hosts pass together
 
-The sources import only model.py and the shared settings (settings.py, gpus.py), never this package
+The sources import only model.py and the shared settings (settings.py, gpus.py, ssh_args.py), never this package
 or load.py, which alone imports the sources.
 May import: catalog, names, errors, yamldoc, text, host_patterns, mig_parted (a host's `mig_parted`
 setting; Kubernetes layouts).
@@ -29,6 +31,9 @@ from migplan.inventory.model import (
     Hooks,
     Host,
     Inventory,
+    JumpHop,
+    LeftOut,
+    SshArgs,
     hook_argv,
 )
 from migplan.inventory.yaml_file import MAX_HOSTS, MAX_HOSTS_PER_PATTERN, expand_pattern
@@ -44,6 +49,9 @@ __all__ = [
     "Hooks",
     "Host",
     "Inventory",
+    "JumpHop",
+    "LeftOut",
+    "SshArgs",
     "expand_pattern",
     "hook_argv",
     "load_inventory",

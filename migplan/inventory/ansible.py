@@ -11,8 +11,14 @@ directories with group_vars/host_vars, inventory plugins (README, "Ansible"; doc
 * Hosts without GPUs (control plane, etcd, bastions) are normal in these inventories: the hosts migplan
   manages are chosen with an Ansible host pattern, `migplan_limit` in the `all` group's variables (or
   a top-level `"migplan_limit": "gpu_nodes:!drained"` key), further narrowed by `--limit`
-  (migplan.host_patterns). Hosts outside the pattern are ignored; a selected host without GPU
-  facts (`migplan_gpus`) is `discover: true`.
+  (migplan.host_patterns). Hosts outside the pattern are left out (`Inventory.left_out`, with the reason);
+  a selected host without GPU facts (`migplan_gpus`) is `discover: true`.
+* Without a `migplan_limit`, a host without GPU facts that only service groups list (`SERVICE_GROUPS`: the
+  Kubernetes control plane and etcd, Slurm's controller, login and NFS nodes, a bastion, as DeepOps and
+  Kubespray name them) is not a discovery target: it is left out with that reason, unless it carries
+  `migplan_discover: true` or a `--limit` selects it (migplan.commands.fleet.select_hosts).
+* `ansible_ssh_common_args`/`ansible_ssh_extra_args` (ProxyJump, ProxyCommand, ...) are read by
+  migplan.inventory.ssh_args; anything it does not honour is an error naming the host and the option.
 * `ansible_become_password` cannot work with `sudo -n` (it never asks): a warning once per host names
   the sudoers rule that lets nvidia-smi run without one. The password is never read into a setting,
   logged or written anywhere.
@@ -29,6 +35,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -36,20 +43,31 @@ import yaml
 from migplan import host_patterns, yamldoc
 from migplan.catalog import Catalog
 from migplan.errors import InputError
-from migplan.inventory.model import Host
-from migplan.inventory.settings import AnsibleHost, Settings, ansible_settings, build_host
+from migplan.inventory.model import Host, LeftOut
+from migplan.inventory.settings import SSH_ARGS_VARS, AnsibleHost, Settings, ansible_settings, build_host
 from migplan.text import printable
 from migplan.yamldoc import Node
 
 log = logging.getLogger("migplan.ansible")
 
 LIMIT_VAR = "migplan_limit"
+ORIGINS = "migplan_origins"  # under `_meta` of the --list JSON read_with_ansible makes: where ssh options were set
 BECOME_PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password")
 LOGIN_PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")  # never used either
 # The variables migplan reads; everything else Ansible knows is dropped before it reaches migplan.
 _READ_VARS = {"ansible_host", "ansible_ssh_host", "ansible_port", "ansible_ssh_port", "ansible_user",
               "ansible_ssh_user", "ansible_ssh_private_key_file", "ansible_connection", "ansible_become",
-              "ansible_become_method", "ansible_become_user", "ansible_group_priority", LIMIT_VAR}
+              "ansible_become_method", "ansible_become_user", "ansible_group_priority", LIMIT_VAR,
+              *SSH_ARGS_VARS}
+# Groups whose hosts run services, not GPU work, as DeepOps (config.example/inventory: kube_control_plane, etcd,
+# slurm-master, slurm-nfs, slurm-cache, slurm-metric, slurm-login; before 2026 kube-master, nfs-server, maas) and
+# Kubespray (inventory/sample/inventory.ini: kube-controlplane, etcd, calico-rr, bastion) name them; compared
+# without case, '-' and '_'. A host without GPU facts that only these groups list is not discovered by default.
+SERVICE_GROUPS = ("kube_control_plane", "kube-controlplane", "kube-master", "etcd", "calico-rr", "bastion",
+                  "slurm-master", "slurm-nfs", "slurm-cache", "slurm-metric", "slurm-login", "nfs-server", "maas")
+_SERVICE_KEYS = {g.lower().replace("-", "").replace("_", "") for g in SERVICE_GROUPS}
+_GPU_FACTS = ("migplan_gpus", "migplan_discover", "migplan_mig_parted")
+SERVICE_REASON = "no GPUs declared, only in service groups"
 _GROUP_KEYS = {"hosts", "children", "vars"}
 _HOST_LAYER = 1_000_000  # host variables win over every group
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -76,22 +94,29 @@ def _names(node: Node, what: str) -> list[str]:
 
 
 def _groups(root: Node) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, Node], Node | None,
-                                 dict[str, Node]]:
-    """(direct hosts, children, vars node per group, top-level migplan_limit node, hostvars per host)."""
+                                 dict[str, Node], dict[str, dict[str, str]]]:
+    """(direct hosts, children, vars node per group, top-level migplan_limit node, hostvars per host, where
+    ansible-core found each host's ssh options)."""
     direct: dict[str, list[str]] = {}
     children: dict[str, list[str]] = {}
     gvars: dict[str, Node] = {}
     hostvars: dict[str, Node] = {}
+    origins: dict[str, dict[str, str]] = {}
     limit: Node | None = None
     for key, node in root.items():
         if key == "_meta":
-            # `_meta` also carries `profile` (ansible-inventory's own marker) and may carry more: read hostvars only
+            # `_meta` also carries `profile` (ansible-inventory's own marker) and may carry more: read hostvars, and
+            # `migplan_origins` (written by read_with_ansible: which group set a host's ssh options)
             meta = dict(node.items()) if not node.is_null else {}
             if "hostvars" in meta and not meta["hostvars"].is_null:
                 for h, hv in meta["hostvars"].items():
                     if not hv.is_null and not hv.is_map:
                         hv.fail("host variables are a mapping of name: value")
                     hostvars[h] = hv
+            if ORIGINS in meta and meta[ORIGINS].is_map:
+                for h, o in meta[ORIGINS].items():
+                    if o.is_map:
+                        origins[h] = {k: printable(v.str(), 200) for k, v in o.items() if v.is_scalar}
             continue
         if key == LIMIT_VAR:
             limit = node
@@ -109,7 +134,7 @@ def _groups(root: Node) -> tuple[dict[str, list[str]], dict[str, list[str]], dic
     for kids in children.values():
         for k in kids:
             direct.setdefault(k, [])
-    return direct, children, gvars, limit, hostvars
+    return direct, children, gvars, limit, hostvars, origins
 
 
 def _depths(children: Mapping[str, list[str]], groups: list[str], where: Node) -> dict[str, int]:
@@ -209,10 +234,11 @@ def _become_note(source: str, hname: str, layers: list[tuple[int, dict[str, Node
                 f"rule '{who} ALL=(root) NOPASSWD: /usr/bin/nvidia-smi' (visudo -f /etc/sudoers.d/migplan)")
 
 
-def list_hosts(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
+def list_hosts(root: Node, catalog: Catalog) -> Selection:
     """The hosts of an `ansible-inventory --list` document that the inventory's `migplan_limit`
-    selects (every host without one), each with the node to point errors at."""
-    direct, children, gvars, top_limit, hostvars = _groups(root)
+    selects (without one: every host but the service hosts without GPU facts), each with the node to point
+    errors at, and the hosts left out."""
+    direct, children, gvars, top_limit, hostvars, origins = _groups(root)
     group_names = list(dict.fromkeys([*direct, *children]))
     all_hosts = list(dict.fromkeys(
         [*(host_patterns.group_hosts(direct, children, "all") if "all" in direct else []),
@@ -231,11 +257,16 @@ def list_hosts(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
         {"all": tuple(all_hosts) if "all" not in direct else
          tuple(host_patterns.group_hosts(direct, children, "all")),
          **{g: tuple(host_patterns.group_hosts(direct, children, g)) for g in group_names if g != "all"}})
-    chosen = _chosen(pinv, _default_limit(top_limit, gvars, hostvars), root.source)
+    pattern = _default_limit(top_limit, gvars, hostvars)
+    chosen = _chosen(pinv, pattern, root.source)
     depth = _depths(children, group_names, root)
     order = sorted(gvars, key=lambda g: (depth.get(g, 1), _priority(gvars[g]), g))
     rank = {g: i for i, g in enumerate(order)}
     entries: dict[str, AnsibleHost] = {}
+    listed_in: dict[str, list[str]] = {}
+    for g in group_names:
+        for h in direct.get(g, ()):
+            listed_in.setdefault(h, []).append(g)
     for hname in chosen:
         hv = hostvars.get(hname)
         layers: list[tuple[int, dict[str, Node]]] = []
@@ -244,13 +275,15 @@ def list_hosts(root: Node, catalog: Catalog) -> list[tuple[Host, Node]]:
         if hv is not None and hv.is_map:
             layers.append((_HOST_LAYER, dict(hv.items())))
         entries[hname] = AnsibleHost(groups=[g for g in member[hname] if g not in ("all", "ungrouped")],
-                                     layers=layers, node=hv if hv is not None else root)
-    return build_hosts(root.source, entries, catalog)
+                                     layers=layers, node=hv if hv is not None else root,
+                                     direct=listed_in.get(hname, []), origins=origins.get(hname, {}))
+    return _selection(root.source, entries, catalog, pattern,
+                      {h: tuple(g for g in member[h] if g not in ("all", "ungrouped")) for h in all_hosts})
 
 
-def yaml_hosts(root: Node, entries: Mapping[str, AnsibleHost], catalog: Catalog) -> list[tuple[Host, Node]]:
+def yaml_hosts(root: Node, entries: Mapping[str, AnsibleHost], catalog: Catalog) -> Selection:
     """The hosts of an Ansible YAML inventory (walked by migplan.inventory.yaml_file) that its `migplan_limit`
-    (the `all` group's variable) selects."""
+    (the `all` group's variable) selects, and those left out."""
     pinv = host_patterns.from_membership((h, e.groups) for h, e in entries.items())
     pattern = None
     for key, gnode in root.items():
@@ -259,7 +292,50 @@ def yaml_hosts(root: Node, entries: Mapping[str, AnsibleHost], catalog: Catalog)
                 if k == "vars" and n.is_map:
                     pattern = next((_limit_text(v) for name, v in n.items() if name == LIMIT_VAR), None)
     chosen = _chosen(pinv, pattern, root.source)
-    return build_hosts(root.source, {h: entries[h] for h in chosen}, catalog)
+    return _selection(root.source, {h: entries[h] for h in chosen}, catalog, pattern,
+                      {h: tuple(e.groups) for h, e in entries.items()})
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What an Ansible inventory gives migplan: the hosts it manages (each with the node to point errors at), the
+    hosts left out with the reason, and how the choice was made, in words."""
+
+    hosts: list[tuple[Host, Node]]
+    left_out: tuple[LeftOut, ...]
+    selected_by: tuple[str, ...]
+
+
+def _service_only(entry: AnsibleHost) -> list[str] | None:
+    """The service groups that alone list a host without GPU facts (SERVICE_GROUPS); None when it is not one."""
+    direct = [g for g in entry.direct if g not in ("all", "ungrouped")]
+    if not direct or any(k in layer for _, layer in entry.layers for k in _GPU_FACTS):
+        return None
+    if all(g.lower().replace("-", "").replace("_", "") in _SERVICE_KEYS for g in direct):
+        return direct
+    return None
+
+
+def _selection(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalog, pattern: str | None,
+               groups: Mapping[str, tuple[str, ...]]) -> Selection:
+    """The chosen hosts built; without a pattern, service hosts without GPU facts held back (a --limit may still
+    select them: `LeftOut.host`)."""
+    left: list[LeftOut] = []
+    if pattern is not None:
+        left = [LeftOut(h, groups.get(h, ()), f"not in {LIMIT_VAR} {pattern!r}") for h in groups if h not in entries]
+        return Selection(build_hosts(source, entries, catalog), tuple(left), (f"{LIMIT_VAR} {pattern!r}",))
+    service = {h: gs for h, e in entries.items() if (gs := _service_only(e)) is not None}
+    built = build_hosts(source, entries, catalog)
+    kept = []
+    for host, node in built:
+        if host.name in service:
+            listed = ", ".join(service[host.name])
+            left.append(LeftOut(host.name, host.groups, f"{SERVICE_REASON}: {listed}", host))
+        else:
+            kept.append((host, node))
+    how = ("every host with GPUs declared or in a group other than the service groups (no migplan_limit)"
+           if service else "every host (no migplan_limit)")
+    return Selection(kept, tuple(left), (how,))
 
 
 def _chosen(pinv: host_patterns.PatternInventory, pattern: str | None, source: str) -> list[str]:
@@ -276,16 +352,24 @@ def build_hosts(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalo
     """Hosts from their merged variable layers: a host without GPU facts is `discover: true`, and a
     become password gets its warning."""
     out = []
+    notes: dict[str, list[str]] = {}
     for hname, entry in entries.items():
         node = entry.node
         assert node is not None
         layers = [(d, _settings_vars(layer)) for d, layer in entry.layers]
-        settings: Settings = ansible_settings(hname, AnsibleHost(entry.groups, layers, node), catalog)
+        merged = AnsibleHost(entry.groups, layers, node, entry.direct, entry.origins)
+        settings: Settings = ansible_settings(hname, merged, catalog)
         if "gpus" not in settings.values and "discover" not in settings.values:
             settings.set("discover", True, node)  # selected but no GPU facts: read them live
         # (an explicit migplan_discover: false without migplan_gpus stays the "lists no GPUs" error)
         _become_note(source, hname, layers, settings.values.get("user"))
-        out.append((build_host(hname, node, settings, tuple(entry.groups)), node))
+        host = build_host(hname, node, settings, tuple(entry.groups))
+        for note in host.ssh_args.notes if host.ssh_args else ():
+            notes.setdefault(note, []).append(hname)
+        out.append((host, node))
+    for note, hosts in notes.items():  # what was honoured of the hosts' ssh options, once per note (--verbose)
+        shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
+        log.debug("host%s %s: %s", "s" if len(hosts) > 1 else "", shown, note)
     return out
 
 
@@ -412,6 +496,7 @@ def _ansible_list(source: str) -> dict[str, Any]:
             raise InputError("Ansible found no hosts in this inventory", source=source,
                              hint="check it with 'ansible-inventory -i SOURCE --graph'")
         hostvars: dict[str, dict[str, Any]] = {}
+        origins: dict[str, dict[str, str]] = {}
         for h in hosts:
             merged = vm.get_vars(host=h, include_hostvars=False)
             keep: dict[str, Any] = {}
@@ -421,7 +506,10 @@ def _ansible_list(source: str) -> dict[str, Any]:
                 elif k in _READ_VARS or k.startswith("migplan_"):  # a misspelt migplan_ one: its error
                     keep[k] = _plain(v)
             hostvars[h.name] = keep
-        doc: dict[str, Any] = {"_meta": {"hostvars": hostvars}}
+            found = {k: _origin(h, k, keep[k]) for k in SSH_ARGS_VARS if k in keep}
+            if found:
+                origins[h.name] = found
+        doc: dict[str, Any] = {"_meta": {"hostvars": hostvars, ORIGINS: origins}}
         for g in inv.groups.values():
             doc[g.name] = {"hosts": [h.name for h in g.hosts], "children": [c.name for c in g.child_groups]}
         all_vars = inv.groups["all"].get_vars() if "all" in inv.groups else {}
@@ -433,6 +521,18 @@ def _ansible_list(source: str) -> dict[str, Any]:
     except AnsibleError as err:
         raise InputError(f"Ansible cannot read this inventory: {printable(str(err), 600, multiline=True)}",
                          source=source, hint="check it with 'ansible-inventory -i SOURCE --list'") from None
+
+
+def _origin(host: Any, var: str, value: Any) -> str:
+    """Where Ansible took a host's variable from, in words: its own variables, the group (Ansible's order: depth,
+    priority, name; the last wins) whose variables hold that value, else a group_vars/host_vars file."""
+    if _plain(host.get_vars().get(var)) == value:
+        return "the host's own variables"
+    groups = [g for g in host.get_groups() if var in g.get_vars() and _plain(g.get_vars()[var]) == value]
+    if groups:
+        last = sorted(groups, key=lambda g: (g.depth, g.priority, g.name))[-1]
+        return f"group {last.name!r}"
+    return "a group_vars or host_vars file"
 
 
 def _plain(v: Any) -> Any:

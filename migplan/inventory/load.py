@@ -10,7 +10,7 @@ import os
 from migplan import yamldoc
 from migplan.catalog import Catalog
 from migplan.inventory import yaml_file
-from migplan.inventory.model import Host, Inventory
+from migplan.inventory.model import Host, Inventory, LeftOut
 from migplan.yamldoc import Node
 
 
@@ -24,16 +24,18 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
         if k8s_nodes.is_node_list(root):
             return k8s_nodes.parse_nodes(root, catalog)
     hosts: list[tuple[Host, Node]]
-    if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/inventory/ansible.py)
-        from migplan.inventory import ansible
-
-        hosts = ansible.list_hosts(root, catalog)
-    elif "version" in keys or "hosts" in keys:
+    left_out: tuple[LeftOut, ...] = ()
+    selected_by: tuple[str, ...] = ()
+    if "_meta" not in keys and ("version" in keys or "hosts" in keys):
         hosts = yaml_file.native_hosts(root, catalog)
     else:
         from migplan.inventory import ansible  # migplan_limit, hosts without GPUs, become passwords
 
-        hosts = ansible.yaml_hosts(root, yaml_file.ansible_hosts(root), catalog)
+        if "_meta" in keys:  # `ansible-inventory --list` JSON (migplan/inventory/ansible.py)
+            chosen = ansible.list_hosts(root, catalog)
+        else:
+            chosen = ansible.yaml_hosts(root, yaml_file.ansible_hosts(root), catalog)
+        hosts, left_out, selected_by = chosen.hosts, chosen.left_out, chosen.selected_by
     seen_addr: dict[tuple[str, int | None], str] = {}
     for h, node in hosts:
         key = (h.address, h.port)
@@ -41,7 +43,7 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
             node.fail_key(f"hosts {seen_addr[key]!r} and {h.name!r} have the same address {h.address}"
                           + (f" and port {h.port}" if h.port else ""), hint="each host needs its own address (or port)")
         seen_addr[key] = h.name
-    return Inventory(root.source, tuple(h for h, _ in hosts))
+    return Inventory(root.source, tuple(h for h, _ in hosts), left_out=left_out, selected_by=selected_by)
 
 
 def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:

@@ -42,6 +42,33 @@ class Hooks:
 
 
 @dataclass(frozen=True)
+class JumpHop:
+    """One jump host of a ProxyJump chain, as written (`[user@]host[:port]`); ~/.ssh/config fills in the rest."""
+
+    host: str
+    port: int | None = None
+    user: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+
+
+@dataclass(frozen=True)
+class SshArgs:
+    """What an inventory's SSH options ask for (`ansible_ssh_common_args`, `ansible_ssh_extra_args`, `ssh_args`),
+    read by migplan.inventory.ssh_args; the SSH adapter acts on it. Inventory values win over ~/.ssh/config.
+
+    `proxy`: None (ssh_config decides), "none" (no proxy, whatever ssh_config says), "jump" (`jumps`, in order)
+    or "command" (`command`, an argv run without a shell, with %h %p %r %n %% still to expand)."""
+
+    proxy: str | None = None
+    jumps: tuple[JumpHop, ...] = ()
+    command: tuple[str, ...] = ()
+    known_hosts: str | None = None  # UserKnownHostsFile: the target's host key is verified against this file
+    notes: tuple[str, ...] = ()  # what was honoured, and where it came from (printed with --verbose)
+
+
+@dataclass(frozen=True)
 class Host:
     name: str
     address: str
@@ -61,6 +88,7 @@ class Host:
     driver: str | None = None  # the host's NVIDIA driver version, for the profiles the catalog marks min_driver
     state_dir: str = DEFAULT_STATE_DIR  # on the host: assignments.json and env/<workload>.env after an apply
     connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
+    ssh_args: SshArgs | None = None  # ProxyJump/ProxyCommand/UserKnownHostsFile from the inventory
 
     def gpu(self, index: int) -> DeclaredGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -73,12 +101,26 @@ class Host:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """An inventory host migplan does not manage, and why (`inventory check` prints them). `host` is set for a
+    host left out only because it has no GPU facts and sits in service groups alone: a `--limit` that names it
+    still selects it."""
+
+    name: str
+    groups: tuple[str, ...]
+    reason: str
+    host: Host | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
     source: str
     hosts: tuple[Host, ...]
     # models the inventory itself defines, not in the catalog: GPUs without MIG read from Kubernetes labels
     # (`k8s_nodes`, `catalog.whole_gpus`); a GPU's `model` names one of these or a catalog model
     models: tuple[GpuModel, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()  # hosts of the inventory that are not among `hosts`, with the reason
+    selected_by: tuple[str, ...] = ()  # how `hosts` were chosen, in words ("migplan_limit 'gpu_nodes'", ...)
 
     def catalog(self, catalog: Catalog) -> Catalog:
         """`catalog` with this inventory's own models (looked up first)."""
@@ -98,7 +140,7 @@ class Inventory:
             return self
         keep = tuple(h for h in self.hosts
                      if any(fnmatch.fnmatch(n, p) for p in patterns for n in (h.name, *h.groups)))
-        return Inventory(self.source, keep, self.models)
+        return Inventory(self.source, keep, self.models, self.left_out, self.selected_by)
 
 
 def hook_argv(line: str) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migplan import names, yamldoc
@@ -26,14 +26,36 @@ from migplan.inventory.model import (
     DeclaredGpu,
     Hooks,
     Host,
+    SshArgs,
     hook_argv,
 )
+from migplan.inventory.ssh_args import SshArgsError, parse_ssh_args
 from migplan.yamldoc import Node
 
 CONNECTIONS = ("ssh", "local")
 SETTING_KEYS = {"driver", "state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become",
                 "labels", "reserved_gpus", "excluded_gpus", "hooks", "discover", "gpus",
-                "mig_parted"}  # mig_parted: {file, config}, layouts from a mig-parted file (migplan/mig_parted.py)
+                "mig_parted",  # mig_parted: {file, config}, layouts from a mig-parted file (migplan/mig_parted.py)
+                "ssh_args"}  # ssh options: ProxyJump/-J, ProxyCommand, UserKnownHostsFile (inventory/ssh_args.py)
+SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # in this order, as Ansible's ssh plugin
+
+
+def _where(node: Node, what: str) -> str:
+    """Where a value was written, for --verbose notes: `what, key.path (file:line)`."""
+    place = f"{node.source}:{node.line}" if node.line else node.source
+    return f"{what}, {node.path} ({place})" if node.path and node.path != what else f"{what} ({place})"
+
+
+def _ssh_args(node: Node, what: str = "ssh_args", host: str | None = None, origin: str | None = None) -> SshArgs:
+    """`what`: the variable; `origin`: where ansible-core found it ("group 'all'"), when the node is in the --list
+    JSON migplan made from its answer (whose lines mean nothing to the operator)."""
+    text = node.str()
+    where = f"{what}, {origin}, {node.source}" if origin else _where(node, what)
+    try:
+        return parse_ssh_args(text, where)
+    except SshArgsError as err:
+        who = f" for host {host!r}" if host else ""
+        node.fail(f"{what}{who}{f' (set in {origin})' if origin else ''}: {err}", hint=err.hint)
 
 
 def _become(node: Node) -> tuple[str, ...]:
@@ -111,6 +133,7 @@ def read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "discover": lambda n: n.bool(),
         "gpus": lambda n: declared_gpus(n, catalog),
         "mig_parted": lambda n: _mig_parted(n, catalog),
+        "ssh_args": _ssh_args,
     }
     return readers[key](node)
 
@@ -221,6 +244,7 @@ def build_host(name: str, name_node: Node, s: Settings, groups: tuple[str, ...])
         state_dir=v.get("state_dir", DEFAULT_STATE_DIR),
         driver=v.get("driver"),
         connection=v.get("connection", "ssh"),
+        ssh_args=v.get("ssh_args"),
         become=v.get("become", ()),
         groups=groups,
         labels=tuple(sorted(v.get("labels", {}).items())),
@@ -251,6 +275,8 @@ class AnsibleHost:
     groups: list[str] = field(default_factory=list)
     layers: list[tuple[int, dict[str, Node]]] = field(default_factory=list)  # (depth, vars)
     node: Node | None = None
+    direct: list[str] = field(default_factory=list)  # the groups that list the host themselves (not by a child)
+    origins: dict[str, str] = field(default_factory=dict)  # variable -> where ansible-core found it ("group 'all'")
 
 
 def ansible_settings(hname: str, entry: AnsibleHost, catalog: Catalog) -> Settings:
@@ -258,9 +284,12 @@ def ansible_settings(hname: str, entry: AnsibleHost, catalog: Catalog) -> Settin
     s = Settings()
     become_on: tuple[bool, Node] | None = None
     extra: dict[str, tuple[str, Node]] = {}
+    ssh_vars: dict[str, Node] = {}
     for _, layer in sorted(entry.layers, key=lambda item: item[0]):  # deeper groups, then host, win
         for var, n in layer.items():
-            if var in _ANSIBLE_MAP:
+            if var in SSH_ARGS_VARS:
+                ssh_vars[var] = n
+            elif var in _ANSIBLE_MAP:
                 key = _ANSIBLE_MAP[var]
                 s.set(key, read_setting(key, n, catalog), n)
             elif var == "ansible_become":
@@ -282,4 +311,31 @@ def ansible_settings(hname: str, entry: AnsibleHost, catalog: Catalog) -> Settin
         if "ansible_become_user" in extra:
             argv += ["-u", _user(extra["ansible_become_user"][1])]
         s.set("become", tuple(argv), become_on[1])
+    _ansible_ssh_args(hname, entry, ssh_vars, s)
     return s
+
+
+def _ansible_ssh_args(hname: str, entry: AnsibleHost, ssh_vars: dict[str, Node], s: Settings) -> None:
+    """`ansible_ssh_common_args` then `ansible_ssh_extra_args` (each merged as Ansible merges variables) as one
+    ssh command line, as Ansible's ssh plugin passes them; `migplan_ssh_args` replaces both."""
+    given = [(var, ssh_vars[var]) for var in SSH_ARGS_VARS if var in ssh_vars and not ssh_vars[var].is_null
+             and ssh_vars[var].str().strip()]
+    if not given:
+        return
+    if "ssh_args" in s.values:
+        old: SshArgs = s.values["ssh_args"]
+        skipped = ", ".join(var for var, _ in given)
+        s.set("ssh_args", replace(old, notes=(*old.notes, f"{skipped} not used: migplan_ssh_args replaces it")),
+              s.nodes["ssh_args"])
+        return
+    parts = [_ssh_args(n, var, hname, entry.origins.get(var)) for var, n in given]
+    if len(parts) == 1:
+        s.set("ssh_args", parts[0], given[0][1])
+        return
+    var, node = given[-1]
+    text = " ".join(n.str() for _, n in given)
+    try:
+        both = parse_ssh_args(text, " and ".join(v for v, _ in given))
+    except SshArgsError as err:  # each is fine alone: they disagree
+        node.fail(f"{given[0][0]} and {var} for host {hname!r}: {err}", hint=err.hint)
+    s.set("ssh_args", replace(both, notes=tuple(n for p in parts for n in p.notes)), node)

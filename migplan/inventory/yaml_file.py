@@ -149,6 +149,8 @@ def _ansible_walk(gname: str, gnode: Node, depth: int, inherited: list[tuple[int
             for hname in expanded:
                 entry = hosts.setdefault(hname, AnsibleHost(node=hnode))
                 entry.groups.extend(g for g in (*path, gname) if g not in entry.groups and g != "all")
+                if gname not in entry.direct:
+                    entry.direct.append(gname)
                 entry.layers.extend(layers)
                 if not hnode.is_null:
                     entry.layers.append((10_000, dict(hnode.items())))

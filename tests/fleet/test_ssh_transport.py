@@ -25,6 +25,7 @@ from migplan.adapters.runner import (
     command_line,
 )
 from migplan.adapters.ssh import SshFleet, resolve_target
+from migplan.errors import InputError
 from migplan.inventory import Host
 
 
@@ -205,12 +206,13 @@ def test_proxyjump_goes_through_the_jump_host(fleet: Fleet, tmp_path: Path) -> N
         ssh.runner(Host(name="inner", address="inner", user=_user())).run(["true"], timeout=10)
 
 
-def test_proxycommand_is_refused_clearly(tmp_path: Path) -> None:
+def test_a_proxycommand_that_needs_a_shell_is_refused_clearly(tmp_path: Path) -> None:
     import paramiko
 
-    cfg = paramiko.SSHConfig.from_text("Host x\n  ProxyCommand nc %h %p\n")
-    with pytest.raises(Exception, match="ProxyJump"):
+    cfg = paramiko.SSHConfig.from_text("Host x\n  ProxyCommand nc %h %p 2>/dev/null\n")
+    with pytest.raises(InputError, match="needs a shell.*without one") as err:
         resolve_target(Host(name="x", address="x"), cfg)
+    assert err.value.hint is not None and "ProxyJump" in err.value.hint
 
 
 def test_bounded_parallelism_and_per_host_errors(fleet: Fleet) -> None:
