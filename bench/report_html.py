@@ -1,24 +1,42 @@
-"""The HTML report at fleet scale: render time and page size for 1,000 and 4,000 GPUs, and how long a real
-headless Chromium takes to load the page and run its script (`--dump-dom`), when chromium is installed.
+"""The HTML report at fleet scale: page size, render time, and how fast a real headless Chromium makes it usable.
 
-    python -m bench.report_html            # prints the results table (markdown)
-    python -m bench.report_html --write    # also writes bench/results/report-html.md
+    python -m bench.report_html                      # 1,000 and 7,000 GPUs, prints the results table (markdown)
+    python -m bench.report_html --write              # also writes bench/results/report-html.md
+    python -m bench.report_html --sizes 7000 --runs 3
+    python -m bench.report_html --renderer OLD.py    # the same with another report module's `render` (before/after:
+                                                     # `git show COMMIT:migplan/report_html.py > /tmp/old.py`)
 
-The plans are synthetic (seeded): A100-40GB and H100-80GB GPUs, 8 per host, each with a random maximal
-layout, a workload on 80% of the instances, a third of the GPUs changing layout. The page's content does
-not depend on how the plan was found, so no solver runs here.
+The plans are synthetic (seeded): A100-40GB and H100-80GB GPUs, 8 per host, each with a random maximal layout, a
+workload on 80% of the instances, a third of the GPUs changing layout. The page's content does not depend on how
+the plan was found, so no solver runs here.
+
+Chromium is driven over its DevTools protocol (`--remote-debugging-pipe`, no network: no name resolves), one fresh
+browser per run, the page opened from a file. Per run, from the page's own clock (`performance`, milliseconds since
+the navigation started): DOMContentLoaded (the HTML parsed and the page's script run: the overview, filters and
+search work from then on), first contentful paint, the load event; then, timed inside the page from the input to
+the next frame drawn (two `requestAnimationFrame`s): a click on the "changes only" filter, a search typed into the
+search box, and a click on one GPU's overview cell (its host opened and its detail drawn). "start to load" is the
+wall time from starting the browser process to the load event (the browser's own start-up included). The median
+of `--runs` runs is printed. A step the page does not have (the filter, the overview on the old page) is "n/a".
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import random
+import select
 import shutil
+import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import enumerate_layouts
@@ -30,6 +48,7 @@ from migplan.planner.plan import SolveInfo, Summary, instance_memory_mib
 from migplan.report_html import render
 
 CAT = builtin_catalog()
+Render = Callable[..., str]
 
 
 def synthetic_plan(n_gpus: int, seed: int = 1) -> Plan:
@@ -57,41 +76,187 @@ def synthetic_plan(n_gpus: int, seed: int = 1) -> Plan:
                 tuple(gpus), tuple(workloads))
 
 
-def chromium_load_s(page: Path) -> float | None:
-    exe = shutil.which("chromium")
-    if exe is None:
-        return None
+# --- Chromium over the DevTools protocol -----------------------------------------------------------------------
+
+class Browser:
+    """A headless Chromium driven over --remote-debugging-pipe (commands on fd 3, replies on fd 4)."""
+
+    def __init__(self, exe: str, profile: str) -> None:
+        self.to_r, self.to_w = os.pipe()
+        self.from_r, self.from_w = os.pipe()
+
+        def fds() -> None:  # dup2 onto the same number keeps close-on-exec: clear it then
+            for fd, want in ((self.to_r, 3), (self.from_w, 4)):
+                if fd == want:
+                    os.set_inheritable(fd, True)
+                else:
+                    os.dup2(fd, want)
+
+        self.proc = subprocess.Popen(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+             f"--user-data-dir={profile}", "--remote-debugging-pipe", "--host-resolver-rules=MAP * ~NOTFOUND",
+             "--window-size=1400,1000", "about:blank"],
+            preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "HOME": profile})
+        os.close(self.to_r)
+        os.close(self.from_w)
+        self.buf = b""
+        self.n = 0
+        self.session: str | None = None
+
+    def send(self, method: str, params: dict[str, Any] | None = None) -> int:
+        self.n += 1
+        msg: dict[str, Any] = {"id": self.n, "method": method, "params": params or {}}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        return self.n
+
+    def read(self, until: Callable[[dict[str, Any]], bool], timeout: float = 300.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                msg: dict[str, Any] = json.loads(raw)
+                if until(msg):
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("Chromium did not answer")
+            ready, _, _ = select.select([self.from_r], [], [], left)
+            if ready:
+                chunk = os.read(self.from_r, 1 << 16)
+                if not chunk:
+                    raise RuntimeError("Chromium closed its pipe")
+                self.buf += chunk
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        n = self.send(method, params)
+        reply = self.read(lambda m: m.get("id") == n)
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply.get("result", {})  # type: ignore[no-any-return]
+
+    def evaluate(self, expression: str) -> Any:
+        res = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True, "returnByValue": True})
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"{expression[:60]}...: {res['exceptionDetails']}")
+        return res["result"].get("value")
+
+    def close(self) -> None:
+        try:
+            self.session = None
+            self.send("Browser.close")
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            os.close(self.to_w)
+            os.close(self.from_r)
+
+
+# Timed inside the page: from the input to the second animation frame after it (the frame that shows the result).
+_FRAMES = "new Promise(function(r){requestAnimationFrame(function(){requestAnimationFrame(function(){r();});});})"
+_TIMED = ("(async function(){var t=performance.now();var ok=(function(){ACT})();if(!ok)return null;"
+          "await " + _FRAMES + ";return performance.now()-t;})()")
+FILTER = "var b=document.querySelector('[data-filter=\"changes\"]');if(!b)return false;b.click();return true;"
+SEARCH = ("var q=document.getElementById('q');if(!q)return false;q.value='gpu-0042';"
+          "q.dispatchEvent(new Event('input'));return true;")
+OPEN_GPU = ("var a=document.querySelectorAll('#grid a')[3000];if(!a)return false;a.click();"
+            "return !!document.getElementById('g3000');")
+PAGE_TIMES = ("(function(){var n=performance.getEntriesByType('navigation')[0];var p={};"
+              "performance.getEntriesByType('paint').forEach(function(e){p[e.name]=e.startTime;});"
+              "return {dcl:n.domContentLoadedEventEnd,load:n.loadEventEnd,fcp:p['first-contentful-paint']||null,"
+              "cells:document.querySelectorAll('#grid a').length};})()")
+
+
+def chromium_run(exe: str, page: Path) -> dict[str, float | None]:
+    """One fresh browser: the page's timings, the three interactions, the wall time from start to load."""
     with tempfile.TemporaryDirectory() as profile:
-        t = time.perf_counter()
-        subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                        "--host-resolver-rules=MAP * ~NOTFOUND", "--dump-dom", page.as_uri()],
-                       capture_output=True, timeout=300, check=True, env={**os.environ, "HOME": profile})
-        return time.perf_counter() - t
+        t0 = time.perf_counter()
+        b = Browser(exe, profile)
+        try:
+            target = b.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            b.session = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            b.call("Page.enable")
+            b.call("Runtime.enable")
+            b.send("Page.navigate", {"url": page.as_uri()})
+            b.read(lambda m: m.get("method") == "Page.loadEventFired", timeout=600)
+            wall = time.perf_counter() - t0
+            times = b.evaluate(PAGE_TIMES)
+            out: dict[str, float | None] = {"wall_s": wall, "dcl_ms": times["dcl"], "fcp_ms": times["fcp"],
+                                            "load_ms": times["load"], "cells": times["cells"]}
+            for name, act in (("filter_ms", FILTER), ("search_ms", SEARCH), ("open_ms", OPEN_GPU)):
+                out[name] = b.evaluate(_TIMED.replace("ACT", act))
+                b.evaluate("(function(){var q=document.getElementById('q');if(q){q.value='';"
+                           "q.dispatchEvent(new Event('input'));}var a=document.querySelector("
+                           "'[data-filter=\"all\"]');if(a)a.click();})()")
+        finally:
+            b.close()
+    return out
+
+
+def median(runs: list[dict[str, float | None]], key: str) -> float | None:
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(v for v in values if v is not None) if values else None
+
+
+def load_renderer(path: str | None) -> Render:
+    if path is None:
+        return render
+    spec = importlib.util.spec_from_file_location("report_html_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    fn: Render = module.render
+    return fn
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f} ms"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--sizes", default="1000,7000")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--renderer", help="a report module's file (its `render`), instead of migplan.report_html")
+    ap.add_argument("--keep", help="keep the pages in this directory")
     args = ap.parse_args()
+    renderer = load_renderer(args.renderer)
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        for n in (1000, 4000):
+        where = Path(args.keep or d)
+        where.mkdir(parents=True, exist_ok=True)
+        for n in (int(x) for x in args.sizes.split(",")):
             plan = synthetic_plan(n)
             t = time.perf_counter()
-            text = render(plan, CAT)
+            text = renderer(plan, CAT)
             render_s = time.perf_counter() - t
-            page = Path(d) / f"plan-{n}.html"
+            page = where / f"plan-{n}.html"
             page.write_text(text)
-            load = chromium_load_s(page)
-            rects = text.count('<rect class="inst')
-            rows.append(f"| {n} | {len(plan.workloads)} | {rects} | {len(text.encode()) / 1e6:.1f} MB | "
-                        f"{render_s:.2f} s | {f'{load:.1f} s' if load is not None else 'n/a'} |")
+            runs = [chromium_run(exe, page) for _ in range(args.runs)] if exe else []
+            size = len(text.encode())
+            cells = median(runs, "cells") if runs else None
+            rows.append(
+                f"| {n:,} | {len(plan.workloads):,} | {size / 1e6:.2f} MB | {render_s:.2f} s | "
+                + " | ".join(_ms(median(runs, k)) if runs else "n/a" for k in ("dcl_ms", "fcp_ms", "load_ms"))
+                + f" | {median(runs, 'wall_s') or 0:.2f} s | "
+                + " | ".join(_ms(median(runs, k)) if runs else "n/a" for k in ("filter_ms", "search_ms", "open_ms"))
+                + f" | {int(cells) if cells else 'n/a'} |")
     out = "\n".join([
         "## HTML report at scale (`python -m bench.report_html`)", "",
-        "Synthetic seeded plans, 8 GPUs per host; render = `migplan.report_html.render` in Python; load = a "
-        "headless Chromium opening the file and running its script (`--dump-dom`, process start included).", "",
-        "| GPUs | workloads | instance shapes | page | render | Chromium load |",
-        "|---|---|---|---|---|---|", *rows, ""])
+        "Synthetic seeded plans, 8 GPUs per host; render = `render` in Python; the rest measured in a headless "
+        f"Chromium over its DevTools protocol, median of {args.runs} fresh browsers (the page's own clock from the "
+        "navigation: DOMContentLoaded, first contentful paint, load; start to load: wall time from starting the "
+        "browser; filter / search / open: from the input to the next frame drawn).", "",
+        "| GPUs | workloads | page | render | DOMContentLoaded | first paint | load | start to load | "
+        "filter click | search | open a GPU | overview cells |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
     print(out)
     if args.write:
         Path(__file__).resolve().parent.joinpath("results", "report-html.md").write_text(out)

@@ -29,7 +29,7 @@ from migplan.model.state import state_from_inventory
 from migplan.planner.demand import Demand, fitting_profiles, whole_fits
 from migplan.planner.patterns import candidates
 from migplan.profiles import WHOLE_GPU
-from migplan.report_html import render
+from migplan.report_html import page_data, render
 from migplan.yamldoc import parse
 
 CAT = builtin_catalog()
@@ -293,10 +293,16 @@ def test_export_gives_no_config_and_no_label_for_gpus_without_mig(planned: Path)
 
 
 def test_report_draws_a_gpu_without_mig_as_a_whole_gpu(planned: Path) -> None:
+    """The page's data block (the script draws a GPU from it: tests/test_report_html.py in Chromium): the T4 and
+    the L4 as whole GPUs of models without MIG, the T4's workload on the whole GPU."""
     plan = load_plan(planned, CAT)
-    html = render(plan, CAT)
-    assert 'aria-label="t4-node GPU 0 target"' in html and "t4-infer" in html
-    assert 'aria-label="l4-node GPU 1 target"' in html and "whole GPU (no MIG)" in html
+    data = page_data(plan, CAT)
+    rows = {(data["hosts"][r[0]], r[1]): r for r in data["gpus"]}
+    for key in (("t4-node", 0), ("l4-node", 1)):
+        row = rows[key]
+        assert row[5] is None and data["models"][row[2]][3] is False  # no layout, a model without MIG
+    assert [w[0] for w in rows[("t4-node", 0)][9] if w[1] == -1] == ["t4-infer"]
+    assert data["nomig"] == "whole GPU (no MIG)" and "t4-node" in render(plan, CAT)
 
 
 def test_a_plan_may_not_carry_a_gpu_without_mig_under_a_catalog_name(planned: Path, tmp_path: Path) -> None:

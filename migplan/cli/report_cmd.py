@@ -22,12 +22,16 @@ def report(
                                             show_default=False)] = None,
     title: Annotated[str | None, typer.Option("--title", help="Page title [default: the plan's path].",
                                               show_default=False)] = None,
+    snapshot: Annotated[str | None, typer.Option(
+        "--snapshot", metavar="FILE", show_default=False,
+        help="Discovery snapshot whose GPU instance ids make the destroy commands exact [default: the plan's own "
+             "snapshot, when it was made from one].")] = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
     """Write a plan as one self-contained HTML page: every GPU's layout drawn slot by slot."""
     ctx = build_context(config, catalog, None)
-    page = run_report(ctx, plan, out, title=title)
+    page = run_report(ctx, plan, out, title=title, snapshot=snapshot, report=info)
     if out:
         info(f"report written to {out}")
     else:

@@ -1,65 +1,86 @@
-"""The plan as one self-contained HTML page: per host and GPU the current and target layout drawn slot by
-slot as SVG, a summary, search and sorting (pure: a Plan and the catalog in, a string out).
+"""The plan as one self-contained HTML page for a whole fleet (docs/report.md; pure: a Plan and the catalog in, a
+string out).
 
-Nothing is loaded from anywhere: the CSS, the script and every picture are inline, so the page works
-from a file, a mail attachment or an air-gapped laptop, and shows nothing an outside server could
-change. All text from the plan (workload and host names are untrusted input) is HTML-escaped; the
-script reads only `data-*` attributes and `textContent`, never builds HTML.
+The page holds, in this order, each section foldable (`<details>`): the fleet summary; the overview, one cell per
+GPU grouped by host, coloured by the memory its workloads use (their observed peaks against the GPU's memory),
+changed GPUs ringed, GPUs with a workload at risk or a left-out workload's processes marked, each cell a link to its
+GPU's detail; the moves; the workloads kept at risk and left out; and the GPUs by host. Filters ("changes only",
+"at risk", "left out"), a search box and the sort order act on the overview and the hosts alike.
+
+It scales by drawing on demand: the overview and the summary are HTML; every GPU's detail (its current and target
+layout slot by slot as SVG, its nvidia-smi commands, its workloads) is in one compact JSON block (`page_data`) that
+the page's script draws when the GPU's host is opened (all hosts open on a plan of at most 24 GPUs). Nothing is
+loaded from anywhere: the CSS, the script and every picture are inline (a Content-Security-Policy forbids the
+rest), so the page works from a file, a mail attachment or an air-gapped laptop. Text from the plan (workload and
+host names are untrusted) is HTML-escaped in the HTML and JSON-escaped in the data block (no `<`, `>` or `&` in
+it); the script writes only `textContent` and attributes, never HTML.
+
+The commands of each GPU are `fleet.steps.to_commands` of its actions, the one builder apply uses, so they read as
+`migplan apply --dry-run -o sh` prints them. Destroying an instance needs its live GPU instance id: with the ids a
+discovery snapshot recorded (`gi_ids`, passed in by the command that read the snapshot) the commands are exact;
+without them the destroy step is a comment naming the instances (apply reads their ids on the host).
 
 Geometry is the catalog's: a GPU is `memory_slices` cells wide (one per memory slice, in slot order as
-`nvidia-smi mig -lgipp` numbers them); an instance PROFILE@START covers cells START..START+size-1, with
-one small square per compute slice it owns (compute slices have no fixed positions, NVIDIA's MIG user
-guide, "Placements", so they are counted, not placed). The bar at an instance's foot is the observed
-memory peak of its workload against the instance's memory.
+`nvidia-smi mig -lgipp` numbers them); an instance PROFILE@START covers cells START..START+size-1, with one small
+square per compute slice it owns (compute slices have no fixed positions, NVIDIA's MIG user guide, "Placements").
 
-Every instance rectangle carries `data-side` (current|target), `data-profile`, `data-start`,
-`data-slices` and `data-workload`, so tests (and people) can check the drawing against the plan.
+  __init__.py  the page: the summary, the overview and the data block
+  assets.py    its stylesheet and script
 
-Pure: no files, processes or clock. May import: catalog, model, planner.
+Pure: no files, processes or clock. May import: catalog, model, planner, fleet (steps.py: the commands), smi (the
+read-only `-lgi` named where ids are not known).
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
+import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from migplan import smi
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import NO_MIG_PICTURE, Instance, Layout
+from migplan.fleet.steps import StepError, to_commands
+from migplan.model.diff import Op
 from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
+from migplan.model.state import GpuKey
 from migplan.planner import Plan
+from migplan.report_html.assets import CSS, SCRIPT
 
-SLOT_PX = 60  # width of one memory slice
-NO_MIG_SLOTS = 8  # a GPU without MIG is drawn as wide as an 8-slice GPU (one whole device)
-GAP_PX = 2
-SVG_HEIGHT = 58
-OPEN_HOSTS_UP_TO = 24  # GPUs: a small plan opens every host; a large one starts collapsed
+OPEN_HOSTS_UP_TO = 24  # GPUs: a small plan opens (and draws) every host; a large one starts collapsed
+LISTING_OPEN_UP_TO = 20  # rows: a longer list of workloads starts folded, so it never pushes the hosts off the page
+BIG_CELLS_UP_TO = 256  # GPUs: a small fleet's overview cells are drawn larger
+MEMORY_STEPS = (0.25, 0.5, 0.75)  # the overview's colour steps of used memory: u1 <25%, u2 <50%, u3 <75%, u4 above
+
+# A GPU's flags in the data block (and the overview cell's classes)
+CHANGED, AT_RISK, LEFT_OUT, RESERVED, EXCLUDED, MOVES = 1, 2, 4, 8, 16, 32
+# A workload's mark on its GPU
+NEW, KEPT, MOVED, RISK = 0, 1, 2, 3
+MARKS = ("new", "kept", "moved", "at-risk")
+DESTROYS = (Op.DESTROY_CI, Op.DESTROY_GI)
+
+GiIds = Mapping[GpuKey, Mapping[Instance, int]]
 
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def colour(name: str) -> str:
-    """A stable colour per workload (the same name is the same colour on every page)."""
-    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
-    return f"hsl({h % 360}, {55 + h // 360 % 25}%, {72 + h // 9000 % 10}%)"
-
-
 @dataclass(frozen=True)
-class _Cell:
-    """One instance as drawn."""
+class _Gpu:
+    """One GPU as the page shows it: its plan, model, workloads (placed and kept at risk) and flags."""
 
-    inst: Instance
-    slices: int
-    compute: int
-    memory_mib: int
+    n: int  # its position in the data block (the overview cell links to #g<n>)
+    plan: GpuPlan
+    model: GpuModel
     workloads: tuple[WorkloadPlan, ...]
-    change: str  # kept | created | destroyed
-    busy: bool  # processes run on it now (not placed by this plan: e.g. a workload left out keeps running)
+    movers: tuple[tuple[WorkloadPlan, str | None], ...]  # workloads leaving this GPU, from which instance
+    flags: int
+    used_mib: int
 
 
 def _model(plan: Plan, catalog: Catalog, model_id: str) -> GpuModel:
@@ -69,111 +90,145 @@ def _model(plan: Plan, catalog: Catalog, model_id: str) -> GpuModel:
     return catalog.get(model_id)
 
 
-def _cells(model: GpuModel, layout: Layout, other: Layout | None, ws: dict[str, list[WorkloadPlan]],
-           side: str, busy: frozenset[Instance]) -> list[_Cell]:
-    keep = set(other.instances) if other is not None else set()
+def _gpus(plan: Plan, catalog: Catalog) -> list[_Gpu]:
+    """Every GPU, by host then index, with what the page needs of it."""
+    placed: dict[GpuKey, list[WorkloadPlan]] = defaultdict(list)
+    for w in plan.workloads:
+        if w.on_gpu and w.host is not None and w.gpu is not None:
+            placed[(w.host, w.gpu)].append(w)
+    named = {w.name: w for w in plan.workloads}
+    movers: dict[GpuKey, list[tuple[WorkloadPlan, str | None]]] = defaultdict(list)
+    in_moves: set[GpuKey] = set()
+    for m in plan.migrations:
+        in_moves.add(m.source.key)
+        if m.target is not None:
+            in_moves.add(m.target.key)
+        mover = named.get(m.workload)
+        if mover is not None:
+            movers[m.source.key].append((mover, m.source.instance))
     out = []
-    for inst in layout.instances:
-        p = model.profile(inst.profile)
-        change = "kept" if inst in keep else ("destroyed" if side == "current" else "created")
-        out.append(_Cell(inst, min(p.memory_slices, model.memory_slices - inst.start), p.compute_slices,
-                         p.memory_mib, tuple(ws.get(str(inst), ())), change, inst in busy))
+    for n, g in enumerate(sorted(plan.gpus, key=lambda x: (x.host, x.index))):
+        ws = placed.get(g.key, [])
+        model = _model(plan, catalog, g.model)
+        held = {w.instance for w in ws} | {inst for _, inst in movers.get(g.key, [])}
+        flags = (CHANGED if g.actions else 0) | (AT_RISK if any(w.status == "at_risk" for w in ws) else 0)
+        # processes run there that no workload of the plan holds: where a running workload left out stays
+        if any(str(i) not in held for i in g.observed.busy) or (g.observed.whole_busy and None not in held):
+            flags |= LEFT_OUT
+        flags |= (RESERVED if g.hold == "reserved" else 0) | (EXCLUDED if g.hold == "excluded" else 0)
+        flags |= MOVES if g.key in in_moves else 0
+        out.append(_Gpu(n, g, model, tuple(ws), tuple(movers.get(g.key, ())), flags, sum(w.peak_mib for w in ws)))
     return out
 
 
-def _text(x: float, y: float, text: str, cls: str, width_px: float) -> str:
-    # about 6.2 px per character at 10 px: cut to what fits, the full text is in the <title>
-    room = max(1, int(width_px / 6.2))
-    shown = text if len(text) <= room else text[: max(1, room - 1)] + "\u2026"
-    return f'<text x="{x:.0f}" y="{y:.0f}" class="{cls}">{esc(shown)}</text>'
+def gpu_commands(g: GpuPlan, model: GpuModel, gi_ids: Mapping[Instance, int] | None) -> list[str]:
+    """The GPU's nvidia-smi commands as `migplan apply --dry-run -o sh` prints them (`fleet.steps.to_commands`).
+    Without the live GPU instance id of every instance destroyed, the destroy step is one comment naming them."""
+    if not g.actions:
+        return []
+    ids = gi_ids or {}
+    doomed = list(dict.fromkeys(a.instance for a in g.actions if a.op in DESTROYS and a.instance is not None))
+    actions = list(g.actions)
+    out = []
+    if any(i not in ids for i in doomed):
+        listing = " ".join(smi.list_gpu_instances(g.index))
+        out.append(f"# destroy {' '.join(map(str, doomed))} by their GPU instance ids (apply reads them: {listing})")
+        actions = [a for a in actions if a.op not in DESTROYS]
+    try:
+        out += [str(step) for step in to_commands(g.index, model, actions, ids)]
+    except StepError as err:
+        out.append(f"# not expressible as nvidia-smi commands: {err}")
+    return out
 
 
-def _svg(model: GpuModel, g: GpuPlan, layout: Layout | None, other: Layout | None, side: str,
-         ws: dict[str, list[WorkloadPlan]], whole: list[WorkloadPlan]) -> str:
-    width = (model.memory_slices if model.mig else NO_MIG_SLOTS) * SLOT_PX
-    parts = [f'<svg class="gpu" data-side="{side}" data-slots="{model.memory_slices}" width="{width}" '
-             f'height="{SVG_HEIGHT}" viewBox="0 0 {width} {SVG_HEIGHT}" role="img" '
-             f'aria-label="{esc(g.host)} GPU {g.index} {side}">']
+def _flat(model: GpuModel, layout: Layout | None, index: Mapping[str, int]) -> list[int] | None:
+    """A layout as [profile, start, profile, start, ...] (profiles by their index in the model's table)."""
     if layout is None:
-        label = ", ".join(w.name for w in whole) or ("MIG disabled (whole GPU)" if model.mig else NO_MIG_PICTURE)
-        fill = colour(whole[0].name) if whole else "#e4e4e4"
-        parts.append(f'<g class="whole"><title>{esc(label)}</title><rect class="whole" x="1" y="1" '
-                     f'width="{width - GAP_PX}" height="{SVG_HEIGHT - 2}" rx="4" style="fill:{fill}"/>'
-                     + _text(8, 30, label, "name", width - 16) + "</g>")
-        parts.append("</svg>")
-        return "".join(parts)
-    taken: set[int] = set()
-    cells = _cells(model, layout, other, ws, side, frozenset(g.observed.busy))
-    for c in cells:
-        taken.update(range(c.inst.start, c.inst.start + c.slices))
-    for slot in range(model.memory_slices):
-        if slot not in taken:
-            parts.append(f'<rect class="free" data-slot="{slot}" x="{slot * SLOT_PX + 1}" y="1" '
-                         f'width="{SLOT_PX - GAP_PX}" height="{SVG_HEIGHT - 2}" rx="3"/>')
-    for c in cells:
-        x, w = c.inst.start * SLOT_PX + 1, c.slices * SLOT_PX - GAP_PX
-        names = ", ".join(wl.name for wl in c.workloads)
-        peak = max((wl.peak_mib for wl in c.workloads), default=0)
-        fill = colour(c.workloads[0].name) if c.workloads else "#f2f2f2"
-        tip = f"{c.inst} ({c.memory_mib} MiB, {c.compute} compute slice{'s' if c.compute != 1 else ''}): " + (
-            f"{names}, peak {peak} MiB" if c.workloads else
-            "busy: processes run on it" if c.busy else "no workload of this plan") + f"; {c.change}"
-        parts.append(f'<g class="cell {c.change}"><title>{esc(tip)}</title>'
-                     f'<rect class="inst {c.change}" data-side="{side}" data-profile="{esc(c.inst.profile)}" '
-                     f'data-start="{c.inst.start}" data-slices="{c.slices}" data-workload="{esc(names)}" '
-                     f'x="{x}" y="1" width="{w}" height="{SVG_HEIGHT - 2}" rx="4" style="fill:{fill}"/>')
-        for k in range(c.compute):  # one square per compute slice
-            parts.append(f'<rect class="sm" x="{x + 4 + k * 7}" y="5" width="5" height="5"/>')
-        parts.append(_text(x + 4, 24, c.inst.profile, "prof", w - 6))
-        parts.append(_text(x + 4, 37, names or ("busy" if c.busy else "-"), "name", w - 6))
-        if c.workloads and c.memory_mib:
-            used = min(1.0, peak / c.memory_mib)
-            parts.append(f'<rect class="mem" x="{x + 3}" y="{SVG_HEIGHT - 12}" width="{w - 6}" height="6"/>'
-                         f'<rect class="memused{" over" if peak > c.memory_mib else ""}" x="{x + 3}" '
-                         f'y="{SVG_HEIGHT - 12}" width="{(w - 6) * used:.1f}" height="6"/>')
-        parts.append("</g>")
-    parts.append("</svg>")
-    return "".join(parts)
+        return None
+    return [x for i in layout.instances for x in (index[i.profile], i.start)]
 
 
-def _workload_line(w: WorkloadPlan) -> str:
-    mark = "at-risk" if w.status == "at_risk" else "kept" if w.kept else ("moved" if w.moved else "new")
-    mem = f"{w.peak_mib} / {w.instance_mib} MiB" if w.instance_mib else f"{w.peak_mib} MiB"
-    margin = f", margin {w.margin_mib} MiB" if w.margin_mib is not None else ""
-    return (f'<li><span class="swatch" style="background:{colour(w.name)}"></span>{esc(w.name)} '
-            f'<code>{esc(w.instance or "whole GPU")}</code> <span class="{mark}">{mark}</span> '
-            f'<span class="mem-text">peak {esc(mem)}{esc(margin)}</span></li>')
+def page_data(plan: Plan, catalog: Catalog, gi_ids: GiIds | None = None, ids_from: str = "") -> dict[str, Any]:
+    """The data block the page's script draws the details from (docs/report.md, "The data block"):
+
+    hosts: host names; models: [id, memory slices, slots drawn, MIG?, memory MiB, [[profile, memory slices,
+    compute slices, MiB], ...]]; gpus: per GPU (by host, then index) [host, index, model, flags, current, target,
+    busy, actions, commands, workloads, movers, used MiB]: current and target as [profile, start, ...] (null: MIG
+    off), busy as positions in current, workloads as [name, position in target (-1: the whole GPU), peak MiB,
+    mark (new, kept, moved, at risk), MiB of the whole GPU (0 on an instance: its profile's)], movers (workloads
+    leaving this GPU) as [name, position in current (-1: whole), peak MiB]."""
+    gpus = _gpus(plan, catalog)
+    hosts = sorted({g.plan.host for g in gpus})
+    host_n = {h: n for n, h in enumerate(hosts)}
+    models: list[GpuModel] = list(dict.fromkeys(g.model for g in gpus))
+    model_n = {m.id: n for n, m in enumerate(models)}
+    # only the profiles the plan's layouts use, in the catalog's order
+    used: dict[str, set[str]] = {m.id: set() for m in models}
+    for g in gpus:
+        for layout in (g.plan.current, g.plan.target):
+            used[g.model.id].update(i.profile for i in (layout.instances if layout is not None else ()))
+    tables = {m.id: [p for p in m.profiles if p.name in used[m.id]] for m in models}
+    index = {mid: {p.name: n for n, p in enumerate(t)} for mid, t in tables.items()}
+    rows = []
+    for g in gpus:
+        p, m = g.plan, g.model
+        cur, tgt = p.current, p.target
+        cur_pos = {str(i): n for n, i in enumerate(cur.instances)} if cur is not None else {}
+        tgt_pos = {str(i): n for n, i in enumerate(tgt.instances)} if tgt is not None else {}
+        busy = [cur_pos[str(i)] for i in p.observed.busy if str(i) in cur_pos]
+        ws = []
+        for w in g.workloads:
+            mark = RISK if w.status == "at_risk" else KEPT if w.kept else MOVED if w.moved else NEW
+            pos = tgt_pos.get(w.instance, -1) if w.instance is not None else -1
+            ws.append([w.name, pos, w.peak_mib, mark, (w.instance_mib or 0) if pos < 0 else 0])
+        movers = [[w.name, cur_pos.get(inst, -1) if inst is not None else -1, w.peak_mib] for w, inst in g.movers]
+        rows.append([host_n[p.host], p.index, model_n[m.id], g.flags, _flat(m, cur, index[m.id]),
+                     _flat(m, tgt, index[m.id]), busy, len(p.actions),
+                     gpu_commands(p, m, (gi_ids or {}).get(p.key)), ws, movers, g.used_mib])
+    return {
+        "hosts": hosts,
+        "models": [[m.id, m.memory_slices, m.memory_slices if m.mig else 8, m.mig, m.memory_mib,
+                    [[q.name, q.memory_slices, q.compute_slices, q.memory_mib] for q in tables[m.id]]]
+                   for m in models],
+        "gpus": rows,
+        "open": len(gpus) <= OPEN_HOSTS_UP_TO,
+        "ids": ids_from,
+        "nomig": NO_MIG_PICTURE,
+    }
 
 
-def _gpu_row(plan: Plan, catalog: Catalog, g: GpuPlan, placed: list[WorkloadPlan],
-             named: dict[str, WorkloadPlan]) -> tuple[str, int]:
-    model = _model(plan, catalog, g.model)
-    by_inst: dict[str, list[WorkloadPlan]] = defaultdict(list)
-    whole = []
-    for w in placed:
-        if w.instance is None:
-            whole.append(w)
-        else:
-            by_inst[w.instance].append(w)
-    kept: dict[str, list[WorkloadPlan]] = defaultdict(list)  # what runs on the current layout now
-    for inst, wl in by_inst.items():
-        kept[inst] = [w for w in wl if w.kept]
-    whole_now = [w for w in whole if w.kept]
-    for m in plan.migrations:  # moved (or stopped) workloads: where they run now
-        mover = named.get(m.workload)
-        if mover is not None and m.source.key == g.key:
-            (kept[m.source.instance] if m.source.instance is not None else whole_now).append(mover)
-    changes = len(g.actions)
-    state = g.hold or ("change" if changes else "unchanged")
-    actions = "".join(f"<li><code>{esc(a)}</code></li>" for a in g.actions) or "<li>nothing to do</li>"
-    current = _svg(model, g, g.current, g.target, "current", kept, whole_now)
-    target = _svg(model, g, g.target, g.current, "target", by_inst, whole)
-    row = (f'<section class="gpu-row" data-gpu="{g.index}" data-model="{esc(g.model)}" data-changes="{changes}">'
-           f'<h3>GPU {g.index} <span class="model">{esc(g.model)}</span> <span class="state {esc(state)}">'
-           f'{esc(state)}</span></h3><div class="pair"><figure><figcaption>current</figcaption>{current}</figure>'
-           f'<figure><figcaption>target</figcaption>{target}</figure><div class="changes"><b>changes</b>'
-           f'<ul>{actions}</ul></div></div><ul class="wl">{"".join(_workload_line(w) for w in placed)}</ul></section>')
-    return row, changes
+def _json(data: object) -> str:
+    """JSON for inside a <script> element: no `<`, `>` or `&` (a name cannot close the element or open another)."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _bucket(g: _Gpu) -> int:
+    if g.used_mib <= 0:
+        return 0
+    share = g.used_mib / g.model.memory_mib if g.model.memory_mib else 1.0
+    return 1 + sum(1 for step in MEMORY_STEPS if share >= step)
+
+
+def _cell_class(g: _Gpu) -> str:
+    marks = [f"u{_bucket(g)}"]
+    for bit, cls in ((CHANGED, "x"), (AT_RISK, "r"), (LEFT_OUT, "l"), (RESERVED | EXCLUDED, "k")):
+        if g.flags & bit:
+            marks.append(cls)
+    return " ".join(marks)
+
+
+def _overview(gpus: list[_Gpu]) -> str:
+    """One cell per GPU, grouped by host (hosts by name, GPUs by index); each a link to its detail (#g<n>)."""
+    by_host: dict[str, list[_Gpu]] = defaultdict(list)
+    for g in gpus:
+        by_host[g.plan.host].append(g)
+    out = [f'<div id="grid"{" class=big" if len(gpus) <= BIG_CELLS_UP_TO else ""}>']
+    for n, (host, gs) in enumerate(by_host.items()):
+        cells = "".join(f'<a href="#g{g.n}" class="{_cell_class(g)}"></a>' for g in gs)
+        out.append(f'<div class="hg" data-h="{n}"><span class="hn">{esc(host)}</span>{cells}</div>')
+    out.append("</div>")
+    return "".join(out)
 
 
 def _summary(plan: Plan) -> str:
@@ -205,14 +260,25 @@ def _summary(plan: Plan) -> str:
                    'instances. A longer time limit gives a plan that changes layouts.</p>')
     if s.memory_warning:
         out.append(f'<p class="warning">warning: {esc(s.memory_warning)}</p>')
-    if plan.migrations:
-        out.append('<h2>Moves (in this order)</h2><table class="moves"><tr><th>step</th><th>workload</th><th>from'
-                   '</th><th>to</th><th>how</th><th>why</th></tr>')
-        out += [f"<tr><td>{m.step}</td><td>{esc(m.workload)}</td><td>{esc(m.source)}</td>"
-                f"<td>{esc(m.target) if m.target else 'stops'}</td>"
-                f"<td>{'make before break' if m.make_before_break else 'stop first'}</td><td>{esc(m.reason)}</td></tr>"
-                for m in plan.migrations]
-        out.append("</table>")
+    return "".join(out)
+
+
+def _moves(plan: Plan) -> str:
+    if not plan.migrations:
+        return ""
+    open_attr = " open" if len(plan.migrations) <= LISTING_OPEN_UP_TO else ""
+    rows = "".join(f"<tr><td>{m.step}</td><td>{esc(m.workload)}</td><td>{esc(m.source)}</td>"
+                   f"<td>{esc(m.target) if m.target else 'stops'}</td>"
+                   f"<td>{'make before break' if m.make_before_break else 'stop first'}</td><td>{esc(m.reason)}</td>"
+                   "</tr>" for m in plan.migrations)
+    return (f'<details class="sec listing moves" id="s-moves"{open_attr}><summary><h2>Moves ({len(plan.migrations)})'
+            '</h2> <span class="meta">in this order; apply runs the commands of the GPUs they touch around them'
+            '</span></summary><table class="moves"><tr><th>step</th><th>workload</th><th>from</th><th>to</th>'
+            f"<th>how</th><th>why</th></tr>{rows}</table></details>")
+
+
+def _listings(plan: Plan) -> str:
+    out = []
     risky = [w for w in plan.workloads if w.status == "at_risk"]
     if risky:
         out.append(_listing("Kept at risk", "running where they are: the peak fits, peak + headroom does not", risky,
@@ -226,9 +292,6 @@ def _summary(plan: Plan) -> str:
     return "".join(out)
 
 
-LISTING_OPEN_UP_TO = 20  # rows: a longer list of workloads starts folded, so it never pushes the hosts off the page
-
-
 def _listing(title: str, what: str, rows: list[WorkloadPlan], headers: tuple[str, ...],
              cells: Callable[[WorkloadPlan], tuple[object, ...]]) -> str:
     """One foldable table of workloads, open when short (a 219-row list once filled 6,000 pixels, issue 23)."""
@@ -237,54 +300,81 @@ def _listing(title: str, what: str, rows: list[WorkloadPlan], headers: tuple[str
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{esc('' if c is None else str(c))}</td>" for c in cells(w)) + "</tr>"
                    for w in rows)
-    return (f'<details class="listing {css}"{open_attr}><summary><h2>{esc(title)} ({len(rows)})</h2> '
-            f'<span class="meta">{esc(what)}</span></summary><table class="{css}"><tr>{head}</tr>{body}</table>'
+    return (f'<details class="sec listing {css}" id="s-{css}"{open_attr}><summary><h2>{esc(title)} ({len(rows)})'
+            f'</h2> <span class="meta">{esc(what)}</span></summary><table class="{css}"><tr>{head}</tr>{body}</table>'
             "</details>")
 
 
-def render(plan: Plan, catalog: Catalog, *, title: str = "migplan plan") -> str:
-    """The whole page."""
-    placed: dict[tuple[str | None, int | None], list[WorkloadPlan]] = defaultdict(list)
-    for w in plan.workloads:
-        if w.on_gpu:
-            placed[(w.host, w.gpu)].append(w)
-    named = {w.name: w for w in plan.workloads}
-    by_host: dict[str, list[GpuPlan]] = defaultdict(list)
-    for g in plan.gpus:
-        by_host[g.host].append(g)
-    open_attr = " open" if len(plan.gpus) <= OPEN_HOSTS_UP_TO else ""
-    hosts = []
-    for host in sorted(by_host):
-        rows, total, changing = [], 0, 0
-        words = [host]
-        for g in sorted(by_host[host], key=lambda x: x.index):
-            ws = placed.get((g.host, g.index), [])
-            row, n = _gpu_row(plan, catalog, g, ws, named)
-            rows.append(row)
-            total += n
-            changing += 1 if n else 0
-            words += [g.model, *(w.name for w in ws)]
-        n_ws = sum(len(placed.get((host, g.index), [])) for g in by_host[host])
-        search = " ".join(words).lower()
-        hosts.append(f'<details class="host" data-host="{esc(host)}" data-changes="{total}" '
-                     f'data-search="{esc(search)}"{open_attr}><summary><b>{esc(host)}</b> '
-                     f'<span class="meta">{len(by_host[host])} GPU(s), {n_ws} workload(s), '
-                     f'{changing} changing ({total} action(s))</span></summary>{"".join(rows)}</details>')
+def _filters(gpus: list[_Gpu], plan: Plan) -> str:
+    n = len(gpus)
+    changed = sum(1 for g in gpus if g.flags & CHANGED)
+    risky = sum(1 for g in gpus if g.flags & AT_RISK)
+    left = sum(1 for g in gpus if g.flags & LEFT_OUT)
+    left_out = sum(1 for w in plan.workloads if not w.on_gpu)
+    buttons = (("all", f"all GPUs ({n:,})", "every GPU"),
+               ("changes", f"changes only ({changed:,})", "GPUs whose layout changes"),
+               ("at-risk", f"at risk ({risky:,})", "GPUs with a workload kept at risk"),
+               ("left-out", f"left out ({left_out:,} workloads, {left:,} GPUs)",
+                "the workloads left out, and the GPUs where processes run that no workload of the plan holds "
+                "(where a running workload left out stays)"))
+    return ('<div class="filters" role="group" aria-label="filter">' + "".join(
+        f'<button type="button" data-filter="{k}" title="{esc(tip)}" aria-pressed="{"true" if k == "all" else "false"}"'
+        f">{esc(text)}</button>" for k, text, tip in buttons) + "</div>")
+
+
+def _legend() -> str:
+    cells = " ".join(f'<span><i class="cell {c}"></i>{esc(t)}</span>' for c, t in (
+        ("u0", "no workload"), ("u1", "< 25% of its memory used"), ("u2", "< 50%"), ("u3", "< 75%"),
+        ("u4", "75% or more"), ("u0 x", "layout changes"), ("u0 r", "a workload at risk"),
+        ("u0 l", "processes outside the plan"), ("u0 k", "reserved or excluded")))
+    return (f'<p class="legend">{cells} <span class="meta">memory used: the observed peaks of the workloads '
+            "the plan places on the GPU, against its memory</span></p>")
+
+
+def _svg_legend() -> str:
+    return ('<p class="legend"><span><svg width="18" height="12"><rect class="inst kept" x="1" y="1" width="16" '
+            'height="10"/></svg> kept</span> <span><svg width="18" height="12"><rect class="inst created" x="1" '
+            'y="1" width="16" height="10"/></svg> created</span> <span><svg width="18" height="12"><rect '
+            'class="inst destroyed" x="1" y="1" width="16" height="10"/></svg> destroyed</span> <span><svg '
+            'width="18" height="12"><rect class="free" x="1" y="1" width="16" height="10"/></svg> free slice</span> '
+            '<span><svg width="18" height="12"><rect class="sm" x="6" y="3" width="5" height="5"/></svg> compute '
+            'slice</span> <span><svg width="30" height="12"><rect class="mem" x="1" y="3" width="28" height="6"/>'
+            '<rect class="memused" x="1" y="3" width="18" height="6"/></svg> peak memory / instance (or whole GPU) '
+            "memory</span></p>")
+
+
+def render(plan: Plan, catalog: Catalog, *, title: str = "migplan plan", gi_ids: GiIds | None = None,
+           ids_from: str = "") -> str:
+    """The whole page. `gi_ids`: the live GPU instance ids per GPU (from the discovery snapshot the plan was made
+    from, `ids_from` naming it), for the exact destroy commands."""
+    gpus = _gpus(plan, catalog)
+    data = page_data(plan, catalog, gi_ids, ids_from)
     meta = " · ".join(esc(x) for x in _meta(plan))
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
-            f'script-src \'unsafe-inline\'; img-src data:">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
-            f'<title>{esc(title)}</title>'
-            f"<style>{_CSS}</style></head><body><header><h1>{esc(title)}</h1><p class=\"meta\">{meta}</p></header>"
-            f"<main><h2>Summary</h2>{_summary(plan)}<h2>Hosts</h2>"
-            f'<div class="controls"><input id="q" type="search" placeholder="search hosts, models, workloads" '
-            f'aria-label="search"> <label>sort by <select id="sort"><option value="host">host</option>'
-            f'<option value="changes">changes (actions)</option></select></label> '
-            f'<button id="open" type="button">expand all</button> '
-            f'<button id="close" type="button">collapse all</button> <span id="count"></span></div>'
-            f'<div class="legend">{_legend()}</div>'
-            f'<div id="hosts">{"".join(hosts)}</div></main><script>{_JS}</script></body></html>\n')
+    ids_note = (f"GPU instance ids from {esc(ids_from)}" if ids_from else
+                "GPU instance ids not known here: destroy steps name the instances")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+        'script-src \'unsafe-inline\'; img-src data:">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f'<header><h1>{esc(title)}</h1><p class="meta">{meta}</p></header>'
+        '<div class="bar">' + _filters(gpus, plan) +
+        '<input id="q" type="search" placeholder="search hosts, models, workloads" aria-label="search"> '
+        '<label>sort hosts by <select id="sort"><option value="host">name</option>'
+        '<option value="changes">changes (actions)</option></select></label> '
+        '<button id="open" type="button">expand all</button> <button id="close" type="button">collapse all</button> '
+        '<span id="count"></span></div><main>'
+        '<noscript><p class="warning">The overview and the summary work without JavaScript; the per-GPU drawings, '
+        "commands and the filters need it.</p></noscript>"
+        f'<details class="sec" id="s-summary" open><summary><h2>Fleet summary</h2></summary>{_summary(plan)}</details>'
+        '<details class="sec" id="s-overview" open><summary><h2>Overview</h2> <span class="meta">one cell per GPU, '
+        f"grouped by host; click a cell for its GPU</span></summary>{_legend()}{_overview(gpus)}</details>"
+        f"{_moves(plan)}{_listings(plan)}"
+        '<details class="sec" id="s-gpus" open><summary><h2>GPUs by host</h2> <span class="meta">current and target '
+        f"layout, nvidia-smi commands ({ids_note}), workloads; a host is drawn when opened</span></summary>"
+        f'{_svg_legend()}<div id="hosts"></div></details></main>'
+        f'<script id="data" type="application/json">{_json(data)}</script><script>{SCRIPT}</script></body></html>\n')
 
 
 def _meta(plan: Plan) -> Iterable[str]:
@@ -293,64 +383,3 @@ def _meta(plan: Plan) -> Iterable[str]:
         yield f"created {plan.created_at}"
     yield f"planned from {plan.source}"
     yield f"state {plan.fingerprint[:19]}"
-
-
-def _legend() -> str:
-    return ('<span><svg width="18" height="12"><rect class="inst kept" x="1" y="1" width="16" height="10"/></svg> '
-            'kept</span> <span><svg width="18" height="12"><rect class="inst created" x="1" y="1" width="16" '
-            'height="10"/></svg> created</span> <span><svg width="18" height="12"><rect class="inst destroyed" '
-            'x="1" y="1" width="16" height="10"/></svg> destroyed</span> <span><svg width="18" height="12"><rect '
-            'class="free" x="1" y="1" width="16" height="10"/></svg> free slice</span> <span><svg width="18" '
-            'height="12"><rect class="sm" x="6" y="3" width="5" height="5"/></svg> compute slice</span> '
-            '<span><svg width="30" height="12"><rect class="mem" x="1" y="3" width="28" height="6"/><rect '
-            'class="memused" x="1" y="3" width="18" height="6"/></svg> peak memory / instance memory</span>')
-
-
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222;background:#fafafa}
-header{background:#1f3b57;color:#fff;padding:12px 20px}header h1{margin:0;font-size:20px}
-header .meta{margin:4px 0 0;color:#cfe0f0}main{padding:8px 20px 40px}
-h2{font-size:16px;margin:18px 0 8px}table{border-collapse:collapse;background:#fff}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f0f3f6}
-.warning{color:#a40;font-weight:600}.controls{margin:6px 0 10px}.controls input{width:280px;padding:4px}
-.legend span{margin-right:14px;font-size:12px;color:#555}.legend svg{vertical-align:middle}
-.legend rect.inst{fill:#f2f2f2}
-details.host{background:#fff;border:1px solid #d5dbe1;border-radius:6px;margin:6px 0;padding:4px 10px}
-details.host summary{cursor:pointer;padding:4px 0}details.host .meta{color:#666;margin-left:8px}
-.gpu-row{border-top:1px solid #eee;padding:6px 0}.gpu-row h3{font-size:13px;margin:2px 0 4px}
-.model{color:#555;font-weight:400}.state{font-size:11px;padding:1px 6px;border-radius:8px;background:#e8e8e8}
-.state.change{background:#ffe2b8}.state.reserved,.state.excluded{background:#d9e6ff}
-.pair{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}figure{margin:0}
-figcaption{font-size:11px;color:#666}.changes{font-size:12px}.changes ul{margin:2px 0;padding-left:16px}
-svg.gpu{display:block;background:#fff}rect.free{fill:#fff;stroke:#bbb;stroke-dasharray:3 2}
-rect.inst{stroke:#555;stroke-width:1}rect.inst.created{stroke:#0a7d2c;stroke-width:2.5;stroke-dasharray:6 3}
-rect.inst.destroyed{stroke:#c0262d;stroke-width:2.5;opacity:.75}rect.whole{stroke:#555}
-rect.sm{fill:#36506b}rect.mem{fill:#fff;stroke:#777;stroke-width:.5}rect.memused{fill:#36506b}
-rect.memused.over{fill:#c0262d}text{font-size:10px;fill:#111}text.prof{font-weight:600}
-ul.wl{list-style:none;margin:4px 0;padding:0;font-size:12px;columns:2 320px}
-.swatch{display:inline-block;width:10px;height:10px;border:1px solid #777;margin-right:4px}
-.kept{color:#555}.moved{color:#a40;font-weight:600}.new{color:#0a7d2c;font-weight:600}.mem-text{color:#666}
-code{font-size:12px}
-"""
-
-# Search filters hosts by the words in data-search; sorting re-appends the host elements. Only
-# attributes and textContent are read or written: nothing from the plan is ever parsed as HTML.
-_JS = """
-(function(){
-var box=document.getElementById('hosts'),q=document.getElementById('q'),sort=document.getElementById('sort');
-var count=document.getElementById('count');
-function hosts(){return Array.prototype.slice.call(box.querySelectorAll('details.host'));}
-function show(){var t=q.value.trim().toLowerCase(),n=0,all=hosts();
-all.forEach(function(h){var ok=!t||h.getAttribute('data-search').indexOf(t)>=0;h.hidden=!ok;if(ok)n++;});
-count.textContent=n+' of '+all.length+' host(s)';}
-function order(){var by=sort.value,all=hosts();all.sort(function(a,b){
-if(by==='changes'){var d=(+b.getAttribute('data-changes'))-(+a.getAttribute('data-changes'));if(d)return d;}
-var x=a.getAttribute('data-host'),y=b.getAttribute('data-host');return x<y?-1:x>y?1:0;});
-all.forEach(function(h){box.appendChild(h);});}
-q.addEventListener('input',show);sort.addEventListener('change',function(){order();show();});
-document.getElementById('open').addEventListener('click',function(){hosts().forEach(function(h){if(!h.hidden)h.open=true;});});
-document.getElementById('close').addEventListener('click',function(){hosts().forEach(function(h){h.open=false;});});
-var p=new URLSearchParams(location.search);if(p.get('sort')){sort.value=p.get('sort');order();}
-if(p.get('q')){q.value=p.get('q');}show();document.body.setAttribute('data-ready','1');
-})();
-"""
