@@ -10,7 +10,8 @@ migplan.inventory.ssh_args) or else from ssh_config, with OpenSSH's meaning:
 
 * ProxyJump `a,b`: a chain of real SSH connections, each jump host resolved against ssh_config like any host
   (its own ProxyJump or ProxyCommand included, as `ssh -J` does) and its key verified against known_hosts; each
-  next hop is reached through a `direct-tcpip` channel of the previous one, passed to paramiko as `sock=`;
+  next hop is reached through a `direct-tcpip` channel of the previous one, passed to paramiko as `sock=`. A jump
+  host without an IdentityFile of its own is offered the inventory's key_file (ssh-agent and ~/.ssh/id_* too);
 * ProxyCommand: `_ProxyCommand` (paramiko.ProxyCommand, without a shell) reaches the first hop, with `%h %p %r
   %n %%` expanded from the resolved host, port and user (ssh_config's raw text is kept for that: paramiko would
   expand it with ssh_config's values, not the inventory's); what it prints on stderr goes into the error when the
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import getpass
 import itertools
 import logging
@@ -443,6 +445,8 @@ def resolve_target(host: Host, config: paramiko.SSHConfig | None) -> SshTarget:
         elif found is not None:
             proxy = ("command", _config_command(config, host.address, found[1]))
     jumps, command = _route(config, endpoint, host.address, proxy)
+    if host.key_file:  # a jump host without an IdentityFile of its own is offered the inventory's key too
+        jumps = [j if j.key_files else dataclasses.replace(j, key_files=endpoint.key_files) for j in jumps]
     known = os.path.expanduser(args.known_hosts) if args is not None and args.known_hosts else None
     return SshTarget(name=host.name, endpoint=endpoint, jumps=tuple(jumps), become=tuple(host.become),
                      proxy_command=command, known_hosts=known)

@@ -13,7 +13,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sshd import SimHost, SshServer, SudoUsers, ensure_sshd
+from sshd import NetNamespace, SimHost, SshServer, SudoUsers, ensure_sshd
 
 from migplan.adapters.ssh import SshOptions
 
@@ -31,6 +31,64 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+@dataclass
+class JumpLab:
+    """A jump host and a host reachable only through it (tests/fleet/sshd.py, "A jump host and a host behind
+    it"): `jump` listens on 127.0.0.1 here and runs `sshd -i` in the lab's namespace, where `target`'s sshd listens
+    on 127.0.0.2 (with the nvidia-smi simulator). Each has its own host key; both accept `client_key`."""
+
+    jump: SshServer
+    target: SshServer
+    netns: NetNamespace
+
+    @property
+    def client_key(self) -> Path:
+        return self.jump.client_key
+
+    @property
+    def behind(self) -> SimHost:
+        return self.target.hosts[0]
+
+    def known_hosts_text(self) -> str:
+        return self.jump.known_hosts_line("127.0.0.1") + self.target.known_hosts_line(self.behind.address)
+
+    def connect_directly_refused(self) -> bool:
+        """True when nothing answers at the target's address and port here (so reaching it proves the jump)."""
+        import socket
+
+        try:
+            with socket.create_connection((self.behind.address, self.target.port), timeout=2):
+                return False
+        except ConnectionRefusedError:
+            return True
+
+
+@pytest.fixture(scope="session")
+def jump_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JumpLab]:
+    sshd, reason = ensure_sshd()
+    if sshd is None:
+        pytest.skip(reason)
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed (openssh-client)")
+    netns, why = NetNamespace.start()
+    if netns is None:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("jump-lab")
+    jump = SshServer(root / "jump", sshd, count=1, first=1, netns=netns, inetd=True)
+    target: SshServer | None = None
+    try:
+        jump.start()
+        target = SshServer(root / "target", sshd, count=1, first=2, netns=netns,
+                           authorized=(jump.client_key.with_suffix(".pub").read_text().strip(),))
+        target.start()
+        yield JumpLab(jump, target, netns)
+    finally:
+        for server in (target, jump):
+            if server is not None:
+                server.stop()
+        netns.stop()
 
 
 @pytest.fixture(scope="session")

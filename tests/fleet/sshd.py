@@ -21,6 +21,13 @@ real one - and the same per-host MIGPLAN_SIM_* variables (sshd uses the first Se
 
 The server has its own ed25519 host key and accepts one client key; `known_hosts` lists the host
 key for every address, so host-key checking stays on in tests.
+
+A jump host and a host behind it (`JumpLab`, tests/fleet/conftest.py's `jump_lab`, root only): a network
+namespace of their own (`NetNamespace`: `unshare --net`, only its loopback up) in which a second `SshServer`
+(`netns=`) runs the target's `sshd -D` on 127.0.0.2, so nothing in the tests' own namespace reaches it (a direct
+connection is refused); and a third, `inetd=True`, whose listening socket is on 127.0.0.1 in the tests' namespace
+and which starts one `sshd -i` per connection inside the lab's namespace (`nsenter`; what systemd's sshd.socket
+with Accept=yes does): the real jump host, the only way in. Each server has its own host key.
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import select
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,14 +168,74 @@ class SimHost:
                 child.unlink()
 
 
+# Run in the new namespace by `unshare --net`: bring its loopback up (SIOCGIFFLAGS/SIOCSIFFLAGS, IFF_UP; no `ip`
+# needed), say so, and live until the tests close its stdin.
+_NETNS_HOLDER = """
+import fcntl, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0)))[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@dataclass
+class NetNamespace:
+    """A network namespace with only its own loopback, held by a small process; `prefix` runs a command in it."""
+
+    proc: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls) -> tuple[NetNamespace | None, str]:
+        """The namespace, or (None, why not): it needs root (CAP_SYS_ADMIN) and util-linux's unshare and nsenter."""
+        if os.geteuid() != 0:
+            return None, "a network namespace for the jump host tests needs root (unshare --net)"
+        missing = [t for t in ("unshare", "nsenter") if _tool(t) is None]
+        if missing:
+            return None, f"{', '.join(missing)} not found (util-linux)"
+        proc = subprocess.Popen([str(_tool("unshare")), "--net", "--", sys.executable, "-c", _NETNS_HOLDER],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        ready = select.select([proc.stdout], [], [], 10)[0]
+        line = proc.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            return None, f"unshare --net failed: {err.decode(errors='replace').strip()[-300:] or 'no answer'}"
+        return cls(proc), ""
+
+    @property
+    def prefix(self) -> list[str]:
+        return [str(_tool("nsenter")), f"--net=/proc/{self.proc.pid}/ns/net"]
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
 @dataclass
 class SshServer:
+    """sshd serving `count` simulated hosts on 127.0.0.`first`... (see the module's notes). `netns`: sshd runs in
+    that namespace (ready when its log says it listens); `inetd`: a listening socket here, and one `sshd -i` per
+    connection (in `netns` when given); `authorized`: public keys accepted besides the server's own client key."""
+
     root: Path
     sshd: str
     count: int = 24
     port: int = 0
     hosts: list[SimHost] = field(default_factory=list)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    first: int = 2
+    netns: NetNamespace | None = None
+    inetd: bool = False
+    authorized: tuple[str, ...] = ()
+    _listener: socket.socket | None = None
 
     @property
     def client_key(self) -> Path:
@@ -188,7 +257,8 @@ class SshServer:
         self.root.mkdir(parents=True, exist_ok=True)
         keygen(self.root / "host_ed25519", "migplan-test-host")
         keygen(self.client_key, "migplan-test-client")
-        shutil.copy(self.client_key.with_suffix(".pub"), self.root / "authorized_keys")
+        keys = [self.client_key.with_suffix(".pub").read_text().strip(), *self.authorized]
+        (self.root / "authorized_keys").write_text("".join(k + "\n" for k in keys))
         common = self.root / "common-bin"
         common.mkdir()
         (common / "sudo").write_text(PASS_SUDO)
@@ -196,7 +266,7 @@ class SshServer:
         (common / "python3").symlink_to(sys.executable)
         self.hosts = []
         for i in range(self.count):
-            h = SimHost(f"127.0.0.{i + 2}", self.root / "hosts" / f"127.0.0.{i + 2}")
+            h = SimHost(f"127.0.0.{i + self.first}", self.root / "hosts" / f"127.0.0.{i + self.first}")
             h.bin.mkdir(parents=True)
             self.hosts.append(h)
         if os.geteuid() == 0:
@@ -243,17 +313,48 @@ class SshServer:
 
     def _launch(self, config: Path, log: Path, chunk: list[SimHost]) -> str:
         log.write_text("")
-        proc = subprocess.Popen([self.sshd, "-D", "-f", str(config), "-E", str(log)],
+        prefix = self.netns.prefix if self.netns is not None else []
+        if self.inetd:
+            return self._serve_inetd([*prefix, self.sshd, "-i", "-f", str(config), "-E", str(log)], chunk)
+        proc = subprocess.Popen([*prefix, self.sshd, "-D", "-f", str(config), "-E", str(log)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(proc)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return log.read_text()[-2000:] or "sshd exited"
-            if all(self._listening(h.address) for h in (chunk[0], chunk[-1])):
+            if self.netns is not None:  # not reachable from here: its log says when it listens
+                said = log.read_text()
+                if all(f"Server listening on {h.address} port {self.port}." in said for h in (chunk[0], chunk[-1])):
+                    return ""
+            elif all(self._listening(h.address) for h in (chunk[0], chunk[-1])):
                 return ""
             time.sleep(0.05)
         return "timed out waiting for sshd to listen"
+
+    def _serve_inetd(self, argv: list[str], chunk: list[SimHost]) -> str:
+        """A socket listening here on the first host's address, and `argv` (sshd -i) for each connection, with
+        the connection as its stdin and stdout."""
+        listener = socket.socket()
+        try:
+            listener.bind((chunk[0].address, self.port))
+        except OSError as err:
+            listener.close()
+            return f"cannot listen on {chunk[0].address}:{self.port}: {err}"
+        listener.listen(64)
+        self._listener = listener
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:  # closed by stop()
+                    return
+                with conn:
+                    self.procs.append(subprocess.Popen(argv, stdin=conn, stdout=conn, stderr=subprocess.DEVNULL))
+
+        threading.Thread(target=accept, name=f"inetd-{self.port}", daemon=True).start()
+        return ""
 
     def _listening(self, address: str) -> bool:
         try:
@@ -263,7 +364,10 @@ class SshServer:
             return False
 
     def stop(self) -> None:
-        for proc in self.procs:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for proc in list(self.procs):
             if proc.poll() is None:
                 proc.terminate()
                 try:
