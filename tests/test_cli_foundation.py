@@ -320,7 +320,7 @@ def test_an_unknown_option_is_one_error_line_on_every_command(run) -> None:  # t
 @pytest.mark.parametrize(("argv", "want"), [
     (["apply", "--timeout", "inf", "plan.yaml"], "error: Invalid value for '--timeout'"),
     (["propose", "-o", "xml"], "error: Invalid value for '-o' / '--output'"),
-    (["report"], "error: Missing argument 'plan'"),
+    (["report"], "error: Missing argument 'PLAN'"),  # the argument as its usage line names it (issue 25)
     (["apply", "plan.yaml", "--timeout"], "error: Option '--timeout' requires an argument"),
     (["propse"], "error: No such command 'propse'. Did you mean 'propose'?"),
     (["catalog", "nope"], "error: No such command 'nope'"),

@@ -17,11 +17,11 @@ from migplan.commands.report import report as run_report
 
 @handle_errors
 def report(
-    plan: Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.")],
-    out: Annotated[str | None, typer.Option("--out", help="Write the page here (default: stdout).",
-                                            show_default=False)] = None,
+    plan: Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.", metavar="PLAN")],
+    out: Annotated[str | None, typer.Option("--out", help="Write the page here [default: stdout].",
+                                            show_default=False, metavar="FILE")] = None,
     title: Annotated[str | None, typer.Option("--title", help="Page title [default: the plan's path].",
-                                              show_default=False)] = None,
+                                              show_default=False, metavar="TITLE")] = None,
     snapshot: Annotated[str | None, typer.Option(
         "--snapshot", metavar="FILE", show_default=False,
         help="Discovery snapshot whose GPU instance ids make the destroy commands exact [default: the plan's own "
