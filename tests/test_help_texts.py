@@ -3,7 +3,8 @@ metavars that say what to give (FILE, DIR, N, SECONDS, table|json|yaml), argumen
 names, and the shell-completion options on `migplan --help` only.
 
 The help of every command and sub-command is rendered, as `migplan ... --help` prints it, at a fixed terminal
-width; the tree is walked as click resolves it, so the lazily loaded commands (app.COMMANDS) are all in it.
+width (click's plain help at the runner's 80 columns; COLUMNS fixes rich's, which typer draws with markup on);
+the tree is walked as click resolves it, so the lazily loaded commands (app.COMMANDS) are all in it.
 Each check collects every offending command and option before failing, so one run names them all."""
 
 from __future__ import annotations
@@ -182,3 +183,14 @@ def test_every_value_has_a_metavar_and_arguments_are_capitals(helps: list[Help])
             elif shown not in usage:
                 bad.append(f"{h.name} argument {p.name}: {shown!r} not on the usage line {usage!r}")
     assert not bad, "values without an operator's metavar:\n" + "\n".join(bad)
+
+
+def test_the_help_quoted_in_the_docs_is_what_migplan_prints(helps: list[Help]) -> None:
+    """docs/README.md quotes `migplan export mig-parted -h` (up to its "...", as a terminal of 80 columns or more
+    prints it): the words quoted are the words printed (the runner wraps at 80 columns, a terminal at 78)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "README.md").read_text()
+    quoted = " ".join(page.split("$ migplan export mig-parted -h\n", 1)[1].split("\n...\n", 1)[0].split())
+    printed = " ".join(next(h for h in helps if h.words == ("export", "mig-parted")).text.split())
+    assert len(quoted) > 300 and printed.startswith(quoted), f"{quoted}\n!=\n{printed}"
