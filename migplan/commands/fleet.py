@@ -6,6 +6,7 @@ data; per-host failures are part of the result (`Snapshot.failed`), never an exc
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,8 +62,8 @@ def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None
             *(LeftOut(h.name, h.groups, f"not in --limit {shown!r}") for h in candidates if h.name not in keep))
     asked = [h.name for h in spare if h.name in keep]
     how = f"--limit {shown!r}" + (f" (selecting service hosts without GPUs: {', '.join(asked)})" if asked else "")
-    chosen = Inventory(inventory.source, tuple(h for h in candidates if h.name in keep), inventory.models,
-                       left_out=left, selected_by=(*inventory.selected_by, how))
+    chosen = dataclasses.replace(inventory, hosts=tuple(h for h in candidates if h.name in keep), left_out=left,
+                                 selected_by=(*inventory.selected_by, how))
     if not chosen.hosts:
         raise InputError(f"--limit {','.join(patterns)} matches no host of {inventory.source}",
                          hint="list the hosts with 'migplan inventory check'")

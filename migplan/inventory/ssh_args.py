@@ -134,11 +134,15 @@ def _options(tokens: list[str]) -> list[tuple[str, str, str]]:
                                    hint="quote the whole command: -o 'ProxyCommand=ssh -W %h:%p bastion'")
             raise SshArgsError(f"option {tok!r} is not supported", hint=f"migplan honours {SUPPORTED}")
         if tok.startswith("-J"):
+            if not value.strip():
+                raise SshArgsError("-J has no value", hint="write e.g. -J bastion")
             out.append(("proxyjump", value.strip(), f"-J {value.strip()}"))
             continue
         m = _OPTION.fullmatch(value)
         if not m:
             raise SshArgsError(f"-o {value!r} is not KEYWORD=VALUE", hint="write e.g. -o ProxyJump=bastion")
+        if not m.group(2).strip():
+            raise SshArgsError(f"-o {m.group(1)} has no value", hint=f"write -o {m.group(1)}=VALUE (or none)")
         out.append((m.group(1).lower(), m.group(2).strip(), f"-o {m.group(1)}={m.group(2).strip()}"))
     return out
 
