@@ -1,4 +1,5 @@
-"""The options of `apply --via gpu-operator` and `replan --via gpu-operator`, declared once (docs/kubernetes.md)."""
+"""The options of `apply --via gpu-operator` and `replan --via gpu-operator` (and the kubeconfig and context of
+`-i kubectl` / `--pods kubectl`), declared once (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 import typer
 
 from migplan.cli.options import MAX_SECONDS, choices, finite
-from migplan.commands.gpu_operator import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, DEFAULT_SETTLE_S, DEFAULT_TIMEOUT_S
+from migplan.k8s.rollout import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, DEFAULT_SETTLE_S, DEFAULT_TIMEOUT_S
 
 
 class Via(str, Enum):
@@ -25,20 +26,21 @@ class Drain(str, Enum):
 ViaOpt = Annotated[Via, typer.Option("--via", help="ssh: nvidia-smi on each host; gpu-operator: the GPU Operator's "
                                      "MIG manager, through kubectl (nodes from 'kubectl get nodes').",
                                      metavar=choices(Via))]
-KubeconfigOpt = Annotated[str | None, typer.Option("--kubeconfig", help="With --via gpu-operator: kubectl's "
-                                                   "kubeconfig [default: kubectl's own].", show_default=False,
-                                                   metavar="FILE")]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="With --via gpu-operator: the kubeconfig context "
-                                                "[default: its current context].", show_default=False,
-                                                metavar="NAME")]
+KubeconfigOpt = Annotated[str | None, typer.Option("--kubeconfig", help="With --via gpu-operator, -i kubectl or "
+                                                   "--pods kubectl: kubectl's kubeconfig [default: kubectl's own].",
+                                                   show_default=False, metavar="FILE")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="With --via gpu-operator, -i kubectl or --pods "
+                                                "kubectl: the kubeconfig context [default: its current context].",
+                                                show_default=False, metavar="NAME")]
 ConfigMapOpt = Annotated[str, typer.Option("--configmap", help="With --via gpu-operator: the ConfigMap the MIG "
                                            "manager reads (the ClusterPolicy's spec.migManager.config.name).",
                                            metavar="NAME")]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="With --via gpu-operator: its namespace.",
                                            metavar="NAMESPACE")]
-DrainOpt = Annotated[Drain, typer.Option("--drain", help="With --via gpu-operator and --allow-disrupt: cordon and "
-                                         "evict a node's GPU pods (PodDisruptionBudgets honoured) before its change: "
-                                         "never, when-busy (only a node with GPU pods), always.",
+DrainOpt = Annotated[Drain, typer.Option("--drain", help="With --via gpu-operator, where work may be disrupted "
+                                         "(apply --allow-disrupt; replan: replan.allow_disrupt in a maintenance "
+                                         "window): cordon and evict a node's GPU pods (PodDisruptionBudgets honoured) "
+                                         "before its change: never, when-busy (only a node with GPU pods), always.",
                                          metavar=choices(Drain))]
 MigTimeoutOpt = Annotated[float, typer.Option("--mig-timeout", min=1.0, max=MAX_SECONDS, callback=finite,
                                               metavar="SECONDS",

@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from migplan.adapters.kubectl import KubectlOptions
 from migplan.catalog.layout import picture
+from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt
 from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
 from migplan.cli.progress import Reporter
 from migplan.cli.progress import reporter as progress_reporter
@@ -154,10 +156,13 @@ def propose(
     snapshot: Annotated[str | None, typer.Option("--snapshot", metavar="FILE",
                                                  help="Plan from a discovery snapshot instead of the inventory's "
                                                       "layouts.")] = None,
-    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE|-",
-                                             help="Demand from 'kubectl get pods -A -o json': running pods where "
-                                                  "they run, pending pods as new demand, merged with --profiles "
+    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE|-|kubectl",
+                                             help="Demand from 'kubectl get pods -A -o json' (a file, stdin, or "
+                                                  "'kubectl': read live): running pods where they run, pending "
+                                                  "pods as new demand, merged with --profiles "
                                                   "(docs/kubernetes.md).")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     solver: Annotated[str | None, typer.Option("--solver", metavar="|".join(SOLVERS), help="MILP solver "
                                                f"[default: planner.solver, else {DEFAULT_SOLVER}].")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite,
@@ -228,13 +233,14 @@ def propose(
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,
                          "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope,
                          "reclaim_idle": reclaim_idle, "spare": _spare_option(spare)})
+    live = KubectlOptions(kubeconfig=kubeconfig, context=context)  # -i kubectl, --pods kubectl
     with progress_reporter(quiet, progress) as rep:  # migplan/cli/progress.py: who sees what
-        _propose(rep, config, catalog, output, report_html, req)
+        _propose(rep, config, catalog, output, report_html, req, live)
 
 
 def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, output: str | None,
-             report_html: str | None, req: ProposeRequest) -> None:
-    ctx = build_context(config, catalog, output)
+             report_html: str | None, req: ProposeRequest, live: KubectlOptions | None = None) -> None:
+    ctx = build_context(config, catalog, output, live)
     check_output_options((req.out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
     result = run_propose(ctx, req, report=rep.note, progress=rep)
     rep.phase(WRITING)

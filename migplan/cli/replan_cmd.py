@@ -12,6 +12,22 @@ from typing import Annotated, Any
 
 import typer
 
+from migplan.cli.k8s_options import (
+    DEFAULT_CONFIGMAP,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SETTLE_S,
+    DEFAULT_TIMEOUT_S,
+    ConfigMapOpt,
+    ContextOpt,
+    Drain,
+    DrainOpt,
+    KubeconfigOpt,
+    MigTimeoutOpt,
+    NamespaceOpt,
+    SettleOpt,
+    Via,
+    ViaOpt,
+)
 from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, ProfilesOpt, fleet_options
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
@@ -37,9 +53,10 @@ def replan(
                                               show_default=False, metavar="PATH")] = None,
     collect: Annotated[bool, typer.Option("--collect", help="First fetch every host's history (as 'migplan collect "
                                           "--inventory') into STATE_DIR/fetched and plan from it.")] = False,
-    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE", help="Demand from 'kubectl get pods -A -o "
-                                             "json' merged with the profiles, as 'propose --pods' "
-                                             "(docs/kubernetes.md).", show_default=False)] = None,
+    pods: Annotated[str | None, typer.Option("--pods", metavar="FILE|kubectl", help="Demand from 'kubectl get pods "
+                                             "-A -o json' (a file, or 'kubectl': read live) merged with the profiles, "
+                                             "as 'propose --pods' (docs/kubernetes.md); --via gpu-operator reads "
+                                             "them live.", show_default=False)] = None,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
                                         "from now (e.g. 7d, 24h).", metavar="DURATION")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
@@ -51,15 +68,25 @@ def replan(
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
+    via: ViaOpt = Via.ssh,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    configmap: ConfigMapOpt = DEFAULT_CONFIGMAP,
+    namespace: NamespaceOpt = DEFAULT_NAMESPACE,
+    drain: DrainOpt = Drain.when_busy,
+    mig_timeout: MigTimeoutOpt = DEFAULT_TIMEOUT_S,
+    configmap_settle: SettleOpt = DEFAULT_SETTLE_S,
     *,
     fleet: FleetOptions,
 ) -> None:
     """Re-plan from cron: read the live state, plan, apply only when worth it and safe, record why."""
+    from migplan.adapters.kubectl import KubectlOptions
     from migplan.adapters.state_dir import DEFAULT_STATE_DIR, StateDir, state_dir_option
     from migplan.commands.replan import ReplanRequest
     from migplan.commands.replan import replan as run_replan
 
-    ctx = build_context(config, catalog, output.value if output else None)
+    ctx = build_context(config, catalog, output.value if output else None,
+                        KubectlOptions(kubeconfig=kubeconfig, context=context, request_timeout=fleet.timeout))
     where = state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR)
     if history:
         runs = StateDir(where, state_dir_option(state_dir, ctx.config.replan.get("state_dir"))).runs(last)
@@ -79,10 +106,16 @@ def replan(
 
     span = parse_duration(window, "--window")  # None: 'all'
     span = float("inf") if span is None else span
-    res = run_replan(ctx, ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where,
-                                        metrics_file=metrics_file, dry_run=dry_run, history=store, window_s=span,
-                                        collect=collect, pods=pods),
-                     report=report)
+    req = ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where, metrics_file=metrics_file,
+                        dry_run=dry_run, history=store, window_s=span, collect=collect, pods=pods)
+    if via is Via.gpu_operator:  # nodes and pods read live, applied through the MIG manager (docs/kubernetes.md)
+        from migplan.commands.replan_k8s import K8sReplan, replan_gpu_operator
+
+        k8s = K8sReplan(kubectl=ctx.kubectl or KubectlOptions(), configmap=configmap, namespace=namespace,
+                        drain=drain.value, mig_timeout=mig_timeout, settle_s=configmap_settle)
+        res = replan_gpu_operator(ctx, req, k8s, report=report)
+    else:
+        res = run_replan(ctx, req, report=report)
     level = "info" if res.exit_code in (0, 5) else "warning" if res.exit_code == 4 else "error"
     if not quiet or level != "info":
         info(f"{level}: event=replan result={res.result} exit={res.exit_code} {res.line}")

@@ -48,15 +48,19 @@ from migplan.fleet.outcomes import GpuOutcome, GpuResult, HostApplyResult
 from migplan.inventory import Host, Inventory
 from migplan.k8s import rollout
 from migplan.k8s.objects import BadObject, NodeView, PodView, node_view, pod_views
-from migplan.k8s.rollout import MIG_STATE_LABEL, STRATEGY_LABEL, NodeDecision
+from migplan.k8s.rollout import (  # the defaults live with the pure decisions: the CLI reads them cheaply
+    DEFAULT_CONFIGMAP,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SETTLE_S,
+    DEFAULT_TIMEOUT_S,
+    MIG_STATE_LABEL,
+    STRATEGY_LABEL,
+    NodeDecision,
+)
 from migplan.model.gpu_plan import GpuPlan
 from migplan.planner.plan import Plan
 from migplan.text import printable
 
-DEFAULT_CONFIGMAP = "default-mig-parted-config"  # the GPU Operator's own (gpu-operator values.yaml, migManager)
-DEFAULT_NAMESPACE = "gpu-operator"
-DEFAULT_TIMEOUT_S = 600.0  # per node: the MIG manager stops GPU clients, may reset GPUs or reboot
-DEFAULT_SETTLE_S = 60.0  # the kubelet's default sync period: a changed ConfigMap reaches the pod's file by then
 CONFLICT_RETRIES = 5
 
 

@@ -39,16 +39,7 @@ from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
 from migplan.commands.fleet import select_hosts
-from migplan.commands.gpu_operator import (
-    DEFAULT_CONFIGMAP,
-    DEFAULT_NAMESPACE,
-    DEFAULT_SETTLE_S,
-    DEFAULT_TIMEOUT_S,
-    Clock,
-    GpuOperatorRequest,
-    GpuOperatorResult,
-    apply_gpu_operator,
-)
+from migplan.commands.gpu_operator import Clock, GpuOperatorRequest, GpuOperatorResult, apply_gpu_operator
 from migplan.commands.k8s_live import read_nodes, read_pods_live
 from migplan.commands.pods import demand_from_pods, strategies
 from migplan.commands.replan import (
@@ -71,11 +62,13 @@ from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
 from migplan.fleet.outcomes import GpuOutcome
 from migplan.inventory import Inventory
 from migplan.k8s import holds
+from migplan.k8s.rollout import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, DEFAULT_SETTLE_S, DEFAULT_TIMEOUT_S
 from migplan.model.state import FleetState, GpuKey, state_from_inventory
 from migplan.planner import plan_to_dict
 from migplan.profiles import ProfileSet
 from migplan.replan.decide import in_cooldown
 from migplan.replan.policy import ReplanPolicy
+from migplan.text import printable
 
 VIA = "gpu-operator"
 SOURCE = "kubectl get nodes"  # the plan's state source
@@ -145,6 +138,9 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     nodes = {h.name for h in inventory.hosts}
     disrupt = rp.may_disrupt(now)
     held = {h.node: h for h in holds.nodes_to_hold(views, pod_views, nodes, may_disrupt=disrupt)}
+    for node, why in _rolled_back(sd, now, rp).items():
+        if node in nodes and node not in held:
+            held[node] = holds.Held(node, why)
     for h in held.values():
         report(f"{'warning' if h.warn else 'info'}: event=held node={h.node} {h.reason}")
     state = state_from_inventory(inventory, ctx.catalog)
@@ -173,6 +169,28 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     report(f"info: event=decision cooling={len(cooling_nodes)} disrupt={'yes' if disrupt else 'no'} "
            f"nodes={','.join(changing)} {decision.line}")
     return _apply(ctx, req, sd, rp, r, made, k8s, kube, clock, report)
+
+
+def _rolled_back(sd: StateDir, now: dt.datetime, rp: ReplanPolicy) -> dict[str, str]:
+    """Nodes whose change a run within the cool-down rolled back (or could not): held until the cool-down has passed,
+    so that a config the MIG manager fails on is not tried again every run (each try drains and relabels the node).
+    Read from the run records (`runs/`); unreadable records are passed over."""
+    out: dict[str, str] = {}
+    for run in sd.runs(rp.keep_runs):
+        try:
+            at = dt.datetime.strptime(str(run.get("at")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue
+        age_h = (now - at).total_seconds() / 3600.0
+        ends = run.get("nodes")
+        if run.get("via") != VIA or not 0 <= age_h < rp.cooldown_h or not isinstance(ends, dict):
+            continue
+        for node, end in ends.items():
+            if isinstance(end, dict) and end.get("outcome") in ("rolled-back", "failed") and node not in out:
+                out[str(node)] = (f"its change was {end.get('outcome')} at {run.get('at')} "
+                                  f"({printable(str(end.get('reason') or ''), 160)}): not tried again within "
+                                  f"replan.cooldown_h ({rp.cooldown_h:g} h)")
+    return out
 
 
 def _plan(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles: ProfileSet, catalog: Catalog,

@@ -37,6 +37,10 @@ BUSY_STATES = ("pending", "rebooting")
 DRAIN_POLICIES = ("never", "when-busy", "always")
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 15.0
+DEFAULT_CONFIGMAP = "default-mig-parted-config"  # the GPU Operator's own (gpu-operator values.yaml, migManager)
+DEFAULT_NAMESPACE = "gpu-operator"
+DEFAULT_TIMEOUT_S = 600.0  # per node: the MIG manager stops GPU clients, may reset GPUs or reboot
+DEFAULT_SETTLE_S = 60.0  # the kubelet's default sync period: a changed ConfigMap reaches the pod's file by then
 
 
 def resource_name(profile: str) -> str:
