@@ -236,6 +236,31 @@ def test_the_dry_run_reads_and_says_what_it_would_write(k8s_cluster: Any, tmp_pa
     assert "event=would-run" in out
 
 
+def test_live_reads_on_the_command_line_and_their_errors(k8s_cluster: Any, tmp_path: Path) -> None:
+    """`-i kubectl` and `--pods kubectl` read the cluster through the adapter with --kubeconfig/--context; a context
+    that does not exist, or rules that do not allow the read, are one error line (exit 1), never a traceback."""
+    cluster = k8s_cluster(nodes(), pods=pods(), configmaps=[CM])
+    kc = ["--kubeconfig", str(cluster.kubeconfig), "--context", "stand-in"]
+    r = CliRunner().invoke(app, ["inventory", "check", "-i", "kubectl", *kc])
+    assert r.exit_code == 0 and "a30-disabled" in r.stdout and "control-1" not in r.stdout, r.output
+    out = tmp_path / "plan.json"
+    r = CliRunner().invoke(app, ["propose", "-i", "kubectl", "--pods", "kubectl", *kc, "--out", str(out)])
+    assert r.exit_code == 0 and "pods from kubectl get pods" in r.stderr, r.output
+    planned = {w["name"]: w for w in json.loads(out.read_text())["workloads"]}
+    assert all(planned[f"ml/{p}"]["status"] == "placed" for p in PENDING)
+    assert not writes(cluster)
+    r = CliRunner().invoke(app, ["propose", "-i", "kubectl", "--kubeconfig", str(cluster.kubeconfig), "--context",
+                                 "elsewhere", "--pods", "kubectl"])
+    assert r.exit_code == 1 and "context was not found" in r.stderr and "Traceback" not in r.output
+    assert r.stderr.count("error:") == 1
+    nodes_only = [{"kind": "ClusterRole", "metadata": {"name": "nodes"},
+                   "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]}]
+    strict = k8s_cluster(nodes(), pods=pods(), rbac={"roles": nodes_only, "enforce": True})
+    r = CliRunner().invoke(app, ["propose", "-i", "kubectl", "--pods", "kubectl", "--kubeconfig",
+                                 str(strict.kubeconfig)])
+    assert r.exit_code == 1 and "Forbidden" in r.stderr and "RBAC" in r.stderr and "Traceback" not in r.output
+
+
 # --- the CronJob and its least-privilege RBAC --------------------------------------------------------------------
 
 def _cronjob() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
