@@ -138,8 +138,9 @@ _FLEET_PARAMS = (
         "--known-hosts", help="known_hosts file to verify (and record) host keys.",
         envvar="MIGPLAN_KNOWN_HOSTS", metavar="FILE")], DEFAULT_KNOWN_HOSTS),
     _param("ssh_config", Annotated[str, typer.Option(
-        "--ssh-config", help="ssh_config file for Host/HostName/User/Port/IdentityFile/ProxyJump ('none' to read "
-                             "none).", envvar="MIGPLAN_SSH_CONFIG", metavar="FILE")], DEFAULT_SSH_CONFIG),
+        "--ssh-config", help="ssh_config file for Host/HostName/User/Port/IdentityFile/ProxyJump/ProxyCommand "
+                             "('none' to read none).", envvar="MIGPLAN_SSH_CONFIG", metavar="FILE")],
+           DEFAULT_SSH_CONFIG),
     _param("limit", Annotated[list[str] | None, typer.Option(
         "--limit", "-l", help="Only these hosts or groups (names, wildcards, comma-separated; repeatable).",
         show_default=False, metavar="HOST-PATTERN")], None),

@@ -323,7 +323,9 @@ def _selection(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalog
     left: list[LeftOut] = []
     if pattern is not None:
         left = [LeftOut(h, groups.get(h, ()), f"not in {LIMIT_VAR} {pattern!r}") for h in groups if h not in entries]
-        return Selection(build_hosts(source, entries, catalog), tuple(left), (f"{LIMIT_VAR} {pattern!r}",))
+        chosen = build_hosts(source, entries, catalog)
+        _ssh_notes(chosen)
+        return Selection(chosen, tuple(left), (f"{LIMIT_VAR} {pattern!r}",))
     service = {h: gs for h, e in entries.items() if (gs := _service_only(e)) is not None}
     built = build_hosts(source, entries, catalog)
     kept = []
@@ -333,6 +335,7 @@ def _selection(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalog
             left.append(LeftOut(host.name, host.groups, f"{SERVICE_REASON}: {listed}", host))
         else:
             kept.append((host, node))
+    _ssh_notes(kept)
     how = ("every host with GPUs declared or in a group other than the service groups (no migplan_limit)"
            if service else "every host (no migplan_limit)")
     return Selection(kept, tuple(left), (how,))
@@ -352,7 +355,6 @@ def build_hosts(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalo
     """Hosts from their merged variable layers: a host without GPU facts is `discover: true`, and a
     become password gets its warning."""
     out = []
-    notes: dict[str, list[str]] = {}
     for hname, entry in entries.items():
         node = entry.node
         assert node is not None
@@ -363,14 +365,19 @@ def build_hosts(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalo
             settings.set("discover", True, node)  # selected but no GPU facts: read them live
         # (an explicit migplan_discover: false without migplan_gpus stays the "lists no GPUs" error)
         _become_note(source, hname, layers, settings.values.get("user"))
-        host = build_host(hname, node, settings, tuple(entry.groups))
-        for note in host.ssh_args.notes if host.ssh_args else ():
-            notes.setdefault(note, []).append(hname)
-        out.append((host, node))
-    for note, hosts in notes.items():  # what was honoured of the hosts' ssh options, once per note (--verbose)
-        shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
-        log.debug("host%s %s: %s", "s" if len(hosts) > 1 else "", shown, note)
+        out.append((build_host(hname, node, settings, tuple(entry.groups)), node))
     return out
+
+
+def _ssh_notes(hosts: list[tuple[Host, Node]]) -> None:
+    """What was honoured of the selected hosts' ssh options, once per note (--verbose)."""
+    notes: dict[str, list[str]] = {}
+    for host, _ in hosts:
+        for note in host.ssh_args.notes if host.ssh_args else ():
+            notes.setdefault(note, []).append(host.name)
+    for note, names in notes.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        log.debug("host%s %s: %s", "s" if len(names) > 1 else "", shown, note)
 
 
 def _settings_vars(layer: Mapping[str, Node]) -> dict[str, Node]:
