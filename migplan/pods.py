@@ -23,6 +23,18 @@ Which pods: `Running` or `Unknown` pods and `Pending` pods bound to a node (`spe
 on that node; `Pending` pods without a node are new demand; `Succeeded`/`Failed` pods and pods without GPU
 requests are not demand. Each device is one workload: `namespace/pod` for the first, `namespace/pod:2`, ... for
 the others (pods are not grouped by owner: each holds its own devices on its own node).
+
+Where a device can be served is what the nodes' device plugins advertise under the resource it requests, by each
+node's `nvidia.com/mig.strategy` (NVIDIA/k8s-device-plugin @1b826ac `internal/rm/rm.go`, `internal/lm/
+mig-strategy.go`; reference/ecosystem.md §2.3). With the strategies known (an inventory from `kubectl get nodes`)
+each workload carries it as generic eligibility (`profiles.Eligible`), which the planner enforces without knowing
+Kubernetes (`_Fleet.rules`):
+
+* `nvidia.com/mig-<p>`: a MIG device, on nodes with strategy `mixed` only (any MIG profile: a measured pod may
+  be sized to another one there, as its new request);
+* `nvidia.com/gpu`: a whole MIG-disabled GPU (on `none` and `mixed` nodes and GPUs without MIG: the nodes' GPU
+  rules keep MIG off or on where it must be, inventory/k8s_nodes.py), or a MIG device of the node's one profile
+  P on a `single` node with P. A pending pod may take either: one workload with those forms of its request.
 """
 
 from __future__ import annotations
@@ -39,11 +51,23 @@ from migplan.catalog.layout import Instance
 from migplan.errors import InputError
 from migplan.history.prom_series import owner_name
 from migplan.model.state import FleetState, GpuState
-from migplan.profiles import UNKNOWN_COMPUTE, WHOLE_GPU, MemoryStats, Observation, Pin, ProfileSet, Workload
+from migplan.profiles import (
+    ANY_MIG,
+    UNKNOWN_COMPUTE,
+    WHOLE_GPU,
+    Eligible,
+    MemoryStats,
+    Observation,
+    Pin,
+    ProfileSet,
+    Workload,
+    eligible_for,
+)
 from migplan.yamldoc import Node
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+STRATEGY_LABEL = "nvidia.com/mig.strategy"  # GFD's node label (inventory/k8s_nodes.py STRATEGY)
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 FINISHED = ("Succeeded", "Failed")
 # A node holds at most 64 GPUs (names.MAX_GPUS_PER_HOST) of at most 7 MIG devices each (NVIDIA MIG User Guide):
@@ -334,6 +358,37 @@ class _Fleet:
     catalog: Catalog
     strategies: Mapping[str, str]
     taken: set[tuple[str, int, Instance | None]]
+    _rules: dict[bool, tuple[Eligible, ...]] = dataclasses.field(default_factory=dict)
+
+    def rules(self, mig: bool) -> tuple[Eligible, ...]:
+        """Where a device of a `nvidia.com/mig-*` (`mig`) or `nvidia.com/gpu` request can be served (the module
+        notes), as eligibility; () where the strategies are not known or nothing is excluded. One tuple per kind,
+        shared by every such workload (the planner groups them into one class)."""
+        if mig not in self._rules:
+            self._rules[mig] = self._make_rules(mig) if self.strategies else ()
+        return self._rules[mig]
+
+    def _make_rules(self, mig: bool) -> tuple[Eligible, ...]:
+        hosts = sorted(self.gpus)
+        if mig:  # a node whose strategy is not known is not excluded
+            mixed = tuple(h for h in hosts if self.strategies.get(h, "mixed") == "mixed")
+            return (Eligible(ANY_MIG, None if mixed == tuple(hosts) else mixed,
+                             f"nodes with {STRATEGY_LABEL}=mixed"),)
+        singles: dict[str, list[str]] = {}
+        for h in hosts:
+            p = self.single_profile(h) if self.strategies.get(h) == "single" else None
+            if p is not None:
+                singles.setdefault(p, []).append(h)
+        out = [] if sum(map(len, singles.values())) == len(hosts) else [
+            Eligible(WHOLE_GPU, None, "a whole GPU with MIG disabled")]
+        out += [Eligible(p, None if len(hs) == len(hosts) else tuple(hs),
+                         f"nodes with {STRATEGY_LABEL}=single and profile {p}") for p, hs in sorted(singles.items())]
+        return () if not singles else tuple(out)
+
+    def forms(self, mig: bool, wants: str) -> tuple[str, ...]:
+        """The devices a request can be served as: `wants`, and every profile its rules name on their own."""
+        named = [e.profile for e in self.rules(mig) if e.profile != ANY_MIG]
+        return (wants, *(q for q in named if q != wants))
 
     def model(self, g: GpuState) -> GpuModel:
         return self.catalog.get(g.model)
@@ -359,10 +414,11 @@ class _Fleet:
                     return g, inst
         return None
 
-    def smallest_memory(self, wants: str) -> int | None:
-        """MiB of the smallest instance `wants` names on any model of the fleet (None: no model offers it)."""
+    def smallest_memory(self, wants: str, hosts: tuple[str, ...] | None = None) -> int | None:
+        """MiB of the smallest instance `wants` names on any model of the fleet (of `hosts`; None: no model offers
+        it)."""
         sizes = []
-        for m in {g.model for gs in self.gpus.values() for g in gs}:
+        for m in {g.model for h, gs in self.gpus.items() if hosts is None or h in hosts for g in gs}:
             model = self.catalog.get(m)
             if wants == WHOLE_GPU:
                 sizes.append(model.memory_mib)
@@ -371,16 +427,28 @@ class _Fleet:
         return min(sizes) if sizes else None
 
 
-def _devices(pod: Pod, fleet: _Fleet, everywhere_single: str | None) -> list[str]:
-    """What each device of the pod is: a MIG profile, or WHOLE_GPU."""
-    out: list[str] = []
+def _devices(pod: Pod, fleet: _Fleet, everywhere_single: str | None) -> list[tuple[str, bool]]:
+    """What each device of the pod is (a MIG profile, or WHOLE_GPU; for a pending `nvidia.com/gpu` pod the first
+    of its forms), and whether it is a `nvidia.com/mig-*` request."""
+    out: list[tuple[str, bool]] = []
     for resource, count in pod.requests:
         if resource == GPU_RESOURCE:
-            single = fleet.single_profile(pod.node) if pod.bound and pod.node else everywhere_single
-            out += [single or WHOLE_GPU] * count
+            if pod.bound and pod.node:
+                single = fleet.single_profile(pod.node)
+            elif fleet.rules(False):  # the strategies are known: a whole GPU where one can be, else a single profile
+                single = next(e.profile for e in fleet.rules(False))
+            else:
+                single = everywhere_single
+            out += [(single or WHOLE_GPU, False)] * count
         else:
-            out += [profile_of(resource) or resource] * count  # checked when read: always a profile
+            out += [(profile_of(resource) or resource, True)] * count  # checked when read: always a profile
     return out
+
+
+def _hosts(rules: tuple[Eligible, ...], profile: str) -> tuple[str, ...] | None:
+    """The hosts `rules` let a device take `profile` on (None: any)."""
+    rule = eligible_for(rules, profile) if rules else None
+    return rule.hosts if rule is not None else None
 
 
 def _placed(w: Workload) -> tuple[str, int, Instance | None] | None:
@@ -435,8 +503,8 @@ def pod_demand(pods: PodList, state: FleetState, catalog: Catalog, measured: Pro
         if not pod.bound and len(devices) > 1:
             notes.append(f"pod {pod.workload} waits for {len(devices)} devices on one node; they are planned as "
                          "separate workloads, which the plan does not keep on one node")
-        for k, wants in enumerate(devices):
-            made = _device(pod, k, wants, fleet, matches[pod.workload], notes)
+        for k, (wants, mig) in enumerate(devices):
+            made = _device(pod, k, wants, mig, fleet, matches[pod.workload], notes)
             if made is not None:
                 out.append(made[0])
                 planned.append(made[1])
@@ -448,7 +516,7 @@ def _some(items: Iterable[str], n: int = 10) -> str:
     return ", ".join(shown[:n]) + (" ..." if len(shown) > n else "")
 
 
-def _device(pod: Pod, k: int, wants: str, fleet: _Fleet, measured: Workload | None,
+def _device(pod: Pod, k: int, wants: str, mig: bool, fleet: _Fleet, measured: Workload | None,
             notes: list[str]) -> tuple[Workload, PodWorkload] | None:
     name = pod.workload if k == 0 else f"{pod.workload}:{k + 1}"
     what = "a whole GPU" if wants == WHOLE_GPU else wants
@@ -456,6 +524,11 @@ def _device(pod: Pod, k: int, wants: str, fleet: _Fleet, measured: Workload | No
         notes.append(f"pod {pod.workload} ({pod.source}) requests {what}, which no GPU model in the fleet offers "
                      "(as a plain MIG profile): not planned")
         return None
+    rules = fleet.rules(mig)
+    # a pending `nvidia.com/gpu` pod that a whole GPU and a single node's MIG device could serve: no floor, its
+    # memory the smallest of them (for an unmeasured one), each form offered as exactly as its request
+    forms = fleet.forms(mig, wants) if not pod.bound else (wants,)
+    floor = wants if len(forms) == 1 else None
     place: tuple[GpuState, Instance | None] | None = None
     pin = None
     if pod.bound:
@@ -481,17 +554,18 @@ def _device(pod: Pod, k: int, wants: str, fleet: _Fleet, measured: Workload | No
         if obs.gpu_model is None and place is not None:
             obs = dataclasses.replace(obs, gpu_model=place[0].model)
         w = dataclasses.replace(measured, name=name, observed=obs, replicas=1, pin=pin or measured.pin,
-                                min_profile=measured.min_profile or wants, source=measured.source or pod.source)
+                                min_profile=measured.min_profile or floor, source=measured.source or pod.source,
+                                eligible=rules)
         return w, PodWorkload(name, pod.workload, state, pod.node, wants, "measured",
                               None if measured.name == pod.workload else measured.name)
     if place is not None:
         model = fleet.model(place[0])
         mib = model.memory_mib if wants == WHOLE_GPU else model.profile(wants).memory_mib
     else:
-        smallest = fleet.smallest_memory(wants)
-        assert smallest is not None  # every fleet has a model; a profile no model offers returned above
-        mib = smallest
+        sizes = [m for m in (fleet.smallest_memory(q, _hosts(rules, q)) for q in forms) if m is not None]
+        assert sizes  # every fleet has a model; a profile no model offers returned above
+        mib = min(sizes)
     obs = Observation(gpu_model=place[0].model if place else None, **where)  # type: ignore[arg-type]  # as above
     w = Workload(name=name, observed=obs, memory=MemoryStats(mib, mib, mib, mib), compute=UNKNOWN_COMPUTE,
-                 pin=pin, min_profile=wants, requested=wants, source=pod.source)
+                 pin=pin, min_profile=floor, requested=wants, source=pod.source, eligible=rules)
     return w, PodWorkload(name, pod.workload, state, pod.node, wants, "requested")

@@ -133,6 +133,43 @@ class Pin:
     gpu: int | None = None
 
 
+ANY_MIG = "*"  # `Eligible.profile`: every MIG profile that has no entry of its own
+
+
+@dataclass(frozen=True)
+class Eligible:
+    """Where a workload may take an instance of one profile: `profile` a MIG profile, WHOLE_GPU (a whole MIG-disabled
+    GPU, or a GPU without MIG) or ANY_MIG; `hosts` the hosts it may take one on (None: any host); `why` those hosts in
+    words, for the reasons a plan gives ("nodes with nvidia.com/mig.strategy=mixed").
+
+    Generic: the planner knows hosts and profiles, not what made them so. Kubernetes is one source: a pod can use
+    only the devices its node's device plugin advertises under the resource it requests (migplan/pods.py)."""
+
+    profile: str
+    hosts: tuple[str, ...] | None = None
+    why: str = ""
+
+    def allows(self, host: str) -> bool:
+        return self.hosts is None or host in self.hosts
+
+
+def eligible_for(rules: tuple[Eligible, ...], profile: str) -> Eligible | None:
+    """The rule of `rules` that governs `profile` (its own, else ANY_MIG's for a MIG profile); None: not allowed. An
+    empty `rules` allows every profile on every host (None is never returned for it: check `rules` first)."""
+    own = next((e for e in rules if e.profile == profile), None)
+    if own is not None or profile == WHOLE_GPU:
+        return own
+    return next((e for e in rules if e.profile == ANY_MIG), None)
+
+
+def may_use(rules: tuple[Eligible, ...], profile: str, host: str) -> bool:
+    """Whether a workload with these rules may take an instance of `profile` (plain, or WHOLE_GPU) on `host`."""
+    if not rules:
+        return True
+    rule = eligible_for(rules, profile)
+    return rule is not None and rule.allows(host)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -151,6 +188,12 @@ class Workload:
     # planner offers it that profile only, and `memory_mib` is that instance's size, not a measurement: no
     # headroom is added to it.
     requested: str | None = None
+    # Set only by a source that knows how each host offers its GPUs (migplan/pods.py: the MIG strategy of each
+    # Kubernetes node; never read from a profiles file): the profiles it may use and where (`Eligible`). Empty:
+    # every profile it fits, on every host. With `requested`, each profile named here is another form of the
+    # same request (a pod's `nvidia.com/gpu` is a whole GPU on one node, a MIG device of the node's profile on
+    # another), offered as exactly as `requested` is.
+    eligible: tuple[Eligible, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,6 @@ def test_unknown_product_names_the_node_and_the_label(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("node,label,value,needle", [
-    ("h100-single", "nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3-MIG-INVALID", "invalid MIG layout"),
     ("h100-single", "nvidia.com/gpu.count", "13", "not a whole number of GPUs"),
     ("h100-single", "nvidia.com/mig.strategy", "both", "unknown MIG strategy"),
     ("a100-mixed", "nvidia.com/gpu.count", "eight", "whole number"),

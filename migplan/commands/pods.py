@@ -8,7 +8,6 @@ The reading and merging are pure (migplan/pods.py); this module only reads the f
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from migplan import yamldoc
@@ -17,7 +16,6 @@ from migplan.commands import Report, quiet
 from migplan.errors import InputError
 from migplan.inventory import Inventory
 from migplan.inventory.k8s_nodes import STRATEGY
-from migplan.model.gpu_plan import GpuPlan
 from migplan.model.state import FleetState
 from migplan.pods import PodList, pod_demand, read_pods
 from migplan.profiles import ProfileSet
@@ -75,24 +73,3 @@ def demand_from_pods(path: str | PodList, state: FleetState, catalog: Catalog, p
     for line in demand.notes:
         report(f"note: {line}")
     return demand.profiles
-
-
-def single_strategy_warnings(gpus: Iterable[GpuPlan], inventory: Inventory | None) -> list[str]:
-    """Nodes labelled `nvidia.com/mig.strategy=single` whose planned layouts are not one profile on every GPU: GFD
-    then labels the node `-MIG-INVALID` and the device plugin advertises none of it (NVIDIA/k8s-device-plugin
-    `internal/lm/mig-strategy.go`; reference/ecosystem.md §2.3). The planner does not know strategies: say so."""
-    singles = {h for h, s in strategies(inventory).items() if s == "single"}
-    by_host: dict[str, list[GpuPlan]] = {}
-    for g in gpus:
-        if g.host in singles:
-            by_host.setdefault(g.host, []).append(g)
-    out = []
-    for host, planned in sorted(by_host.items()):
-        profiles = {i.profile for g in planned if g.target is not None for i in g.target.instances}
-        disabled = any(g.target is None for g in planned)
-        if len(profiles) > 1 or (disabled and profiles):
-            what = ", ".join(sorted(profiles)) + (" and MIG disabled" if disabled else "")
-            out.append(f"warning: node {host} has {STRATEGY}=single, but the plan gives it {what}: the device plugin "
-                       "advertises one profile per node under single; set the GPU Operator's mig.strategy to mixed "
-                       "before applying (ClusterPolicy spec.mig.strategy), or keep the node out of the plan")
-    return out

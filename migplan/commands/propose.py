@@ -16,7 +16,7 @@ from migplan import documents
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
-from migplan.commands.pods import check_stdin, demand_from_pods, single_strategy_warnings
+from migplan.commands.pods import check_stdin, demand_from_pods
 from migplan.config import check_planner_overrides
 from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
@@ -113,6 +113,8 @@ def _planner_state(ctx: Context, inventory: str | None, snapshot: str | None,
         report(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
                f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out "
                "SNAPSHOT' and plan with '--snapshot SNAPSHOT'")
+    for note in inv.notes:  # what the source left as it is (Kubernetes: nodes its MIG strategy keeps as they are)
+        report(f"note: {note}")
     return state_from_inventory(inv, ctx.catalog), inv
 
 
@@ -165,8 +167,6 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),
                   phase=progress.phase if progress is not None else None)
-    for line in single_strategy_warnings(result.gpus, inventory) if req.pods else ():
-        report(line)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp)
     if req.out:

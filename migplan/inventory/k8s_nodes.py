@@ -30,7 +30,24 @@ whose MIG manager is still working (state pending or rebooting) is held (its GPU
 GPUs without MIG (`mig.capable=false`, or a product `catalog.whole_gpus` lists: T4, L4, A10, L40S, V100 ...) are
 hosts with whole GPUs: each is a `DeclaredGpu` with MIG off whose model (`GpuModel.mig` False, carried in
 `Inventory.models`) has the memory of `nvidia.com/gpu.memory` (else the table's) and the table's SM count, if any.
+
+The MIG strategy becomes each GPU's generic rule (`DeclaredGpu.allowed`: what its target may be), so that the
+planner, which knows no Kubernetes, plans only what the device plugin advertises (NVIDIA/k8s-device-plugin @1b826ac
+`internal/lm/mig-strategy.go`, `internal/rm/rm.go`; reference/ecosystem.md §2.3):
+
+  mixed    no rule: every profile is advertised (`nvidia.com/mig-<p>`), MIG-disabled GPUs as `nvidia.com/gpu`
+  single   with a profile P (`-MIG-P`): every GPU P only, never empty, never MIG off (`allowed = (P,)`): GFD labels
+           a node with MIG off on some GPUs, an empty MIG GPU or a second profile `-MIG-INVALID` and the device
+           plugin advertises nothing. Without a profile (every GPU MIG off, which GFD labels as `none`): MIG stays
+           off (`("whole",)`). Changing the node's one profile on all its GPUs at once is the ClusterPolicy's
+           (`spec.mig.strategy`, `mig.config`), not a plan's.
+  none     MIG devices are not advertised: MIG-disabled GPUs stay whole (`("whole",)`); a GPU read as MIG-enabled
+           is kept as it is (reserved), with a note: a pod could use none of its instances.
+
+A node GFD labels `-MIG-INVALID` (its count 0: the labels say nothing of its GPUs) is left out of the plan with a note,
+as it is; so is nothing else: unknown strategies and profiles stay errors (GFD writes none of them).
 """
+
 
 from __future__ import annotations
 
@@ -60,6 +77,7 @@ DRIVER_PARTS = (("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver
                 ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"))
 GPU_RESOURCE = "nvidia.com/gpu"
 STRATEGIES = ("none", "single", "mixed")
+WHOLE = "whole"  # profiles.WHOLE_GPU in a GPU's `allowed` rule: MIG disabled (inventory does not import profiles)
 BUSY_STATES = ("pending", "rebooting")  # the MIG manager is changing the node
 _MIG_COUNT = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\.count\Z")
 _MIG_RESOURCE = re.compile(r"\Anvidia\.com/mig-([0-9A-Za-z.+-]{1,40})\Z")
@@ -279,7 +297,31 @@ def _whole(item: Node, name: str, base: str, known: str | None, labels: dict[str
     return [None] * count, (model_id, memory, base)
 
 
-def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey]) -> Host | None:
+def _rules(name: str, strategy: str, profile: str | None, layouts: list[Layout | None],
+           notes: list[str]) -> tuple[list[tuple[str, ...] | None], list[bool]]:
+    """Per GPU, its `allowed` rule and whether it is kept as it is (reserved) under the node's MIG strategy (the
+    module notes); a GPU kept for that reason is named in `notes`."""
+    n = len(layouts)
+    mig = [i for i, lay in enumerate(layouts) if lay is not None]
+    if strategy == "mixed":
+        return [None] * n, [False] * n
+    if strategy == "single" and profile is not None:  # `_single`: every GPU holds the profile
+        return [(profile,)] * n, [False] * n
+    if not mig:  # none, or single with every GPU MIG off (GFD: as none)
+        return [(WHOLE,)] * n, [False] * n
+    gpus = ", ".join(map(str, mig))
+    if strategy == "none":
+        notes.append(f"node {name!r}: GPU(s) {gpus} have MIG enabled under {STRATEGY}=none, whose device plugin "
+                     "advertises no MIG device: kept as they are (reserved); set the GPU Operator's mig.strategy "
+                     "to mixed to plan them")
+    else:
+        notes.append(f"node {name!r}: {STRATEGY}=single, but its labels count MIG devices per profile (mixed's "
+                     f"labels) and {PRODUCT} names no profile: kept as it is (reserved)")
+    frozen = [lay is not None or strategy == "single" for lay in layouts]
+    return [None if f else (WHOLE,) for f in frozen], frozen
+
+
+def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[str]) -> Host | None:
     f = _map(item)
     meta = _map(f.get("metadata"))
     if "name" not in meta:
@@ -324,23 +366,35 @@ def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey]) -> Host | No
         item.fail(f"node {name!r} has {PRODUCT} but no {COUNT} label", hint="check GPU feature discovery")
     count = _count(labels[COUNT], COUNT, name)
     if single_profile == "INVALID":
-        product_node.fail(f"node {name!r}: GFD reports an invalid MIG layout for mig.strategy=single "
-                          f"({PRODUCT}={product_node.str()}): MIG on some GPUs only, or more than one profile",
-                          hint="use mig.strategy=mixed, or plan this host from 'migplan discover'")
+        # GFD's newInvalidMigStrategyLabeler: MIG on some GPUs only, an empty MIG GPU or a second profile; count and
+        # memory 0, nothing advertised. The GPUs are not known, so they are not planned: the node stays as it is.
+        notes.append(f"node {name!r}: GFD labels it {PRODUCT}={product_node.str()[:80]} (mig.strategy=single cannot "
+                     "describe its GPUs: MIG on some only, an empty MIG GPU, or more than one profile) and its device "
+                     "plugin advertises none of them: left out of the plan, as it is; use mig.strategy=mixed, or "
+                     "plan this host from 'migplan discover'")
+        return None
     if single_profile is not None:
+        if STRATEGY in labels and strategy != "single":  # GFD writes `-MIG-<p>` only under single, and labels it so
+            labels[STRATEGY].fail(f"node {name!r}: {PRODUCT} names a MIG profile ({product_node.str()}), which GFD "
+                                  f"writes only under {STRATEGY}=single, not {strategy}",
+                                  hint="check GPU feature discovery's labels")
+        strategy = "single"
         layouts = _single(name, model, single_profile, count, labels)
+        profile = _profile(model, single_profile)
     else:
         layouts = _mixed(item, name, model, count, labels, capacity)
-        if strategy == "none" and all(lay is None for lay in layouts):
-            layouts = [None] * count  # MIG devices are not listed under 'none': taken as MIG disabled
-    return _host(name, status, labels, strategy, layouts, model.id, driver)
+        profile = None
+    allowed, frozen = _rules(name, strategy, profile, layouts, notes)
+    return _host(name, status, labels, strategy, layouts, model.id, driver, allowed=allowed, frozen=frozen)
 
 
 def _host(name: str, status: dict[str, Node], labels: dict[str, Node], strategy: str, layouts: list[Layout | None],
-          model: str, driver: str | None, *, no_mig: bool = False) -> Host | None:
+          model: str, driver: str | None, *, no_mig: bool = False, allowed: list[tuple[str, ...] | None] | None = None,
+          frozen: list[bool] | None = None) -> Host | None:
     state = labels[MIG_STATE].str() if MIG_STATE in labels else None
     held = state in BUSY_STATES
-    gpus = tuple(DeclaredGpu(index=i, model=model, mig_enabled=lay is not None, layout=lay, reserved=held)
+    gpus = tuple(DeclaredGpu(index=i, model=model, mig_enabled=lay is not None, layout=lay,
+                             reserved=held or bool(frozen and frozen[i]), allowed=allowed[i] if allowed else None)
                  for i, lay in enumerate(layouts))
     if not gpus:
         return None
@@ -350,7 +404,7 @@ def _host(name: str, status: dict[str, Node], labels: dict[str, Node], strategy:
     if state is not None:
         kv.append(("k8s.mig.config.state", state))
     return Host(name=name, address=_address(name, status), groups=("kubernetes",), labels=tuple(sorted(kv)),
-                gpus=gpus, reserved_gpus=tuple(g.index for g in gpus) if held else (), driver=driver)
+                gpus=gpus, reserved_gpus=tuple(g.index for g in gpus if g.reserved), driver=driver)
 
 
 def _whole_models(hosts: list[Host], whole: dict[str, WholeKey]) -> tuple[list[Host], tuple[GpuModel, ...]]:
@@ -381,9 +435,11 @@ def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
     top = dict(root.items())
     items = [root] if top["kind"].value() == "Node" else top["items"].list()
     whole: dict[str, WholeKey] = {}  # node -> its GPUs without MIG
-    hosts = [h for h in (_node(i, catalog, whole) for i in items) if h is not None]
+    notes: list[str] = []
+    hosts = [h for h in (_node(i, catalog, whole, notes) for i in items) if h is not None]
     if not hosts:
-        root.fail(f"none of the {len(items)} node(s) has NVIDIA GPU labels ({PRODUCT})",
+        root.fail(f"none of the {len(items)} node(s) has NVIDIA GPU labels ({PRODUCT})"
+                  + (f" that can be planned ({'; '.join(notes)[:400]})" if notes else ""),
                   hint="deploy NVIDIA GPU feature discovery (the GPU Operator does), or list the hosts in an inventory")
     seen: set[str] = set()
     for h in hosts:
@@ -391,4 +447,4 @@ def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
             root.fail(f"node {h.name!r} is listed twice")
         seen.add(h.name)
     hosts, models = _whole_models(hosts, whole)
-    return Inventory(root.source, tuple(hosts), models)
+    return Inventory(root.source, tuple(hosts), models, notes=tuple(notes))

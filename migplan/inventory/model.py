@@ -30,6 +30,10 @@ class DeclaredGpu:
     layout: Layout | None = None  # None: not declared (discover it)
     reserved: bool = False  # planner leaves it as it is and places nothing new on it
     excluded: bool = False  # migplan never touches or plans it
+    # What its target may be, when a source knows how the host offers its GPUs (Kubernetes: the node's MIG
+    # strategy, k8s_nodes.py): plain MIG profiles and "whole" (MIG disabled); None: anything the catalog allows
+    # (model.state.GpuState.allowed)
+    allowed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ class Inventory:
     models: tuple[GpuModel, ...] = ()
     left_out: tuple[LeftOut, ...] = ()  # hosts of the inventory that are not among `hosts`, with the reason
     selected_by: tuple[str, ...] = ()  # how `hosts` were chosen, in words ("migplan_limit 'gpu_nodes'", ...)
+    notes: tuple[str, ...] = ()  # what the source assumed or left as it is, one sentence each (printed as notes)
 
     def catalog(self, catalog: Catalog) -> Catalog:
         """`catalog` with this inventory's own models (looked up first)."""
@@ -140,7 +145,7 @@ class Inventory:
             return self
         keep = tuple(h for h in self.hosts
                      if any(fnmatch.fnmatch(n, p) for p in patterns for n in (h.name, *h.groups)))
-        return Inventory(self.source, keep, self.models, self.left_out, self.selected_by)
+        return Inventory(self.source, keep, self.models, self.left_out, self.selected_by, self.notes)
 
 
 def hook_argv(line: str) -> list[str]:

@@ -45,6 +45,12 @@ class GpuState:
     whole_gpu_busy: bool = False  # MIG disabled and processes running: enabling MIG would stop them
     reserved: bool = False
     excluded: bool = False
+    # What the GPU's target may be, when not anything the catalog allows: plain MIG profiles its layout may hold,
+    # and "whole" (profiles.WHOLE_GPU) where it may have MIG disabled; a MIG layout under such a rule holds at
+    # least one instance. Set by an inventory source that knows how the host offers its GPUs (Kubernetes: under
+    # the device plugin's `single` strategy only the node's one profile, never an empty MIG GPU or MIG off;
+    # inventory/k8s_nodes.py). None: no rule. In the fingerprint only when set.
+    allowed: tuple[str, ...] | None = None
 
     # cached (the object is immutable): the planner asks each GPU's key and layout ~30 times (200,000
     # calls at 7,000 GPUs); the value lives in the instance's __dict__, not in its fields
@@ -70,8 +76,9 @@ class GpuState:
         return self.whole_gpu_busy and not self.mig_enabled
 
     def identity(self) -> dict[str, object]:
-        """What the fingerprints cover: everything a plan's actions on this GPU depend on."""
-        return {
+        """What the fingerprints cover: everything a plan's actions on this GPU depend on (the `allowed` rule only
+        where there is one, so that a GPU without one keeps the fingerprint it had before rules existed)."""
+        out: dict[str, object] = {
             "host": self.host,
             "index": self.index,
             "model": self.model,
@@ -82,6 +89,23 @@ class GpuState:
             "busy": [str(i) for i in sorted(self.busy)],
             "whole_gpu_busy": self.whole_busy,
         }
+        if self.allowed is not None:
+            out["allowed"] = list(self.allowed)
+        return out
+
+    def may_hold(self, target: Layout | None) -> str | None:
+        """Why `target` breaks this GPU's `allowed` rule, or None when it keeps it (or there is none). Profiles are
+        compared as named (`1g.10gb+me` is not `1g.10gb`: the device plugin names them apart)."""
+        rule = self.allowed
+        if rule is None:
+            return None
+        only = f"only {', '.join(rule)} may be" if rule else "nothing may be"
+        if target is None:
+            return None if "whole" in rule else f"MIG disabled, but {only}"
+        if not target.instances:
+            return f"MIG enabled without an instance, but {only}"
+        bad = sorted({i.profile for i in target.instances if i.profile not in rule})
+        return f"{', '.join(bad)}, but {only}" if bad else None
 
     def canonical(self) -> str:
         """The canonical JSON text of `identity()` (sorted keys, no spaces), made once: the object is immutable."""
@@ -203,7 +227,8 @@ def state_from_inventory(inventory: Inventory, catalog: Catalog | None = None) -
                 models[own.id] = own
                 model = own.id
         gpus.append(GpuState(host=host.name, index=spec.index, model=model, uuid=spec.uuid,
-                             mig_enabled=enabled, layout=layout, reserved=spec.reserved, excluded=spec.excluded))
+                             mig_enabled=enabled, layout=layout, reserved=spec.reserved, excluded=spec.excluded,
+                             allowed=spec.allowed))
     return FleetState(tuple(gpus), source="inventory", models=tuple(models.values()))
 
 

@@ -26,6 +26,11 @@ place of the pseudo-profile WHOLE_GPU ("whole"), which items needing the full pr
 `min_profile: whole`) fit. Where a movable workload runs on the MIG-disabled GPU, a second WHOLE pattern
 (`evict`) displaces it and offers the place to another.
 
+Rules and eligibility: a group whose GPUs have a rule (`GpuState.allowed`) gets only the patterns it allows
+(`patterns.candidates`; WHOLE only where "whole" is allowed); a class eligible on some hosts only
+(`Klass.restricted`) is planned per GPU group, as pinned classes are, with y only on groups whose hosts its rule
+for that profile names (groups are split by zone, so a group is wholly inside or outside each host set).
+
 Size: the spread rows number sum_A min(|profiles of A| + |GPU types|, subsets of at most |A| profiles) and
 share the counters v and z, so the model grows with sets + classes + groups x patterns, never with sets x
 groups. `formulate` stops with a PlanError as soon as the model passes `LIMIT` (checked while it is built).
@@ -48,7 +53,7 @@ from migplan.planner.milp import Milp, ModelTooLarge, SizeLimit
 from migplan.planner.patterns import WHOLE, candidates, key, keys
 from migplan.planner.plan import PlanError
 from migplan.planner.problem import Problem
-from migplan.profiles import WHOLE_GPU
+from migplan.profiles import WHOLE_GPU, may_use
 
 Pattern = Layout | None
 
@@ -94,8 +99,9 @@ class Formulation:
     refine: frozenset[str] = frozenset()  # anti-affinity sets planned per GPU group (see `formulate`)
 
     def per_group(self, c: Klass) -> bool:
-        """PerGroup classes, and members of a refined set, get y per GPU group; the rest y per model."""
-        return c.special or bool(self.refine & set(c.sample.groups))
+        """Pinned classes, classes eligible on some hosts only, and members of a refined set, get y per GPU group;
+        the rest y per model."""
+        return c.special or c.restricted or bool(self.refine & set(c.sample.groups))
 
 
 def _mode(model: GpuModel, changes: bool) -> tuple[int, int]:
@@ -134,18 +140,27 @@ def _info(model: GpuModel, g: Group, pattern: Pattern) -> PatternInfo:
 def group_patterns(model: GpuModel, g: Group) -> list[PatternInfo]:
     """Candidate patterns of a group: WHOLE alone when a workload must stay on the MIG-disabled GPU; else the
     layouts and WHOLE (MIG disabled, one whole-GPU workload) wherever no instance must stay. WHOLE comes
-    first on a MIG-disabled GPU (its current state), last on one with MIG enabled."""
+    first on a MIG-disabled GPU (its current state), last on one with MIG enabled. Under a rule
+    (`Group.allowed`) only what it allows; PlanError when that leaves nothing (what must stay breaks the rule)."""
+    whole_ok = g.allowed is None or WHOLE_GPU in g.allowed
     if g.hard_whole:
-        return [_info(model, g, WHOLE)]
-    out = [_info(model, g, p) for p in candidates(model, g.current, g.hard)]
-    if not g.hard:
-        whole = _info(model, g, WHOLE)
-        if g.current is None:
-            out.insert(0, whole)
-        else:
-            out.append(whole)
-    if g.soft_whole >= 0 and not g.busy_whole:  # the whole-GPU workload may move: another may take the GPU
-        out.append(PatternInfo(WHOLE, Counter({WHOLE_GPU: 1}), Counter({g.soft_whole: 1}), 0, 1, 0, evict=True))
+        out = [_info(model, g, WHOLE)] if whole_ok else []
+    else:
+        out = [_info(model, g, p) for p in candidates(model, g.current, g.hard, g.allowed)]
+        if not g.hard and whole_ok:
+            whole = _info(model, g, WHOLE)
+            if g.current is None:
+                out.insert(0, whole)
+            else:
+                out.append(whole)
+        if g.soft_whole >= 0 and not g.busy_whole and whole_ok:  # the whole-GPU workload may move: another may
+            out.append(PatternInfo(WHOLE, Counter({WHOLE_GPU: 1}), Counter({g.soft_whole: 1}), 0, 1, 0, evict=True))
+    if not out:
+        where = ", ".join(f"{x.host}/{x.index}" for x in g.gpus[:5]) + (" ..." if len(g.gpus) > 5 else "")
+        raise PlanError(f"GPU(s) {where}: no layout keeps both what must stay there and their rule (only "
+                        f"{', '.join(g.allowed or ())} allowed)",
+                        hint="keep these GPUs as they are (reserved_gpus), or allow the running workloads to move "
+                             "(--allow-disrupt)")
     return out
 
 
@@ -189,7 +204,7 @@ def _variables(f: Formulation) -> None:
         for g in on_host[c.sample.pin_host] if c.special else f.split.groups:
             if _allowed(c, g):
                 for q in c.sample.profiles(g.model):
-                    if any(info.free[q] for info in f.patterns[g.idx]):
+                    if may_use(c.sample.eligible, q, g.host_of) and any(info.free[q] for info in f.patterns[g.idx]):
                         f.y_group[(c.idx, g.idx, q)] = m.var(f"y[{c.idx},g{g.idx},{q}]")
 
 

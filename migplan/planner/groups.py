@@ -1,9 +1,11 @@
 """Aggregation: identical GPUs into groups and identical movable workloads into classes (pure).
 
 Two GPUs share a group when the model sees no difference between them: same model, current layout,
-instances that must stay, running workloads (by class) on which instances, and the same pin / host
-tag. Two items share a class when they fit the same profiles, need the same slices, have the same
-value, pin and anti-affinity sets. The integer program then counts GPUs per (group, pattern) and
+instances that must stay, running workloads (by class) on which instances, the same pin / host
+tag, the same rule for their target (`GpuState.allowed`) and the same *zone*: membership of their host in
+each host set the items' eligibility names (`Item.eligible`), so that a group is wholly inside or outside
+every such set. Two items share a class when they fit the same profiles, need the same slices, have the
+same value, pin, anti-affinity sets and eligibility. The integer program then counts GPUs per (group, pattern) and
 items per (class, model, profile), or per (class, group, profile) for pinned classes.
 """
 
@@ -18,7 +20,7 @@ from migplan.catalog.layout import Instance, Layout
 from migplan.model.state import GpuKey, GpuState
 from migplan.planner.patterns import Key, key
 from migplan.planner.problem import Item, Problem
-from migplan.profiles import WHOLE_GPU
+from migplan.profiles import WHOLE_GPU, eligible_for, may_use
 
 ClassKey = tuple[object, ...]
 
@@ -34,6 +36,11 @@ class Klass:
     def special(self) -> bool:
         """Pinned classes are planned per GPU group (the groups on their host), the rest per model."""
         return self.sample.pin_host is not None
+
+    @property
+    def restricted(self) -> bool:
+        """Eligible on some hosts only (`Item.eligible`): planned per GPU group, as pinned classes are."""
+        return any(e.hosts is not None for e in self.sample.eligible)
 
     @property
     def anti(self) -> bool:
@@ -59,7 +66,14 @@ class Group:
     risky: frozenset[Key] = frozenset()  # soft instances whose workload is at risk there (it may stay, priced)
     risky_whole: bool = False  # the soft whole-GPU workload is at risk there
     idle: frozenset[Key] = frozenset()  # current instances where nothing runs and nothing is busy
+    allowed: tuple[str, ...] | None = None  # the GPUs' rule for their target (GpuState.allowed)
+    zone: frozenset[int] = frozenset()  # the eligibility host sets its GPUs' host is in (`zones`)
     gpus: list[GpuState] = field(default_factory=list)
+
+    @property
+    def host_of(self) -> str:
+        """A host of the group's GPUs: every one is in the same eligibility host sets (the group key's zone)."""
+        return self.gpus[0].host
 
 
 @dataclass
@@ -84,10 +98,18 @@ def class_key(it: Item) -> ClassKey:
     return it.class_key
 
 
+def eligible_here(it: Item, host: str) -> bool:
+    """Its eligibility lets it run where it runs on `host` (its instance's profile, or the whole GPU)."""
+    q = WHOLE_GPU if it.running_on is None else it.running_on.profile.removesuffix("+me")
+    return may_use(it.eligible, q, host)
+
+
 def fits_where_it_runs(it: Item, gpu: GpuState, model_full: str) -> bool:
     """Its instance (or the whole GPU: where the full profile or WHOLE_GPU fits it) is a profile it fits,
-    and its pin allows this GPU."""
+    and its pin and eligibility allow this GPU."""
     if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
+        return False
+    if it.eligible and not eligible_here(it, gpu.host):
         return False
     profs = it.profiles(gpu.model)
     if it.running_on is None:
@@ -110,10 +132,30 @@ def at_risk_reason(it: Item, gpu: GpuState, gpu_model: GpuModel) -> str | None:
     if it.pin_host is not None and (it.pin_host != gpu.host or (it.pin_gpu is not None and it.pin_gpu != gpu.index)):
         pinned = it.pin_host if it.pin_gpu is None else f"{it.pin_host}/{it.pin_gpu}"
         return f"runs on {where}, not where its pin asks ({pinned})"
+    if it.eligible and not eligible_here(it, gpu.host):
+        q = WHOLE_GPU if it.running_on is None else it.running_on.profile.removesuffix("+me")
+        rule = eligible_for(it.eligible, q)
+        why = rule.why if rule is not None and rule.why else "not among the hosts it may use"
+        return f"runs on {where} of {gpu.host}, where it may not run ({why})"
     if it.demand.memory_mib > mib:
         return (f"peak {it.demand.peak_mib} MiB fits {where}, margin {mib - it.demand.peak_mib} MiB; "
                 f"peak + headroom needs {it.demand.memory_mib} MiB")
     return f"needs {it.slices(gpu.model)} compute slices; {where} has fewer"
+
+
+def zones(problem: Problem) -> dict[str, frozenset[int]]:
+    """Per host, the indices of the distinct eligibility host sets of the items (`Item.eligible`) it is in: GPUs
+    are grouped only with GPUs of the same zone. Empty when no item is eligible on some hosts only."""
+    sets: dict[tuple[str, ...], int] = {}
+    for it in problem.items:
+        for e in it.eligible:
+            if e.hosts is not None and e.hosts not in sets:
+                sets[e.hosts] = len(sets)
+    if not sets:
+        return {}
+    members = [frozenset(hs) for hs in sets]
+    hosts = {g.host for g in problem.gpus}
+    return {h: frozenset(j for j, m in enumerate(members) if h in m) for h in hosts}
 
 
 def _tags(problem: Problem) -> tuple[set[str], set[GpuKey]]:
@@ -194,18 +236,19 @@ def split(problem: Problem, *, still: str | None = None) -> Split:
     for it in problem.items:
         s.item(it)
     host_tags, gpu_tags = _tags(problem)
+    zone = zones(problem)
     groups: dict[tuple[object, ...], Group] = {}
     for gpu in problem.gpus:
         if gpu.hold:
             continue
-        g = _group_of(problem, s, gpu, host_tags, gpu_tags, groups)
+        g = _group_of(problem, s, gpu, host_tags, gpu_tags, groups, zone.get(gpu.host, frozenset()))
         g.gpus.append(gpu)
     return Split(sorted(s.classes.values(), key=lambda k: k.idx), list(groups.values()), s.kept, s.unplaced,
                  s.forced, dict(s.running), at_risk=s.at_risk)
 
 
 def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str], gpu_tags: set[GpuKey],
-              groups: dict[tuple[object, ...], Group]) -> Group:
+              groups: dict[tuple[object, ...], Group], zone: frozenset[int]) -> Group:
     model = problem.models[gpu.model]
     busy = frozenset(key(model, i) for i in gpu.busy)
     hard = {k for k in s.hard.get(gpu.key, set()) if k is not None}
@@ -226,11 +269,12 @@ def _group_of(problem: Problem, s: _Splitter, gpu: GpuState, host_tags: set[str]
     risky = s.risky.get(gpu.key, set())
     risky_keys, risky_whole = frozenset(k for k in risky if k is not None), None in risky
     gk = (gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy, soft_whole, busy_whole, host, idx,
-          present, risky_keys, risky_whole)
+          present, risky_keys, risky_whole, gpu.allowed, zone)
     if gk not in groups:
         # idle: a function of what the key holds (current layout, kept, soft and busy instances)
         taken = {k for k in s.hard.get(gpu.key, set()) if k is not None} | {k for k, _ in soft} | busy
         idle = frozenset(key(model, i) for i in (gpu.current.instances if gpu.current else ())) - taken
         groups[gk] = Group(len(groups), gpu.model, gpu.current, frozenset(hard), hard_whole, soft, soft_busy,
-                           soft_whole, busy_whole, host, idx, present, risky_keys, risky_whole, idle)
+                           soft_whole, busy_whole, host, idx, present, risky_keys, risky_whole, idle,
+                           gpu.allowed, zone)
     return groups[gk]

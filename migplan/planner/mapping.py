@@ -9,15 +9,16 @@ whose instance the pattern keeps stay on it; the rest join their class's queue. 
    of its members to distinct GPUs (host scope: hosts) with a free instance of the member's profile and
    no member of its sets, the GPUs with the most free instances of that profile preferred;
 3. every other class fills free instances of its profile model-wide in GPU order;
-4. a pinned or anti-affine member still without a place takes any free instance it fits on a GPU that
-   breaks no spread rule (smallest profile first), or one freed by moving an item placed here to a free
-   instance elsewhere; one that finds none is reported, never misplaced.
+4. a pinned, eligible-on-some-hosts or anti-affine member still without a place takes any free instance it fits
+   on a GPU that breaks no pin, eligibility or spread rule (smallest profile first), or one freed by moving an
+   item placed here to a free instance elsewhere; one that finds none is reported, never misplaced.
 
 A GPU (host scope: host) where a member of a set runs now, kept or not, takes no other member of that
 set: the rule the model counts with.
 
 Each GPU's target is its kept instances plus the instances that received a workload; a GPU whose
-pattern is its current layout keeps that layout as it is.
+pattern is its current layout keeps that layout as it is. A GPU whose rule (`GpuState.allowed`) that target
+would break (a MIG GPU left without an instance) gets its pattern's instances instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from migplan.planner.formulation import Formulation, PatternInfo, spare_models
 from migplan.planner.groups import Group, Klass, class_key
 from migplan.planner.patterns import WHOLE, Key, key, keys
 from migplan.planner.problem import Item
-from migplan.profiles import WHOLE_GPU
+from migplan.profiles import WHOLE_GPU, may_use
 
 Where = tuple[GpuKey, Instance | None]
 WHOLE_PLACE = Instance(0, WHOLE_GPU)  # the one place a MIG-disabled GPU offers (placed as instance None)
@@ -57,6 +58,7 @@ class _Slots:
     whole: bool = False
     same: bool = False  # pattern is the current layout: keep it as it is
     spare: list[Instance] = field(default_factory=list)  # free instances kept as spare capacity (Policy.spare)
+    pattern: Layout | None = None  # the pattern it was given (None: WHOLE)
 
 
 def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running: list[Item],
@@ -89,7 +91,7 @@ def _slots(model: GpuModel, g: Group, gpu: GpuState, info: PatternInfo, running:
         if key(model, inst) not in occupied:
             free[key(model, inst)[1]].append(inst)
     keep = [current[k] for k in sorted(occupied) if k in current]
-    return _Slots(gpu, keep, dict(free), same=not info.change and len(info.pattern) > 0)
+    return _Slots(gpu, keep, dict(free), same=not info.change and len(info.pattern) > 0, pattern=info.pattern)
 
 
 Spots = dict[str, Counter[object]]  # anti-affinity set -> members per GPU (or host)
@@ -108,6 +110,11 @@ def _conflict(it: Item, gpu: GpuState, where: Spots, scope: str, own: object = N
 
 def _pin_ok(it: Item, gpu: GpuState) -> bool:
     return it.pin_host is None or (it.pin_host == gpu.host and (it.pin_gpu is None or it.pin_gpu == gpu.index))
+
+
+def _may(it: Item, gpu: GpuState, q: str) -> bool:
+    """Its pin and its eligibility let it take a `q` instance (or the whole GPU) of this GPU."""
+    return _pin_ok(it, gpu) and may_use(it.eligible, q, gpu.host)
 
 
 def _set_name(a: str) -> str:
@@ -406,7 +413,8 @@ class _Repairer:
 
     def run(self) -> None:
         state = self.state
-        if not any(state.waiting[c.idx] for c in state.formulation.split.classes if c.anti or c.special):
+        if not any(state.waiting[c.idx] for c in state.formulation.split.classes
+                   if c.anti or c.special or c.restricted):
             return
         for model_id, sls in self.by_model.items():
             for sl in sls:
@@ -414,7 +422,7 @@ class _Repairer:
                     if insts:
                         self.free[(model_id, q)].append(sl)
         for c in state.formulation.split.classes:
-            if not (c.anti or c.special):
+            if not (c.anti or c.special or c.restricted):
                 continue
             while state.waiting[c.idx]:
                 it = state.waiting[c.idx][0]
@@ -436,7 +444,7 @@ class _Repairer:
                     self.budget -= 1
                     if self.budget < 0:
                         return None
-                    if sl is not away and sl.free.get(q) and _pin_ok(it, sl.gpu) and (
+                    if sl is not away and sl.free.get(q) and _may(it, sl.gpu, q) and (
                             not_at is None or state.spot(sl.gpu) != not_at) and not state.conflicts(it, sl.gpu, own):
                         return sl, q
         return None
@@ -454,10 +462,11 @@ class _Repairer:
                 if not _pin_ok(it, sl.gpu):
                     continue
                 spot = state.spot(sl.gpu)
+                mine = [p for p in profs if may_use(it.eligible, p, sl.gpu.host)]
                 for other, inst, q in list(state.placed_here[sl.gpu.key]):
                     if any(state.spread[a][spot] > (1 if a in other.groups else 0) for a in it.groups):
                         continue  # `it` would break a spread rule here even with `other` gone
-                    take = q if q in profs else next((p for p in profs if sl.free.get(p)), None)
+                    take = q if q in mine else next((p for p in mine if sl.free.get(p)), None)
                     if take is None:
                         continue
                     in_way = bool(set(it.groups) & set(other.groups))
@@ -485,7 +494,10 @@ def _target(model: GpuModel, sl: _Slots, keep_idle: bool = True) -> Layout | Non
     if keep_idle and cur is not None:
         insts += [i for free in sl.free.values() for i in free if i in cur.instances]
     if not insts:
-        return None if cur is None else Layout()
+        empty = None if cur is None else Layout()
+        if sl.pattern is None or sl.gpu.may_hold(empty) is None:
+            return empty
+        insts = list(sl.pattern.instances)  # its rule wants an instance: the pattern's (a device plugin offers them)
     target = Layout.of(insts)
     if cur is not None and keys(model, cur) == keys(model, target):
         return cur

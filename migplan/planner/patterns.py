@@ -40,14 +40,31 @@ def maximal(model: GpuModel) -> tuple[Layout, ...]:
     return tuple(enumerate_layouts(model, maximal=True))
 
 
-def candidates(model: GpuModel, current: Layout | None, fixed: frozenset[Key]) -> list[Layout]:
+@functools.lru_cache(maxsize=64)
+def maximal_of(model: GpuModel, profiles: tuple[str, ...]) -> tuple[Layout, ...]:
+    """Every maximal layout of these profiles alone (maximal among them: 3 x 2g.20gb on an H100 whose seventh slice
+    only a 1g profile could take), in a fixed order."""
+    mine = tuple(p for p in profiles if model.has_profile(p))
+    return tuple(enumerate_layouts(model, profiles=mine, maximal=True)) if mine else ()
+
+
+def candidates(model: GpuModel, current: Layout | None, fixed: frozenset[Key],
+               allowed: tuple[str, ...] | None = None) -> list[Layout]:
     """Maximal layouts, the current one and the empty one, keeping only those that contain `fixed`. A GPU without
-    MIG has the empty one alone (nothing planned on it; its one place is the WHOLE pattern): no MIG layout."""
+    MIG has the empty one alone (nothing planned on it; its one place is the WHOLE pattern): no MIG layout.
+
+    `allowed` (the GPU's rule, `GpuState.allowed`): only layouts of those profiles, never the empty one: the
+    current layout where it keeps the rule, and the maximal layouts of the allowed profiles."""
     if not model.mig:
         return [Layout()] if not fixed else []
+    if allowed is None:
+        pool = ([current] if current is not None else []) + [Layout()] + list(maximal(model))
+    else:
+        keeps = current is not None and len(current) > 0 and all(i.profile in allowed for i in current.instances)
+        pool = ([current] if keeps and current is not None else []) + list(maximal_of(model, allowed))
     out: list[Layout] = []
     seen: set[frozenset[Key]] = set()
-    for lay in ([current] if current is not None else []) + [Layout()] + list(maximal(model)):
+    for lay in pool:
         k = keys(model, lay)
         if fixed <= k and k not in seen:
             seen.add(k)

@@ -16,6 +16,13 @@
                   make_before_break, stop_first, stops, reason}]      # version 4 (migration.py)
     freed_gpus: [{host, index}]                                       # version 4
     consolidation: {max_moves, moves, gpus_in_use, gpus_used, gpus_freed, gpus_freeable, curve} | null
+    eligibility: [{rules: [{profile, hosts, why}], workloads: [name]}]   # only when a workload has rules
+
+Rules (written only where there are any, so a plan without them is as before; a reader that does not know them
+refuses the unknown key rather than ignoring a rule): a GPU's `allowed` (what its target may hold:
+`GpuState.allowed`, in its fingerprint) and `eligibility`, the workloads that may use some profiles on some hosts
+only (`Item.eligible`), grouped by their rules. The reader checks each target against its GPU's rule and each
+placed workload against its rules, as the validator did (docs/kubernetes.md, "MIG strategies").
 
 Migrations (version 4): the ordered moves of running workloads. The reader checks each against the
 workloads and GPUs and re-derives the whole order with `migration.order` from the file's own moves,
@@ -60,7 +67,7 @@ from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
 from migplan.planner.milp import LEGACY_STATUSES, SolveStatus
-from migplan.profiles import MAX_PRIORITY
+from migplan.profiles import ANY_MIG, MAX_PRIORITY, WHOLE_GPU, Eligible, may_use
 from migplan.yamldoc import Node
 
 # 5: workloads kept at risk (status at_risk, summary workloads_at_risk); 4: migrations, freed, consolidation;
@@ -157,6 +164,15 @@ class Consolidation:
 
 
 @dataclass(frozen=True)
+class Eligibility:
+    """Workloads that may use some profiles on some hosts only, with those rules (`Item.eligible`): carried in the
+    plan so that a plan read back is checked as the planner checked it."""
+
+    rules: tuple[Eligible, ...]
+    workloads: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     fingerprint: str
     source: str
@@ -171,6 +187,7 @@ class Plan:
     migrations: tuple[Migration, ...] = ()  # the ordered moves of running workloads (migration.order)
     freed: tuple[GpuKey, ...] = ()  # GPUs in use before that the plan leaves empty
     consolidation: Consolidation | None = None  # set by --consolidate
+    eligibility: tuple[Eligibility, ...] = ()  # workloads with rules (written only when there are any)
 
     @functools.cached_property
     def _by_key(self) -> dict[GpuKey, GpuPlan]:
@@ -228,10 +245,18 @@ def _layout(lay: Layout | None) -> list[str] | None:
 
 def gpu_to_dict(g: GpuPlan) -> dict[str, Any]:
     o = g.observed
-    return {"host": o.host, "index": o.index, "model": o.model, "uuid": o.uuid, "hold": o.hold,
-            "current": _layout(o.current), "mig_pending": o.mig_pending, "busy": [str(i) for i in sorted(o.busy)],
-            "whole_gpu_busy": o.whole_busy, "fingerprint": o.fingerprint(),
-            "target": _layout(g.target), "actions": [str(a) for a in g.actions]}
+    d = {"host": o.host, "index": o.index, "model": o.model, "uuid": o.uuid, "hold": o.hold,
+         "current": _layout(o.current), "mig_pending": o.mig_pending, "busy": [str(i) for i in sorted(o.busy)],
+         "whole_gpu_busy": o.whole_busy, "fingerprint": o.fingerprint(),
+         "target": _layout(g.target), "actions": [str(a) for a in g.actions]}
+    if o.allowed is not None:  # only where there is a rule: other GPUs' entries as before rules existed
+        d["allowed"] = list(o.allowed)
+    return d
+
+
+def eligibility_to_list(groups: tuple[Eligibility, ...]) -> list[dict[str, Any]]:
+    return [{"rules": [{"profile": r.profile, "hosts": None if r.hosts is None else list(r.hosts), "why": r.why}
+                       for r in e.rules], "workloads": list(e.workloads)} for e in groups]
 
 
 _WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadPlan))
@@ -262,6 +287,7 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
         "summary": asdict(plan.summary),
         "gpus": [gpu_to_dict(g) for g in plan.gpus],
         "workloads": [_workload_dict(w) for w in plan.workloads],
+        **({"eligibility": eligibility_to_list(plan.eligibility)} if plan.eligibility else {}),
         **({} if plan.version < 4 else {
             "migrations": [migration_to_dict(m) for m in plan.migrations],
             "freed_gpus": [{"host": h, "index": i} for h, i in plan.freed],
@@ -326,8 +352,26 @@ def _read_layout(n: Node) -> Layout | None:
         n.fail(err.message)
 
 
+def _read_allowed(n: Node, model: GpuModel) -> tuple[str, ...]:
+    """A GPU's rule: profiles of its model and "whole", each once."""
+    out: list[str] = []
+    for item in n.list()[:_RULE_MAX + 1]:
+        name = item.str()
+        if name != WHOLE_GPU and not model.has_profile(name):
+            item.fail(f"{name[:40]!r} is not a profile of {model.id} (nor {WHOLE_GPU!r})", hint=_HINT)
+        if name in out:
+            item.fail(f"{name!r} is listed twice")
+        out.append(name)
+    if len(out) > _RULE_MAX:
+        n.fail(f"more than {_RULE_MAX} entries")
+    return tuple(out)
+
+
+_RULE_MAX = 64  # profiles of a GPU's rule, rules of a workload: a model has about 20 profiles
+
+
 def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
-    f = n.fields(_GPU_KEYS, _GPU_KEYS)
+    f = n.fields(_GPU_KEYS | {"allowed"}, _GPU_KEYS)
     host = f["host"].str()
     if not names.HOST_NAME.fullmatch(host):
         f["host"].fail(f"{host!r} is not a host name (letters, digits, '.', '_' or '-')", hint=_HINT)
@@ -354,11 +398,15 @@ def _read_gpu(n: Node, catalog: Catalog) -> GpuPlan:
     if stray:
         f["busy"].fail(f"busy instance(s) {', '.join(stray)} are not in the current layout")
     pending = None if _null(f, "mig_pending") else f["mig_pending"].bool()
+    allowed = _read_allowed(f["allowed"], model) if "allowed" in f else None
     observed = GpuState(host=host, index=index, model=model.id, uuid=uuid, mig_enabled=current is not None,
                         mig_pending=pending, layout=current, busy=busy, whole_gpu_busy=f["whole_gpu_busy"].bool(),
-                        reserved=hold == "reserved", excluded=hold == "excluded")
+                        reserved=hold == "reserved", excluded=hold == "excluded", allowed=allowed)
     if f["fingerprint"].str() != observed.fingerprint():
         f["fingerprint"].fail("does not match this GPU's recorded state: the file was edited or damaged", hint=_HINT)
+    broken = observed.may_hold(target) if hold is None else None
+    if broken is not None:
+        f["target"].fail(f"breaks the GPU's rule (allowed): {broken}", hint=_HINT)
     actions = tuple(diff(current, target, gpu=observed.key, architecture=model.architecture))
     listed = [a.str() for a in f["actions"].list()]
     if listed != [str(a) for a in actions]:
@@ -483,12 +531,13 @@ class _Entries:
 
 
 _GPU_KEY_SET = frozenset(_GPU_KEYS)
+_GPU_KEY_SET_RULED = _GPU_KEY_SET | {"allowed"}
 _HOLDS = (None, "reserved", "excluded")
 
 
 def _gpu_fast(d: Any, memo: _Memo) -> GpuPlan | None:
     """`_read_gpu` of a plain GPU entry in the shape migplan writes; None: anything else."""
-    if type(d) is not dict or d.keys() != _GPU_KEY_SET:
+    if type(d) is not dict or (d.keys() != _GPU_KEY_SET and d.keys() != _GPU_KEY_SET_RULED):
         return None
     host, index, uuid, hold, pending, whole = (d["host"], d["index"], d["uuid"], d["hold"], d["mig_pending"],
                                               d["whole_gpu_busy"])
@@ -502,6 +551,13 @@ def _gpu_fast(d: Any, memo: _Memo) -> GpuPlan | None:
     model = memo.model(d["model"])
     if model is None:
         return None
+    allowed = None
+    if "allowed" in d:
+        rule = d["allowed"]
+        if (type(rule) is not list or len(rule) > _RULE_MAX or len(set(map(str, rule))) != len(rule)
+                or not all(type(q) is str and (q == WHOLE_GPU or model.has_profile(q)) for q in rule)):
+            return None
+        allowed = tuple(rule)
     current = target = None
     if d["current"] is not None:
         current = memo.layout(model, d["current"])
@@ -517,8 +573,8 @@ def _gpu_fast(d: Any, memo: _Memo) -> GpuPlan | None:
     observed = _made(GpuState, {"host": host, "index": index, "model": model.id, "uuid": uuid,
                                 "mig_enabled": current is not None, "mig_pending": pending, "layout": current,
                                 "busy": busy, "whole_gpu_busy": whole, "reserved": hold == "reserved",
-                                "excluded": hold == "excluded"})
-    if d["fingerprint"] != observed.fingerprint():
+                                "excluded": hold == "excluded", "allowed": allowed})
+    if d["fingerprint"] != observed.fingerprint() or (hold is None and observed.may_hold(target) is not None):
         return None
     actions, texts = memo.diff(current, target, model, observed.key)
     if d["actions"] != texts:
@@ -775,7 +831,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
            "workloads"}
     moves = {"migrations", "freed_gpus", "consolidation"}
-    f = root.fields(top | moves | {"host_models"}, top)
+    f = root.fields(top | moves | {"host_models", "eligibility"}, top)
     version = f["version"].int()
     if version not in READ_VERSIONS:
         f["version"].fail(f"plan version {version} is not supported (this migplan reads versions "
@@ -802,6 +858,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         f["fingerprint"].fail("does not match the plan's GPUs: a GPU entry was added, removed or copied from "
                               "another plan", hint=_HINT)
     workloads = _read_workloads(f["workloads"], gpus, catalog, memo)
+    eligibility = _read_eligibility(f["eligibility"], workloads) if "eligibility" in f else ()
     solve = _read_solve(f["solve"])
     summary, sf = _read_summary(f["summary"], version)
     _check_summary(sf, summary, policy_obj, workloads)
@@ -817,7 +874,60 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
-                version=version, migrations=migrations, freed=freed, consolidation=consolidation)
+                version=version, migrations=migrations, freed=freed, consolidation=consolidation,
+                eligibility=eligibility)
+
+
+_PROFILE_NAME = re.compile(r"[0-9]{1,2}g\.[0-9]{1,4}gb(?:[+-][a-z0-9.,]{1,16})?")
+
+
+def _read_rule(n: Node) -> Eligible:
+    f = n.fields({"profile", "hosts", "why"}, {"profile", "hosts", "why"})
+    profile = f["profile"].str()
+    if profile not in (ANY_MIG, WHOLE_GPU) and not _PROFILE_NAME.fullmatch(profile):
+        f["profile"].fail(f"{profile[:40]!r} is not a MIG profile, {WHOLE_GPU!r} or {ANY_MIG!r}", hint=_HINT)
+    hosts = None
+    if not f["hosts"].is_null:
+        hosts = tuple(h.str() for h in f["hosts"].list())
+        bad = next((h for h in hosts if not names.HOST_NAME.fullmatch(h)), None)
+        if bad is not None:
+            f["hosts"].fail(f"{bad[:60]!r} is not a host name", hint=_HINT)
+        if len(set(hosts)) != len(hosts):
+            f["hosts"].fail("a host is listed twice", hint=_HINT)
+    return Eligible(profile, hosts, _opt_text(f["why"]) or "")
+
+
+def _read_eligibility(node: Node, workloads: list[WorkloadPlan]) -> tuple[Eligibility, ...]:
+    """The workloads with rules, each once, and every placed one where its rules let it be (as `validate`'s
+    eligible check: the profile of its instance, or the whole GPU, on its host)."""
+    by_name = {w.name: w for w in workloads}
+    seen: set[str] = set()
+    out = []
+    for n in node.list():
+        f = n.fields({"rules", "workloads"}, {"rules", "workloads"})
+        rule_nodes = f["rules"].list()
+        if not rule_nodes or len(rule_nodes) > _RULE_MAX:
+            f["rules"].fail(f"expected 1 to {_RULE_MAX} rules", hint=_HINT)
+        rules = tuple(_read_rule(r) for r in rule_nodes)
+        if len({r.profile for r in rules}) != len(rules):
+            f["rules"].fail("a profile has two rules", hint=_HINT)
+        names_here = []
+        for wn in f["workloads"].list():
+            name = wn.str()
+            w = by_name.get(name)
+            if w is None:
+                wn.fail(f"{name[:80]!r} is not a workload of this plan", hint=_HINT)
+            if name in seen:
+                wn.fail(f"{name} has rules twice", hint=_HINT)
+            seen.add(name)
+            names_here.append(name)
+            if w.status == "placed" and w.host is not None:
+                q = WHOLE_GPU if w.instance is None else Instance.parse(w.instance).profile.removesuffix("+me")
+                if not may_use(rules, q, w.host):
+                    wn.fail(f"{name} is placed on {w.instance or 'the whole GPU'} of {w.host}/{w.gpu}, which its "
+                            "rules do not let it use", hint=_HINT)
+        out.append(Eligibility(rules, tuple(names_here)))
+    return tuple(out)
 
 
 def _read_gpus(node: Node, catalog: Catalog, memo: _Memo) -> dict[GpuKey, GpuPlan]:

@@ -30,6 +30,7 @@ from migplan.planner.milp import Milp, SizeLimit, SolveHandle, Solver, SolveResu
 from migplan.planner.plan import (
     Consolidation,
     CurvePoint,
+    Eligibility,
     Plan,
     PlanError,
     SolveInfo,
@@ -41,7 +42,7 @@ from migplan.planner.plan import (
 )
 from migplan.planner.problem import Item, Problem, build_problem
 from migplan.planner.validate import check_gpus, check_workloads, validate
-from migplan.profiles import ProfileSet
+from migplan.profiles import Eligible, ProfileSet
 
 Progress = Callable[[str], None]
 # The planner's own phases, told to a caller's `phase` hook as they begin (a progress display shows them): the
@@ -494,12 +495,22 @@ def plan_problem(problem: Problem, solver: Solver, *, source: str = "inventory",
                                           gpus_newly_used=len(after - before))
         plan = Plan(problem.fingerprint, source, asked.to_dict(), solve, summary, gpus, wls,
                     models=host_models, migrations=migrations, freed=freed,
-                    consolidation=consolidation)
+                    consolidation=consolidation, eligibility=_eligibility(items))
         bad = validate(plan, problem, gpu_checks=check_gpus(gpus, problem),
                        workload_checks=check_workloads(gpus, wls, problem))
     if bad:
         raise PlanError(f"the plan failed validation ({len(bad)} problem(s)): " + "; ".join(bad[:5]))
     return plan
+
+
+def _eligibility(items: list[Item]) -> tuple[Eligibility, ...]:
+    """The items with eligibility rules, grouped by their rules (in name order): what the plan carries for a reader
+    to check them again."""
+    groups: dict[tuple[Eligible, ...], list[str]] = {}
+    for it in sorted(items, key=lambda i: i.name):
+        if it.eligible:
+            groups.setdefault(it.eligible, []).append(it.name)
+    return tuple(Eligibility(rules, tuple(names)) for rules, names in groups.items())
 
 
 H = TypeVar("H", bound=SolveHandle)

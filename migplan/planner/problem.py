@@ -1,9 +1,14 @@
 """The planner's frozen input, built from the observed state, the workload profiles and the catalog (pure).
 
 One `Item` per workload replica (replica 0 keeps the workload's name, replica k is `name#k`); the GPUs
-are the observed `GpuState`s themselves (`current`, `hold`, `busy`, `whole_busy`). Whatever cannot
-be planned at all (a workload larger than any instance of any model in the fleet) is set aside in
-`rejected` with its reason.
+are the observed `GpuState`s themselves (`current`, `hold`, `busy`, `whole_busy`, `allowed`). Whatever cannot
+be planned at all (a workload larger than any instance of any model in the fleet, or one whose eligibility and
+the GPUs' rules leave it no GPU the plan may change) is set aside in `rejected` with its reason.
+
+Eligibility (`Workload.eligible`, `Item.eligible`): the profiles an item may use and on which hosts. Its fits keep
+only the profiles a rule names; a profile named on its own (not through ANY_MIG) is another form of the same
+request and is offered even where sizing alone would pick a smaller one (a whole GPU for a pod's
+`nvidia.com/gpu` next to the MIG device of a single-strategy node), where it holds the demand.
 """
 
 from __future__ import annotations
@@ -18,8 +23,16 @@ from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance
 from migplan.errors import InputError
 from migplan.model.state import FleetState, GpuKey, GpuState
-from migplan.planner.demand import Demand, Policy, demand_of, fitting_profiles, misfit_reason, slices_needed
-from migplan.profiles import WHOLE_GPU, ProfileSet, Workload
+from migplan.planner.demand import (
+    Demand,
+    Policy,
+    demand_of,
+    fitting_profiles,
+    misfit_reason,
+    slices_needed,
+    whole_fits,
+)
+from migplan.profiles import ANY_MIG, WHOLE_GPU, Eligible, ProfileSet, Workload, eligible_for
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,7 @@ class Item:
     running: GpuKey | None = None  # the GPU it runs on now
     running_on: Instance | None = None  # its instance now (None with `running`: the whole GPU)
     movable: bool = True  # profile `movable: false`: stays where it runs even with --consolidate
+    eligible: tuple[Eligible, ...] = ()  # where it may use which profile (Workload.eligible); empty: anywhere
 
     def profiles(self, model: str) -> tuple[str, ...]:
         return next((p for m, p in self.fits if m == model), ())
@@ -55,7 +69,7 @@ class Item:
     def class_key(self) -> tuple[object, ...]:
         """What makes two items interchangeable for the program (`groups.class_key`), made once per item:
         the planner asks for it several times per item and hashes it each time."""
-        return (self.fits, self.need, round(self.value, 6), self.pin_host, self.pin_gpu, self.groups)
+        return (self.fits, self.need, round(self.value, 6), self.pin_host, self.pin_gpu, self.groups, self.eligible)
 
 
 @dataclass(frozen=True)
@@ -153,13 +167,18 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
         measured = catalog.find(here.model) if here else None
     fits, need = [], []
     demand = demand_of(w, policy, measured, models[0])
+    named = {e.profile for e in w.eligible} - {ANY_MIG}  # forms of its request named on their own
     for m in models:
         # with a measured model the demand is the same for every model (the fallback is not used)
         d = demand if measured is not None or m is models[0] else demand_of(w, policy, measured, m)
         g = slices_needed(d, m)
         profs = fitting_profiles(d, m, w.min_profile, slices=g)
+        if w.eligible:  # only what its rules name; a whole GPU named on its own wherever it holds the demand
+            if WHOLE_GPU in named and WHOLE_GPU not in profs and whole_fits(d, m):
+                profs += (WHOLE_GPU,)
+            profs = tuple(p for p in profs if eligible_for(w.eligible, p) is not None)
         if w.requested is not None:  # a pod can use only the resource it requests (migplan/pods.py)
-            profs = tuple(p for p in profs if p == w.requested)
+            profs = tuple(p for p in profs if p == w.requested or p in named)
         if profs:
             fits.append((m.id, profs))
             need.append((m.id, g))
@@ -173,7 +192,7 @@ def _items(w: Workload, policy: Policy, catalog: Catalog, models: list[GpuModel]
             name=name, workload=w.name, priority=w.priority, demand=demand,
             fits=tuple(fits), need=tuple(need), pin_host=w.pin.host if w.pin else None,
             pin_gpu=w.pin.gpu if w.pin else None, groups=groups,
-            running=running, running_on=running_on, movable=w.movable))
+            running=running, running_on=running_on, movable=w.movable, eligible=w.eligible))
     return out
 
 
@@ -187,6 +206,7 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
     rejected_items: list[Item] = []
     where: dict[tuple[GpuKey, Instance | None], Workload] = {}
     places = _places(profiles, gpus, assigned_places(state))
+    offers = _Offers(gpus)
     for w in sorted(profiles.workloads, key=lambda w: w.name):
         for it in _items(w, policy, catalog, models, gpus, places) if models else []:
             if it.running is not None:
@@ -196,6 +216,8 @@ def build_problem(state: FleetState, profiles: ProfileSet, catalog: Catalog, pol
                 why = ("too large: " + misfit_reason(it.demand, models) if w.requested is None else
                        f"requests {'a whole GPU' if w.requested == WHOLE_GPU else w.requested}, which no GPU the "
                        "plan may change offers (all GPUs of models with it are reserved or excluded)")
+            if why is None and it.running is None and (it.eligible or offers.ruled):
+                why = offers.nowhere(it, w.requested is not None)
             if why is None:
                 items.append(it)
             else:
@@ -243,6 +265,53 @@ def _check_alone(w: Workload, it: Item, where: dict[tuple[GpuKey, Instance | Non
             hint="migplan plans one workload per MIG instance or whole GPU: merge them into one workload "
                  "profile, or correct 'observed' in one of them")
     where[spot] = w
+
+
+class _Offers:
+    """Which hosts have a GPU the plan may change that may hold each (model, profile), under the GPUs' rules
+    (`GpuState.allowed`); made the first time an item with eligibility (or a fleet with rules) asks."""
+
+    def __init__(self, gpus: Mapping[GpuKey, GpuState]) -> None:
+        self.gpus = gpus
+        self.ruled = any(g.allowed is not None for g in gpus.values())
+        self._hosts: dict[tuple[str, tuple[str, ...] | None], set[str]] | None = None
+
+    def hosts(self, model: str, q: str) -> set[str]:
+        """Hosts with a planned GPU of `model` whose rule lets it hold `q` (a plain profile, or WHOLE_GPU)."""
+        if self._hosts is None:
+            self._hosts = {}
+            for g in self.gpus.values():
+                if g.hold is None:
+                    self._hosts.setdefault((g.model, g.allowed), set()).add(g.host)
+        out: set[str] = set()
+        for (m, rule), hosts in self._hosts.items():
+            if m == model and (rule is None or q in rule):  # WHOLE_GPU is the rule's "whole"
+                out |= hosts
+        return out
+
+    def nowhere(self, it: Item, requested: bool) -> str | None:
+        """Why a new item has no GPU at all that it may use (its eligibility, the GPUs' rules), or None."""
+        for model, profs in it.fits:
+            for q in profs:
+                rule = eligible_for(it.eligible, q) if it.eligible else None
+                hosts = self.hosts(model, q)
+                if hosts and (rule is None or rule.hosts is None or hosts & set(rule.hosts)):
+                    return None
+        shown = sorted({q for _, profs in it.fits for q in profs})
+        what = ", ".join("a whole GPU" if q == WHOLE_GPU else q for q in shown)
+        rules = [eligible_for(it.eligible, q) for q in shown] if it.eligible else []
+        where = sorted({(r.why or "some hosts") + (f" ({_few(r.hosts)})" if r.hosts is not None else "")
+                        for r in rules if r is not None and r.hosts is not None})
+        verb = "requests" if requested else "fits"
+        if where:
+            return (f"{verb} {what}, which it may use only on {'; '.join(where)}, and no GPU there the plan may "
+                    "change offers it (reserved or excluded, a model without it, or a rule that allows other profiles)")
+        return (f"{verb} {what}, which no GPU the plan may change may hold (reserved or excluded, or their rules "
+                "allow other profiles only)")
+
+
+def _few(hosts: tuple[str, ...], n: int = 5) -> str:
+    return ", ".join(hosts[:n]) + (f" and {len(hosts) - n} more" if len(hosts) > n else "") if hosts else "none"
 
 
 def _pin_reason(it: Item, gpus: Mapping[GpuKey, GpuState]) -> str | None:

@@ -7,7 +7,9 @@ spread (anti-affinity), busy (no running instance destroyed without --allow-disr
 without --allow-disrupt or --consolidate, nor a `movable: false` one), keep-free, moves (the consolidation
 budget), whole (a whole-GPU placement only on a MIG-disabled target, only for a workload that needs the
 full profile or asks for `min_profile: whole`, and such a workload never on an instance; a GPU without MIG
-never has a MIG layout).
+never has a MIG layout), rule (a GPU's target keeps its `allowed` rule: only those profiles, MIG off only where
+"whole" is allowed, never an empty MIG layout), eligible (a workload only where its eligibility lets it use that
+profile, or the whole GPU).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from migplan.model.state import GpuKey
 from migplan.planner.groups import fits_where_it_runs, runs_in_mib
 from migplan.planner.plan import Plan
 from migplan.planner.problem import Item, Problem
-from migplan.profiles import WHOLE_GPU
+from migplan.profiles import WHOLE_GPU, eligible_for, may_use
 
 
 def _gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
@@ -36,6 +38,10 @@ def _gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
             out.append(f"gpu {g.host}/{g.index}: current layout differs from the observed one")
         if pg.hold and (g.target != pg.current or g.actions):
             out.append(f"gpu {g.host}/{g.index}: {pg.hold} GPU would be changed")
+        broken = pg.may_hold(g.target) if pg.hold is None else None
+        if broken is not None:
+            out.append(f"gpu {g.host}/{g.index}: target {g.target if g.target is not None else 'MIG disabled'} "
+                       f"breaks its rule: {broken}")
         if (g.target is not None or g.current is not None) and not problem.models[pg.model].mig:
             out.append(f"gpu {g.host}/{g.index}: {pg.model} has no MIG, but the plan gives it a MIG layout")
         elif g.target is not None:
@@ -51,10 +57,22 @@ def _gpus(gpus: tuple[GpuPlan, ...], problem: Problem) -> list[str]:
     return out
 
 
+def _eligible(w: WorkloadPlan, it: Item, g: GpuPlan, profile: str) -> list[str]:
+    """A placed workload only where its eligibility lets it use `profile` (plain, or WHOLE_GPU)."""
+    if w.status != "placed" or may_use(it.eligible, profile, g.host):
+        return []
+    rule = eligible_for(it.eligible, profile)
+    where = "it may not use it anywhere" if rule is None else f"it may use it only on {rule.why or 'other hosts'}"
+    what = "the whole GPU" if profile == WHOLE_GPU else profile
+    return [f"{w.name}: {what} on {g.host}/{g.index}, but {where}"]
+
+
 def _item_checks(w: WorkloadPlan, it: Item, g: GpuPlan, problem: Problem, frozen: bool) -> list[str]:
     out = []
     model = problem.models[g.model]
     if w.instance is None:
+        if not frozen:
+            out += _eligible(w, it, g, WHOLE_GPU)
         if g.target is not None:
             out.append(f"{w.name}: on the whole GPU {g.host}/{g.index}, whose target has MIG enabled")
         elif not w.kept and not frozen and WHOLE_GPU not in it.profiles(g.model):
@@ -74,6 +92,8 @@ def _item_checks(w: WorkloadPlan, it: Item, g: GpuPlan, problem: Problem, frozen
                    f"{it.slices(g.model)} slices")
     if not frozen and it.pin_host and (g.host != it.pin_host or (it.pin_gpu is not None and g.index != it.pin_gpu)):
         out.append(f"{w.name}: pinned to {it.pin_host}/{it.pin_gpu}, placed on {g.host}/{g.index}")
+    if not frozen:
+        out += _eligible(w, it, g, prof)
     return out
 
 
