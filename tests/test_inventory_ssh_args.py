@@ -85,6 +85,7 @@ def test_what_is_honoured(text: str, proxy: str | None, jumps: tuple[JumpHop, ..
     ("-o", "-o has no value", None),
     ("-o ProxyJump", "is not KEYWORD=VALUE", None),
     ("-o ProxyJump=b\x1b[2J", "control characters", None),
+    ("-o 'ProxyCommand=sshpass -p hunter2 ssh -W %h:%p bastion'", "never a password", "give the jump host a key"),
 ])
 def test_everything_else_is_refused_by_name(text: str, message: str, hint: str | None) -> None:
     with pytest.raises(SshArgsError) as err:
@@ -172,6 +173,17 @@ def test_migplan_ssh_args_replaces_the_ansible_ones(tmp_path: Path, caplog: pyte
     native["hosts"]["gpu02"]["ssh_args"] = "-A"  # type: ignore[index]
     with pytest.raises(InputError, match=r"native.yaml:\d+: hosts.gpu02.ssh_args: ssh_args: option '-A'"):
         load_inventory(_yaml(tmp_path, native, "native.yaml"), CAT)
+
+
+def test_ansible_ssh_args_is_not_read_but_a_proxy_there_is_not_lost(tmp_path: Path) -> None:
+    """`ansible_ssh_args` tunes OpenSSH's client (ControlMaster, -C): nothing for paramiko, so it is not read; a proxy
+    put there would be lost, so that is an error saying where the proxy goes instead."""
+    doc = _fleet({"ansible_ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s"})
+    assert all(h.ssh_args is None for h in load_inventory(_yaml(tmp_path, doc), CAT).hosts)
+    doc = _fleet({"ansible_ssh_args": "-C -o ControlMaster=auto -J bastion"})
+    with pytest.raises(InputError, match="ansible_ssh_args for host 'gpu01' names a proxy") as err:
+        load_inventory(_yaml(tmp_path, doc), CAT)
+    assert err.value.hint is not None and "ansible_ssh_common_args" in err.value.hint
 
 
 def test_list_json_ssh_args_name_the_host(tmp_path: Path) -> None:

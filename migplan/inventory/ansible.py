@@ -44,7 +44,14 @@ from migplan import host_patterns, yamldoc
 from migplan.catalog import Catalog
 from migplan.errors import InputError
 from migplan.inventory.model import Host, LeftOut
-from migplan.inventory.settings import SSH_ARGS_VARS, AnsibleHost, Settings, ansible_settings, build_host
+from migplan.inventory.settings import (
+    OPENSSH_ARGS_VAR,
+    SSH_ARGS_VARS,
+    AnsibleHost,
+    Settings,
+    ansible_settings,
+    build_host,
+)
 from migplan.text import printable
 from migplan.yamldoc import Node
 
@@ -58,7 +65,7 @@ LOGIN_PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_pass
 _READ_VARS = {"ansible_host", "ansible_ssh_host", "ansible_port", "ansible_ssh_port", "ansible_user",
               "ansible_ssh_user", "ansible_ssh_private_key_file", "ansible_connection", "ansible_become",
               "ansible_become_method", "ansible_become_user", "ansible_group_priority", LIMIT_VAR,
-              *SSH_ARGS_VARS}
+              *SSH_ARGS_VARS, OPENSSH_ARGS_VAR}
 # Groups whose hosts run services, not GPU work, as DeepOps (config.example/inventory: kube_control_plane, etcd,
 # slurm-master, slurm-nfs, slurm-cache, slurm-metric, slurm-login; before 2026 kube-master, nfs-server, maas) and
 # Kubespray (inventory/sample/inventory.ini: kube-controlplane, etcd, calico-rr, bastion) name them; compared

@@ -38,6 +38,9 @@ SETTING_KEYS = {"driver", "state_dir", "connection", "lock_file", "address", "po
                 "mig_parted",  # mig_parted: {file, config}, layouts from a mig-parted file (migplan/mig_parted.py)
                 "ssh_args"}  # ssh options: ProxyJump/-J, ProxyCommand, UserKnownHostsFile (inventory/ssh_args.py)
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # in this order, as Ansible's ssh plugin
+# Ansible's `ssh_args` (ControlMaster, ControlPersist, -C: how OpenSSH's client is run) means nothing to paramiko and
+# is not read, except that a proxy there is an error (it would be lost): migplan_ssh_args or common_args takes it.
+OPENSSH_ARGS_VAR = "ansible_ssh_args"
 
 
 def _where(node: Node, what: str) -> str:
@@ -287,7 +290,7 @@ def ansible_settings(hname: str, entry: AnsibleHost, catalog: Catalog) -> Settin
     ssh_vars: dict[str, Node] = {}
     for _, layer in sorted(entry.layers, key=lambda item: item[0]):  # deeper groups, then host, win
         for var, n in layer.items():
-            if var in SSH_ARGS_VARS:
+            if var in SSH_ARGS_VARS or var == OPENSSH_ARGS_VAR:
                 ssh_vars[var] = n
             elif var in _ANSIBLE_MAP:
                 key = _ANSIBLE_MAP[var]
@@ -315,9 +318,19 @@ def ansible_settings(hname: str, entry: AnsibleHost, catalog: Catalog) -> Settin
     return s
 
 
+def _names_a_proxy(text: str) -> bool:
+    lowered = text.lower()
+    return "proxycommand" in lowered or "proxyjump" in lowered or any(w.startswith("-j") for w in lowered.split())
+
+
 def _ansible_ssh_args(hname: str, entry: AnsibleHost, ssh_vars: dict[str, Node], s: Settings) -> None:
     """`ansible_ssh_common_args` then `ansible_ssh_extra_args` (each merged as Ansible merges variables) as one
     ssh command line, as Ansible's ssh plugin passes them; `migplan_ssh_args` replaces both."""
+    openssh = ssh_vars.get(OPENSSH_ARGS_VAR)
+    if openssh is not None and not openssh.is_null and "ssh_args" not in s.values and _names_a_proxy(openssh.str()):
+        openssh.fail(f"{OPENSSH_ARGS_VAR} for host {hname!r} names a proxy, but migplan does not read "
+                     f"{OPENSSH_ARGS_VAR} (ControlMaster and the like, for OpenSSH's client)",
+                     hint="move the ProxyJump/ProxyCommand to ansible_ssh_common_args, or set migplan_ssh_args")
     given = [(var, ssh_vars[var]) for var in SSH_ARGS_VARS if var in ssh_vars and not ssh_vars[var].is_null
              and ssh_vars[var].str().strip()]
     if not given:

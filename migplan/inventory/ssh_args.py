@@ -21,6 +21,7 @@ for `Node.fail` (the caller adds the file, the line, the host and the variable).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -96,6 +97,10 @@ def proxy_command(text: str) -> tuple[str, ...]:
         raise SshArgsError(f"cannot split ProxyCommand {shown!r}: {err}", hint="check the quotes") from None
     if not argv:
         raise SshArgsError("ProxyCommand is empty", hint="give a command such as 'ssh -W %h:%p bastion', or 'none'")
+    if os.path.basename(argv[0]) == "sshpass":
+        raise SshArgsError(f"ProxyCommand {argv[0]!r}: migplan logs in with keys, never a password (one on a command "
+                           "line would also show in process lists and in migplan's own messages)",
+                           hint="give the jump host a key (ssh-agent or IdentityFile), e.g. ProxyJump")
     if any(c.isspace() for c in argv[0]):
         raise SshArgsError(f"ProxyCommand {shown!r} is quoted as a whole, so it names a program {argv[0]!r}; "
                            "OpenSSH would not run it either", hint="remove the quotes around the command")
