@@ -241,6 +241,16 @@ def test_service_hosts_without_gpus_are_left_out_unless_asked(tmp_path: Path) ->
     assert {lo.name: lo.reason for lo in inv.left_out}["mgmt02"] == "not in migplan_limit 'gpu_nodes'"
 
 
+def test_a_fleet_command_with_every_host_left_out_says_so(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {"all": {"children": {"etcd": {"hosts": {"e1": {"ansible_host": "10.9.0.1"}}}}}})
+    inv = load_inventory(path, CAT)
+    with pytest.raises(InputError, match=r"no host of .* is selected: all 1 are left out \(e1: no GPUs declared"):
+        select_hosts(inv, None)
+    assert [h.name for h in select_hosts(inv, ["e1"]).hosts] == ["e1"]
+    r = CliRunner().invoke(app, ["discover", "-i", str(path), "--ssh-config", "none"])
+    assert r.exit_code == 2 and "inventory check" in r.stderr and "Traceback" not in r.output
+
+
 def test_inventory_check_limit_prints_the_selection_and_why_others_are_out(tmp_path: Path) -> None:
     doc = _fleet({"ansible_ssh_common_args": BASTION})
     doc["all"]["children"]["slurm-master"] = {"hosts": {"login01": {"ansible_host": "10.0.1.1"}}}  # type: ignore[index]

@@ -52,6 +52,11 @@ def select_hosts(inventory: Inventory, limit: tuple[str, ...] | list[str] | None
     selects one asks for it. The hosts the pattern leaves out join `left_out`, with that reason."""
     patterns = limit_patterns(limit)
     if not patterns:
+        if not inventory.hosts and inventory.left_out:  # say so, rather than contact nothing and succeed
+            first = inventory.left_out[0]
+            raise InputError(f"no host of {inventory.source} is selected: all {len(inventory.left_out)} are left out "
+                             f"({first.name}: {first.reason}{', ...' if len(inventory.left_out) > 1 else ''})",
+                             hint="'migplan inventory check' lists them and why; --limit PATTERN selects hosts")
         return inventory
     spare = [lo.host for lo in inventory.left_out if lo.host is not None]
     candidates = (*inventory.hosts, *spare)
