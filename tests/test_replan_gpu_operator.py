@@ -136,6 +136,7 @@ def test_replan_serves_the_pending_pods_relabels_only_the_changed_node_and_then_
     record = last_run(tmp_path)
     assert record["result"] == "applied" and record["nodes"]["a30-disabled"]["end"] == "as planned"
     assert record["via"] == "gpu-operator" and record["gpus_changed"] == [["a30-disabled", 0], ["a30-disabled", 1]]
+    assert StateDir(tmp_path / "state").k8s_inflight() == {}  # the change ended: nothing left for the next run
     first_target = {g["index"]: g["target"] for g in json.loads(
         (tmp_path / "state" / "plans" / f"{record['id']}.json").read_text())["gpus"] if g["host"] == "a30-disabled"}
 
@@ -185,6 +186,53 @@ def test_a_failed_or_stuck_config_ends_with_the_node_as_before_and_is_not_retrie
     code, doc, out = run(cluster, tmp_path)
     assert code == EXIT_NOTHING, out
     assert "its change was rolled-back" in doc["held"]["a30-disabled"] and not writes(cluster, since)
+
+
+def test_a_change_a_killed_run_left_is_put_back_and_its_cordon_lifted(k8s_cluster: Any, tmp_path: Path) -> None:
+    """A run killed while the MIG manager worked on a30-disabled left it cordoned, labelled with the new config, and
+    the MIG manager reported failed (seeded here: the state directory's k8s-inflight.json as the killed run wrote
+    it). The next run puts the previous label back and uncordons (exit 5, repaired), holding the node; the one after
+    serves the pending pods."""
+    killed = _node("a30-disabled", labels={"nvidia.com/mig.config": "migplan-a30-gone",
+                                           "nvidia.com/mig.config.state": "failed"}, unschedulable=True)
+    cluster = k8s_cluster([*[n for n in nodes() if n["metadata"]["name"] != "a30-disabled"], killed], pods=pods(),
+                          configmaps=[CM])
+    sd = StateDir(tmp_path / "state")
+    sd.prepare()
+    sd.set_k8s_inflight("a30-disabled", {"previous": "all-disabled", "config": "migplan-a30-gone", "cordoned": True})
+    code, doc, out = run(cluster, tmp_path)
+    assert code == EXIT_APPLIED and doc["result"] == "repaired", out
+    assert doc["repaired"][0]["node"] == "a30-disabled" and "put back to all-disabled" in doc["repaired"][0]["what"]
+    assert "put back" in doc["held"]["a30-disabled"] and "uncordoned" in doc["repaired"][0]["what"]
+    a30 = cluster.get("node", "a30-disabled")
+    assert a30["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
+    assert not a30["spec"].get("unschedulable") and sd.k8s_inflight() == {}
+    assert writes(cluster) == [("patch", "nodes", "a30-disabled")] * 2  # the label, the uncordon; nothing else
+    cluster.mig_manager.wait_idle()
+    code, doc, out = run(cluster, tmp_path)
+    assert code == EXIT_APPLIED and doc["nodes"]["a30-disabled"]["end"] == "as planned", out
+
+
+def test_a_change_cut_short_by_an_error_is_left_for_the_next_run(k8s_cluster: Any, tmp_path: Path) -> None:
+    """RBAC that lets replan write the ConfigMap but not the node: the label patch is refused (403) and the node ends
+    as before, reported failed with the reason; the change's record stays (k8s-inflight.json) for the next run,
+    which finds the label as it was and drops it, writing nothing."""
+    roles = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] in ("ClusterRole", "Role")]
+    for role in roles:
+        for rule in role["rules"]:
+            if rule["resources"] == ["nodes"]:
+                rule["verbs"] = ["get", "list"]
+    cluster = k8s_cluster(nodes(), pods=pods(), configmaps=[CM], rbac={"roles": roles, "enforce": True})
+    code, doc, out = run(cluster, tmp_path)
+    assert code == EXIT_FAILED, out
+    assert doc["nodes"]["a30-disabled"]["outcome"] == "failed" and "Forbidden" in doc["nodes"]["a30-disabled"]["reason"]
+    assert labels(cluster) == BEFORE
+    assert StateDir(tmp_path / "state").k8s_inflight()["a30-disabled"]["previous"] == "all-disabled"
+    since = len(cluster.requests)
+    code, doc, out = run(cluster, tmp_path)  # the node failed: held for the cool-down, so nothing is tried
+    assert code == EXIT_NOTHING and "left as it is" in doc["repaired"][0]["what"], out
+    assert not doc["repaired"][0]["wrote"] and "its change was failed" in doc["held"]["a30-disabled"]
+    assert StateDir(tmp_path / "state").k8s_inflight() == {} and not writes(cluster, since)
 
 
 def test_a_configmap_conflict_is_read_again_and_retried(k8s_cluster: Any, tmp_path: Path) -> None:

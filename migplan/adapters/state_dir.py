@@ -6,6 +6,8 @@
     plans/RUN.json       the plan document of that run (same N)
     gpu-changes.json     {"host:index": unix time of the last change migplan made to that GPU}
     workload-hosts.json  {"workload": the host whose assignments named it when that host last answered}
+    k8s-inflight.json    `replan --via gpu-operator`: {"node": {"previous", "config", "cordoned"}} for each node
+                         whose change has begun and not ended (a run killed mid-change leaves it for the next)
     journal/, fetched/   apply journals of each run; the histories `replan --collect` fetched
 
 Every file is replaced atomically (migplan.files.write_atomic), so a crash leaves the previous version.
@@ -188,6 +190,24 @@ class StateDir:
         times.update({k: when for k in keys})
         doc = {f"{h}:{i}": t for (h, i), t in sorted(times.items())}
         self._write(self.path / "gpu-changes.json", json.dumps(doc, indent=1) + "\n")
+
+    # --- Kubernetes nodes whose change through the MIG manager has begun and not ended ------------------------
+
+    def k8s_inflight(self) -> dict[str, dict[str, Any]]:
+        """node -> {"previous": its label before, "config": the label set, "cordoned": cordoned by migplan}."""
+        doc = self._read("k8s-inflight.json")
+        return {str(k): v for k, v in (doc.items() if isinstance(doc, dict) else ()) if isinstance(v, dict)}
+
+    def set_k8s_inflight(self, node: str, entry: Mapping[str, Any] | None) -> None:
+        """Record that `node`'s change begins (`entry`) or has ended (None); written before the first write to it."""
+        doc = self.k8s_inflight()
+        if entry is None and node not in doc:
+            return
+        if entry is None:
+            doc.pop(node)
+        else:
+            doc[node] = dict(entry)
+        self._write(self.path / "k8s-inflight.json", json.dumps(dict(sorted(doc.items())), indent=1) + "\n")
 
     # --- where each workload was last assigned (hosts that answered) -------------------------------------------
 

@@ -30,7 +30,7 @@ import dataclasses
 import datetime as dt
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -391,10 +391,20 @@ def _gpu_results(gpus: Sequence[GpuPlan], outcome: GpuOutcome, reason: str,
 _OUTCOME = {"unchanged": GpuOutcome.UNCHANGED, "refused": GpuOutcome.REFUSED, "skipped": GpuOutcome.SKIPPED}
 
 
+NodeHook = Callable[[str, "dict[str, Any] | None"], None]
+
+
+def _no_hook(_node: str, _entry: dict[str, Any] | None) -> None:
+    """Keeps nothing."""
+
+
 def apply_gpu_operator(ctx: Context, req: GpuOperatorRequest, *, report: Report = quiet,
                        now: dt.datetime | None = None, kubectl: Kubectl | None = None,
-                       clock: Clock | None = None) -> GpuOperatorResult:
-    """The module notes. `kubectl`/`clock` override the real ones (tests)."""
+                       clock: Clock | None = None, on_node: NodeHook = _no_hook) -> GpuOperatorResult:
+    """The module notes. `kubectl`/`clock` override the real ones (tests). `on_node(node, entry)`: told before the
+    first write to a node (`entry`: its label now, the label to set, whether it will be cordoned) and, with None,
+    once its change has ended (applied, rolled back, skipped, or failed with what is there said); a change cut short
+    by an error (or a signal) is not told its end, so a caller can finish or undo it later (`replan_k8s`)."""
     if req.drain not in rollout.DRAIN_POLICIES:
         raise InputError(f"--drain {req.drain!r}: one of {', '.join(rollout.DRAIN_POLICIES)}")
     clock = clock or _RealClock()
@@ -443,6 +453,9 @@ def apply_gpu_operator(ctx: Context, req: GpuOperatorRequest, *, report: Report 
             continue
         session.node = n
         report(f"{n}: {d.reason}")
+        if not req.dry_run:
+            on_node(n, {"previous": d.previous, "config": d.config,
+                        "cordoned": d.drain and not views[n].unschedulable})
         try:
             run = _change(session, d, gpus, views[n], req, clock)
         except MigplanError as err:  # a kubectl failure mid-way: the node is reported, the others go on
@@ -453,6 +466,8 @@ def apply_gpu_operator(ctx: Context, req: GpuOperatorRequest, *, report: Report 
             continue
         finally:
             session.node = "cluster"
+        if not req.dry_run:
+            on_node(n, None)
         lines = tuple(session.by_node.get(n, ()))
         results.append(HostApplyResult(n, _gpu_results(gpus, run.outcome, run.reason, lines), commands=lines))
         journal(n, {"event": "end", "outcome": run.outcome.value, "reason": run.reason})

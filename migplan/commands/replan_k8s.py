@@ -62,7 +62,18 @@ from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
 from migplan.fleet.outcomes import GpuOutcome
 from migplan.inventory import Inventory
 from migplan.k8s import holds
-from migplan.k8s.rollout import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, DEFAULT_SETTLE_S, DEFAULT_TIMEOUT_S
+from migplan.k8s.objects import NodeView
+from migplan.k8s.rollout import (
+    BUSY_STATES,
+    DEFAULT_CONFIGMAP,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SETTLE_S,
+    DEFAULT_TIMEOUT_S,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    cordon_patch,
+    label_patch,
+)
 from migplan.model.state import FleetState, GpuKey, state_from_inventory
 from migplan.planner import plan_to_dict
 from migplan.profiles import ProfileSet
@@ -136,10 +147,14 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
         return _fail(sd, rp, r, err, f"failed: cannot read the cluster: {err.message}", EXIT_FAILED, report)
     inventory = select_hosts(inventory, req.fleet.limit)
     nodes = {h.name for h in inventory.hosts}
+    repaired, fixing = _finish_interrupted(sd, views, {h.name: [g.index for g in h.gpus] for h in inventory.hosts},
+                                           kube, req.dry_run, now, report)
+    if repaired:
+        r.record["repaired"] = r.via["repaired"] = repaired
     disrupt = rp.may_disrupt(now)
     held = {h.node: h for h in holds.nodes_to_hold(views, pod_views, nodes, may_disrupt=disrupt)}
-    for node, why in _rolled_back(sd, now, rp).items():
-        if node in nodes and node not in held:
+    for node, why in {**_rolled_back(sd, now, rp), **fixing}.items():
+        if node in nodes:
             held[node] = holds.Held(node, why)
     for h in held.values():
         report(f"{'warning' if h.warn else 'info'}: event=held node={h.node} {h.reason}")
@@ -161,14 +176,65 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
             "nothing to do: the plan changes no node's MIG devices (what it would do, " + "; ".join(decision.reasons)
             + ", needs only the devices the nodes have now: the scheduler binds pending pods to them)")
         report(f"info: event=decision cooling={len(cooling_nodes)} disrupt={'yes' if disrupt else 'no'} {line}")
-        result = "nothing_to_do" if not changing else "not_applied"
-        sd.record(r.run_id, {**r.record, "line": line, "result": result, "exit_code": EXIT_NOTHING},
+        result, code = "nothing_to_do" if not changing else "not_applied", EXIT_NOTHING
+        wrote = [x for x in repaired if x["wrote"]]
+        if wrote:  # the nodes did change: an interrupted run's change put back (or its cordon lifted)
+            line, result, code = f"repaired {len(wrote)} node(s) an interrupted run left half-done; {line}", \
+                "repaired", EXIT_APPLIED
+        sd.record(r.run_id, {**r.record, "line": line, "result": result, "exit_code": code},
                   plan_to_dict(chosen), rp.keep_runs)
-        return ReplanResult(result, line, EXIT_NOTHING, decision, chosen, solve_s=made.solve_s, run_id=r.run_id,
-                            via=r.via)
+        return ReplanResult(result, line, code, decision, chosen, solve_s=made.solve_s, run_id=r.run_id, via=r.via)
     report(f"info: event=decision cooling={len(cooling_nodes)} disrupt={'yes' if disrupt else 'no'} "
            f"nodes={','.join(changing)} {decision.line}")
     return _apply(ctx, req, sd, rp, r, made, k8s, kube, clock, report)
+
+
+def _finish_interrupted(sd: StateDir, views: Mapping[str, NodeView], gpus: Mapping[str, list[int]], kube: Kubectl,
+                        dry_run: bool, now: dt.datetime, report: Report) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Nodes whose change a killed run began and did not end (`k8s-inflight.json`, written before the first write to
+    a node): the MIG manager finished it (`success`: counted as changed for the cool-down), is still at it (left for
+    a later run), or failed or never reported: then the previous label is put back, as the run's own rollback would
+    have; a cordon the run set is lifted. Returns what was done per node and the nodes to hold in this run, with why.
+    A dry run only says what it would do."""
+    done: list[dict[str, Any]] = []
+    hold: dict[str, str] = {}
+    for node, entry in sorted(sd.k8s_inflight().items()):
+        view = views.get(node)
+        config, previous = entry.get("config"), entry.get("previous")
+        label = view.label(MIG_CONFIG_LABEL) if view is not None else None
+        state = view.label(MIG_STATE_LABEL) if view is not None else None
+        if view is not None and label == config and state in BUSY_STATES:
+            continue  # the MIG manager is still applying it (nodes_to_hold holds the node)
+        steps: list[tuple[str, dict[str, object]]] = []
+        if view is None:
+            what = "the node is gone"
+        elif label != config:
+            what = f"left as it is ({MIG_CONFIG_LABEL}={label or '(none)'} now)"
+        elif state == "success":
+            what = f"finished by the MIG manager ({MIG_CONFIG_LABEL}={config})"
+            if not dry_run:
+                sd.mark_changed([(node, i) for i in gpus.get(node, [])], now.timestamp())
+        else:
+            what = f"{MIG_CONFIG_LABEL} put back to {previous or '(none)'} ({MIG_STATE_LABEL}={state or 'unset'})"
+            steps.append(("label", label_patch(previous if isinstance(previous, str) else None)))
+            hold[node] = f"an interrupted run's change was put back: {what}; the MIG manager applies it again"
+        if view is not None and entry.get("cordoned") is True and view.unschedulable:
+            steps.append(("uncordon", cordon_patch(False)))
+            what += "; uncordoned"
+        if dry_run:
+            report(f"info: event=would-repair node={node} {what}")
+            continue
+        try:
+            for _, patch in steps:
+                kube.patch("nodes", node, patch)
+        except KubectlError as err:
+            report(f"warning: event=repair-failed node={node} {err.message}")
+            hold[node] = f"an interrupted run's change could not be finished: {err.message}"
+            continue
+        sd.set_k8s_inflight(node, None)
+        report(f"{'warning' if steps else 'info'}: event=repaired node={node} {what}")
+        done.append({"node": node, "what": what, "wrote": bool(steps)})
+    return done, hold
 
 
 def _rolled_back(sd: StateDir, now: dt.datetime, rp: ReplanPolicy) -> dict[str, str]:
@@ -228,7 +294,8 @@ def _apply(ctx: Context, req: ReplanRequest, sd: StateDir, rp: ReplanPolicy, r: 
                               journal=str(sd.subdir("journal") / f"{r.run_id}.jsonl"))
     started = time.monotonic()
     try:
-        res = apply_gpu_operator(ctx, greq, report=report, now=r.now, kubectl=kube, clock=clock)
+        res = apply_gpu_operator(ctx, greq, report=report, now=r.now, kubectl=kube, clock=clock,
+                                 on_node=sd.set_k8s_inflight)
     except MigplanError as err:  # raised before any node's label changed (reads, the ConfigMap's write)
         line = f"failed: {decision.line.removeprefix('applied: ')}; no node was changed: {err.message}"
         code = EXIT_FAILED if isinstance(err, KubectlError) else err.exit_code
@@ -246,6 +313,8 @@ def _apply(ctx: Context, req: ReplanRequest, sd: StateDir, rp: ReplanPolicy, r: 
     said = "; ".join(f"{n} {e['outcome']} ({e['end']})" for n, e in nodes.items() if e["outcome"] != "unchanged")
     line = decision.line if result == "applied" else f"{result}: {decision.line.removeprefix('applied: ')}"
     line += f"; nodes: {said}" if said else ""
+    wrote = [x for x in r.record.get("repaired", ()) if x["wrote"]]
+    line = f"repaired {len(wrote)} node(s) an interrupted run left half-done; {line}" if wrote else line
     if req.dry_run:
         for c in res.commands:
             report(f"info: event=would-run {c}")
