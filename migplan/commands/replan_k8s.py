@@ -3,10 +3,13 @@ manages (docs/kubernetes.md, "Replan from cron"; docs/replan.md for the rules it
 
 Inside the state directory's lock (`commands.replan.replan`, which also writes the metrics file):
 
-1. read every node and every pod live, through the one kubectl adapter (`commands.k8s_live`);
+1. read every node and every pod live, through the one kubectl adapter (`commands.k8s_live`), and finish what a
+   killed run left (`k8s-inflight.json`: its last node's previous label put back unless the MIG manager succeeded,
+   its cordon lifted; `_finish_interrupted`);
 2. hold the nodes a well-behaved controller leaves alone now (`k8s.holds.nodes_to_hold`: the MIG manager at work
-   or failed, cordoned, not Ready, pods on the node's GPUs without consent to disrupt), and, for the cool-down,
-   every GPU of a node changed within `cooldown_h` (the labels do not tell a node's GPUs apart);
+   or failed, cordoned, not Ready, pods on the node's GPUs without consent to disrupt; a node whose change was rolled
+   back within `cooldown_h`), and, for the cool-down, every GPU of a node changed within `cooldown_h` (the labels do
+   not tell a node's GPUs apart);
 3. the demand: the pods' (`pods.pod_demand`: running pods tied to instances of what they hold on their node,
    pending pods as new demand), merged with measured profiles when given (`collect --prometheus` output, `-p`);
 4. plan and decide with SSH replan's rules (`commands.replan.plan_and_decide`: hysteresis, cool-down and its
