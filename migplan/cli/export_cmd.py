@@ -1,4 +1,5 @@
-"""`migplan export gpu-operator PLAN` and `migplan export mig-parted PLAN --host H` (docs/export.md).
+"""`migplan export gpu-operator PLAN`, `migplan export mig-parted PLAN --host H` (docs/export.md) and
+`migplan export slurm PLAN` (docs/slurm.md).
 
 Exit codes: 0 written, 2 bad input (the plan, --existing, a name Kubernetes would refuse).
 The work is `migplan.commands.export`; this module parses options and renders.
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 
 from migplan import mig_parted as mp
+from migplan import slurm
 from migplan.cli.options import CatalogOpt, ConfigOpt, choices
 from migplan.cli.render import grid, handle_errors, info
 from migplan.commands import export as run
@@ -21,7 +23,7 @@ from migplan.commands.context import build_context
 from migplan.files import write_atomic
 from migplan.text import printable
 
-app = typer.Typer(help="Export a plan to NVIDIA's MIG tools: the GPU Operator's MIG manager, or mig-parted.",
+app = typer.Typer(help="Export a plan to NVIDIA's MIG tools (the GPU Operator's MIG manager, mig-parted) or to Slurm.",
                   no_args_is_help=True)
 
 
@@ -35,6 +37,23 @@ class GpuOperatorOutput(str, Enum):
 class MigPartedOutput(str, Enum):
     yaml = "yaml"
     json = "json"
+
+
+class SlurmOutput(str, Enum):
+    both = "both"
+    slurm_conf = "slurm.conf"
+    gres_conf = "gres.conf"
+    json = "json"
+
+
+class GresConfMode(str, Enum):
+    autodetect = "autodetect"
+    files = "files"
+
+
+class TypeStyle(str, Enum):
+    nvidia = "nvidia"
+    rounded = "rounded"
 
 
 PlanArg = Annotated[str, typer.Argument(help="Plan document written by 'migplan propose --out'.", metavar="PLAN")]
@@ -116,3 +135,47 @@ def mig_parted(
     text = export.text() if output.value == "yaml" else json.dumps(export.to_dict(), indent=2) + "\n"
     _write(text, out, [plan])
     info(f"apply on {host}: nvidia-mig-parted apply -f {out or 'FILE'} -c {export.config}")
+
+
+@app.command("slurm")
+@handle_errors
+def slurm_export(
+    plan: PlanArg,
+    host: Annotated[str | None, typer.Option("--host", help="Export this host of the plan only [default: every "
+                                             "host].", show_default=False, metavar="HOST")] = None,
+    gres_conf: Annotated[GresConfMode, typer.Option(
+        "--gres-conf", help="gres.conf as AutoDetect=nvml (slurmd finds the MIG devices) or as explicit device "
+        "files (needs --snapshot).", metavar=choices(GresConfMode))] = GresConfMode.autodetect,
+    snapshot: Annotated[str | None, typer.Option(
+        "--snapshot", help="A 'migplan discover' snapshot taken after the apply: the GPU and compute instance ids "
+        "that --gres-conf files needs.", show_default=False, metavar="FILE")] = None,
+    type_style: Annotated[TypeStyle, typer.Option(
+        "--type-style", help="MIG types as NVIDIA names them (3g.40gb: Slurm 23.02.6 and later) or rounded "
+        "(3g.39gb: Slurm 22.05 to 23.02.5).", metavar=choices(TypeStyle))] = TypeStyle.nvidia,
+    gpu_type: Annotated[list[str] | None, typer.Option(
+        "--gpu-type", help="A whole GPU's type per model, repeatable [default: the model id in lower case].",
+        show_default=False, metavar="MODEL=TYPE")] = None,
+    short_names: Annotated[bool, typer.Option(
+        "--short-names", help="Slurm node names are the host names up to the first dot.")] = False,
+    slurm_conf: Annotated[str | None, typer.Option(
+        "--slurm-conf", help="A slurm.conf to rewrite with each node's Gres= (-o slurm.conf prints the whole "
+        "file).", show_default=False, metavar="FILE")] = None,
+    output: Annotated[SlurmOutput, typer.Option("-o", "--output", help="Both files' text, one of them, or json.",
+                                                metavar=choices(SlurmOutput))] = SlurmOutput.both,
+    out: OutFileOpt = None,
+    config: ConfigOpt = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Each node's Gres= for slurm.conf and its gres.conf (docs/slurm.md)."""
+    ctx = build_context(config, catalog, None)
+    export, rewritten = run.export_slurm(ctx, plan, host=host, mode=gres_conf.value, style=type_style.value,
+                                         short=short_names, gpu_types=gpu_type or (), snapshot=snapshot,
+                                         slurm_conf=slurm_conf)
+    for note in export.notes:
+        info(f"note: {printable(note, 400)}")
+    nodes = rewritten if rewritten is not None else slurm.slurm_conf_lines(export)
+    fmt = output.value
+    text = (nodes if fmt == "slurm.conf" else slurm.gres_conf(export) if fmt == "gres.conf"
+            else json.dumps(export.to_dict(), indent=2) + "\n" if fmt == "json"
+            else f"{nodes}\n{slurm.gres_conf(export)}")
+    _write(text, out, [f for f in (plan, snapshot, slurm_conf) if f])

@@ -1,4 +1,4 @@
-"""`migplan export gpu-operator|mig-parted PLAN`: a plan as the mig-parted configs NVIDIA's tools apply.
+"""`migplan export gpu-operator|mig-parted|slurm PLAN`: a plan as the configs NVIDIA's tools and Slurm read.
 
 gpu-operator: one ConfigMap (key `config.yaml`, as the GPU Operator's MIG manager requires) with one named
 config per distinct node layout, plus the `nvidia.com/mig.config=<name>` label of every node; as a
@@ -9,20 +9,25 @@ mig-parted configs hold COUNTS per profile, not placements: every count set expo
 model's geometry (`mig_parted.creation_risk`) and the ones that need a creation order, or luck with the
 driver's placements, are reported. GPUs the plan holds (reserved or excluded) are left out of the config,
 so mig-parted does not touch them.
+
+slurm: each node's `Gres=` for slurm.conf (or a slurm.conf rewritten with them) and its gres.conf
+(`migplan.slurm`, docs/slurm.md).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from migplan import documents, mig_parted, yamldoc
+from migplan import documents, mig_parted, slurm, yamldoc
 from migplan.catalog import Catalog
 from migplan.commands.context import Context
 from migplan.errors import InputError
+from migplan.fleet.snapshot import Snapshot
 from migplan.mig_parted import Creatability, Entry
 from migplan.model.gpu_plan import GpuPlan
 from migplan.planner.plan import Plan
@@ -332,3 +337,77 @@ def export_gpu_operator(ctx: Context, plan_path: str, *, existing: str | None = 
 def export_mig_parted(ctx: Context, plan_path: str, host: str, config: str | None = None) -> HostExport:
     plan, catalog = _plan(ctx, plan_path)
     return build_mig_parted(plan, catalog, host, config)
+
+
+# --- Slurm ----------------------------------------------------------------------------------------
+
+def _live_gpus(snap: Snapshot) -> dict[tuple[str, int], slurm.LiveGpu]:
+    """Each GPU of a discovery snapshot as `slurm.LiveGpu`: its layout and the GPU and compute instance ids."""
+    out: dict[tuple[str, int], slurm.LiveGpu] = {}
+    for h in snap.hosts:
+        if not h.ok:
+            continue
+        for g in h.gpus:
+            out[(h.name, g.index)] = slurm.LiveGpu(
+                g.layout, {i.instance: i.gi_id for i in g.instances if i.gi_id is not None},
+                {i.instance: tuple(c.ci_id for c in i.compute_instances) for i in g.instances})
+    return out
+
+
+def gpu_type_overrides(items: Sequence[str], catalog: Catalog) -> dict[str, str]:
+    """`--gpu-type MODEL=TYPE` (repeatable): a whole GPU's GRES type per catalog model."""
+    out: dict[str, str] = {}
+    for item in items:
+        model_name, sep, kind = item.partition("=")
+        if not sep or not model_name.strip() or not kind.strip():
+            raise InputError(f"--gpu-type {item!r}: expected MODEL=TYPE, e.g. H100-SXM5-80GB=h100")
+        model = catalog.get(model_name.strip())
+        out[model.base_id] = slurm.check_type(kind.strip(), f"--gpu-type {item!r}:")
+    return out
+
+
+def build_slurm(plan: Plan, catalog: Catalog, *, host: str | None = None, mode: str = "autodetect",
+                style: str = "nvidia", short: bool = False, gpu_types: Mapping[str, str] | None = None,
+                live: Mapping[tuple[str, int], slurm.LiveGpu] | None = None) -> slurm.SlurmExport:
+    """The Slurm export of a plan (pure): every host, or `host`. Excluded GPUs are left out (Slurm is not told of
+    them, with a note); reserved GPUs keep the layout the plan leaves them."""
+    catalog = _with_plan_models(plan, catalog)
+    hosts = _host_gpus(plan)
+    if host is not None and host not in hosts:
+        known = ", ".join(sorted(hosts)[:10])
+        raise InputError(f"the plan has no host {host!r}", hint=f"hosts in the plan: {known}")
+    notes: list[str] = []
+    nodes = []
+    for name in sorted(hosts) if host is None else [host]:
+        gpus: list[slurm.GpuInput] = []
+        for g in hosts[name]:
+            if g.hold == "excluded":
+                notes.append(f"{name} GPU {g.index} is excluded in the inventory: not in the export (add it by hand "
+                             "if Slurm schedules it)")
+                continue
+            gpus.append(slurm.GpuInput(g.index, catalog.get(g.model), g.target,
+                                       (live or {}).get((name, g.index))))
+        node = name.split(".", 1)[0] if short else name
+        nodes.append(slurm.build_node(name, gpus, mode=mode, style=style, node=node, gpu_types=gpu_types))
+    return slurm.build(nodes, mode=mode, style=style, plan_fingerprint=plan.fingerprint, notes=notes)
+
+
+def export_slurm(ctx: Context, plan_path: str, *, host: str | None = None, mode: str = "autodetect",
+                 style: str = "nvidia", short: bool = False, gpu_types: Sequence[str] = (),
+                 snapshot: str | None = None, slurm_conf: str | None = None) -> tuple[slurm.SlurmExport, str | None]:
+    """`migplan export slurm`: the export and, with `slurm_conf`, that file rewritten with the nodes' Gres."""
+    plan, catalog = _plan(ctx, plan_path)
+    live = None
+    if snapshot is not None:
+        live = _live_gpus(documents.load_snapshot(Path(snapshot), _with_plan_models(plan, catalog)))
+    elif mode == "files":
+        raise InputError("--gres-conf files needs --snapshot: the GPU and compute instance ids the driver chose when "
+                         "the plan was applied are in a discovery snapshot taken after it, not in the plan",
+                         hint="migplan apply PLAN; migplan discover --out after.json; migplan export slurm PLAN "
+                              "--gres-conf files --snapshot after.json (or use --gres-conf autodetect)")
+    export = build_slurm(plan, catalog, host=host, mode=mode, style=style, short=short,
+                         gpu_types=gpu_type_overrides(gpu_types, _with_plan_models(plan, catalog)), live=live)
+    rewritten = None
+    if slurm_conf is not None:
+        rewritten = slurm.rewrite_slurm_conf(yamldoc.read_text(slurm_conf), slurm_conf, export)
+    return export, rewritten
