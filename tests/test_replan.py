@@ -148,6 +148,36 @@ def test_the_metrics_file_is_valid_prometheus_text(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_metrics_file_has_the_decision_each_gpu_changed_and_each_workload_at_risk(tmp_path: Path) -> None:
+    """What the Grafana dashboard (dashboards/migplan.json) reads per run, per GPU and per workload."""
+    _setup(tmp_path)
+    _profiles(tmp_path, {"a": 15000, "b": 9000})
+    r = _run(tmp_path, T0)
+    text = (tmp_path / "textfile" / "migplan.prom").read_text()
+    assert r.result == "applied" and 'migplan_last_run_reason{reason="places_left_out"} 1' in text
+    changed = sorted((g.host, g.index) for g in r.plan.gpus if g.actions)  # type: ignore[union-attr]
+    assert changed and [ln for ln in text.splitlines() if ln.startswith("migplan_gpu_last_change")] == [
+        f'migplan_gpu_last_change_timestamp_seconds{{host="{h}",gpu="{i}"}} {int(T0.timestamp())}' for h, i in changed]
+    assert "migplan_workload_at_risk_margin_bytes" not in text
+    # the same workloads running where they were put, now wanting 60% headroom (no cool-down holding their GPU as
+    # it is): kept where they run, at risk
+    _profiles_running(tmp_path, r.plan)
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    cfg["planner"]["headroom"], cfg["replan"] = 0.6, {"cooldown_h": 0}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    again = _run(tmp_path, T0 + dt.timedelta(hours=1))
+    text = (tmp_path / "textfile" / "migplan.prom").read_text()
+    risky = [w for w in again.plan.workloads if w.status == "at_risk"]  # type: ignore[union-attr]
+    assert {w.name for w in risky} == {"a", "b"}, again.line
+    for w in risky:
+        assert (f'migplan_workload_at_risk_margin_bytes{{workload="{w.name}",host="{w.host}",gpu="{w.gpu}",'
+                f'mig_instance="{w.instance}"}} {w.margin_mib * 1048576}') in text, text
+    assert f"migplan_workloads_at_risk {len(risky)}" in text
+    assert f'migplan_gpu_last_change_timestamp_seconds{{host="{changed[0][0]}",gpu="{changed[0][1]}"}}' in text
+    assert text.count('migplan_last_run_reason{reason="') == 4
+
+
+@pytest.mark.slow
 def test_a_failed_apply_leaves_each_gpu_as_before_and_exits_non_zero(tmp_path: Path) -> None:
     state = _setup(tmp_path, gpus=1)
     st = read_state(state)

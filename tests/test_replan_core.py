@@ -254,8 +254,9 @@ def test_per_gpu_change_times_and_at_risk_workloads_are_labelled_and_escaped() -
     assert ('migplan_gpu_last_change_timestamp_seconds{host="gpu-a",gpu="0"} 1699990000.5\n'
             'migplan_gpu_last_change_timestamp_seconds{host="gpu-b",gpu="1"} 1700000000\n') in text
     assert ('migplan_workload_at_risk_margin_bytes{workload="ns/odd\\"name\\\\x",host="gpu-a",gpu="0",'
-            f'instance="3g.20gb@4"}} {158 * 1048576}') in text
-    assert 'migplan_workload_at_risk_margin_bytes{workload="big",host="gpu-a",gpu="1",instance="whole"} 1048576' in text
+            f'mig_instance="3g.20gb@4"}} {158 * 1048576}') in text
+    assert ('migplan_workload_at_risk_margin_bytes{workload="big",host="gpu-a",gpu="1",mig_instance="whole"} 1048576'
+            in text)
     for name in ("migplan_gpu_last_change_timestamp_seconds", "migplan_workload_at_risk_margin_bytes"):
         assert f"# HELP {name} " in text and f"# TYPE {name} gauge" in text and text.count(f"# TYPE {name} ") == 1
     bare = metrics.render(metrics.RunMetrics(1, "nothing_to_do", gpu_changed_at=(), at_risk=()))

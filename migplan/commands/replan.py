@@ -129,6 +129,9 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
         return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
     if isinstance(metrics_file, str) and metrics_file:
         s = result.plan.summary if result.plan else None
+        risky = tuple(metrics.AtRisk(w.name, w.host, w.gpu, w.instance, w.margin_mib) for w in result.plan.workloads
+                      if w.status == "at_risk" and w.host is not None and w.gpu is not None
+                      and w.margin_mib is not None) if result.plan else None
         write_atomic(metrics_file, metrics.render(metrics.RunMetrics(
             finished_at=now.timestamp(), result=result.result,
             gpus_used=s.gpus_used if s else None, gpus_lower_bound=s.gpus_lower_bound if s else None,
@@ -140,7 +143,10 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
             stranded_slices=s.stranded_slices if s else None,
             gpus_changed=sum(1 for h in result.applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED)
             if result.applied and not result.applied.dry_run else 0,
-            solve_seconds=result.solve_s, apply_seconds=result.apply_s)), mode=0o644)
+            solve_seconds=result.solve_s, apply_seconds=result.apply_s,
+            reasons=result.decision.reasons if result.decision else None,
+            gpu_changed_at=tuple((h, i, t) for (h, i), t in state_dir.last_changed().items()),
+            at_risk=risky)), mode=0o644)
     return result
 
 

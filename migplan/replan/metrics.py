@@ -103,12 +103,12 @@ def render(m: RunMetrics) -> str:
                   "layout.", "# TYPE migplan_gpu_last_change_timestamp_seconds gauge"]
         lines += [f"migplan_gpu_last_change_timestamp_seconds{_labels(host=h, gpu=str(i))} {_number(t)}"
                   for h, i, t in sorted(m.gpu_changed_at)]
-    if m.at_risk:
+    if m.at_risk:  # `mig_instance`, not `instance`: Prometheus gives every scraped series its target's `instance`
         lines += ["# HELP migplan_workload_at_risk_margin_bytes Memory an at-risk workload's instance has above "
                   "its observed peak (less than the headroom the plan wants).",
                   "# TYPE migplan_workload_at_risk_margin_bytes gauge"]
         lines += [f"migplan_workload_at_risk_margin_bytes"
-                  f"{_labels(workload=w.workload, host=w.host, gpu=str(w.gpu), instance=w.instance or 'whole')} "
+                  f"{_labels(workload=w.workload, host=w.host, gpu=str(w.gpu), mig_instance=w.instance or 'whole')} "
                   f"{w.margin_mib * 1048576}" for w in sorted(m.at_risk, key=lambda w: (w.host, w.gpu, w.workload))]
     return "\n".join(lines) + "\n"
 
