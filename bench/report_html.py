@@ -5,6 +5,7 @@
     python -m bench.report_html --sizes 7000 --runs 3
     python -m bench.report_html --renderer OLD.py    # the same with another report module's `render` (before/after:
                                                      # `git show COMMIT:migplan/report_html.py > /tmp/old.py`)
+    python -m bench.report_html --screenshots docs/images   # the pictures of docs/report.md, from the real Chromium
 
 The plans are synthetic (seeded): A100-40GB and H100-80GB GPUs, 8 per host, each with a random maximal layout, a
 workload on 80% of the instances, a third of the GPUs changing layout. The page's content does not depend on how
@@ -15,7 +16,7 @@ browser per run, the page opened from a file. Per run, from the page's own clock
 the navigation started): DOMContentLoaded (the HTML parsed and the page's script run: the overview, filters and
 search work from then on), first contentful paint, the load event; then, timed inside the page from the input to
 the next frame drawn (two `requestAnimationFrame`s): a click on the "changes only" filter, a search typed into the
-search box, and a click on one GPU's overview cell (its host opened and its detail drawn). "start to load" is the
+search box, and a click on the middle GPU's overview cell (its host opened and its detail drawn). "start to load" is the
 wall time from starting the browser process to the load event (the browser's own start-up included). The median
 of `--runs` runs is printed. A step the page does not have (the filter, the overview on the old page) is "n/a".
 """
@@ -23,6 +24,7 @@ of `--runs` runs is printed. A step the page does not have (the filter, the over
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.util
 import json
 import os
@@ -163,9 +165,11 @@ _TIMED = ("(async function(){var t=performance.now();var ok=(function(){ACT})();
 FILTER = "var b=document.querySelector('[data-filter=\"changes\"]');if(!b)return false;b.click();return true;"
 SEARCH = ("var q=document.getElementById('q');if(!q)return false;q.value='gpu-0042';"
           "q.dispatchEvent(new Event('input'));return true;")
-OPEN_GPU = ("var a=document.querySelectorAll('#grid a')[3000];if(!a)return false;a.click();"
-            "return !!document.getElementById('g3000');")
-PAGE_TIMES = ("(function(){var n=performance.getEntriesByType('navigation')[0];var p={};"
+OPEN_GPU = ("var all=document.querySelectorAll('#grid a'),n=all.length>>1,a=all[n];if(!a)return false;a.click();"
+            "return !!document.getElementById('g'+n);")
+PAGE_TIMES = ("(async function(){for(var i=0;i<250&&!performance.getEntriesByName('first-contentful-paint').length;"
+              "i++)await new Promise(function(r){setTimeout(r,20);});"  # the paint entry comes when it is presented
+              "var n=performance.getEntriesByType('navigation')[0];var p={};"
               "performance.getEntriesByType('paint').forEach(function(e){p[e.name]=e.startTime;});"
               "return {dcl:n.domContentLoadedEventEnd,load:n.loadEventEnd,fcp:p['first-contentful-paint']||null,"
               "cells:document.querySelectorAll('#grid a').length};})()")
@@ -214,13 +218,76 @@ def load_renderer(path: str | None) -> Render:
     return fn
 
 
+def _version(exe: str | None) -> str:
+    if exe is None:
+        return "no Chromium"
+    done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    return done.stdout.strip() or "Chromium"
+
+
 def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f} ms"
+
+
+def _shot(exe: str, url: str, out: Path, size: str, profile: str) -> None:
+    """`chromium --headless --screenshot` of one page as it is after its script ran."""
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars", f"--window-size={size}",
+                    "--virtual-time-budget=5000", f"--screenshot={out}", url],
+                   capture_output=True, timeout=300, check=True, env={**os.environ, "HOME": profile})
+
+
+def _shot_at(exe: str, url: str, out: Path, profile: str) -> None:
+    """A screenshot over the DevTools protocol (`Page.captureScreenshot`), for a page scrolled to a GPU's detail
+    (`#g<n>`): `--screenshot` draws a page scrolled at load as a blank viewport."""
+    b = Browser(exe, profile)
+    try:
+        target = b.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        b.session = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        b.call("Page.enable")
+        b.send("Page.navigate", {"url": url})
+        b.read(lambda m: m.get("method") == "Page.loadEventFired")
+        b.evaluate(_FRAMES)
+        out.write_bytes(base64.b64decode(b.call("Page.captureScreenshot", {"format": "png"})["data"]))
+    finally:
+        b.close()
+
+
+def screenshots(exe: str, where: Path) -> list[Path]:
+    """The pictures of docs/report.md from the real Chromium: the example fleet's page (planned by `migplan
+    propose --allow-disrupt`, the real CBC) and the 7,000-GPU page: its overview, the "changes only" filter, and
+    one changed GPU's detail opened from its cell."""
+    where.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parent.parent
+    exe_migplan = shutil.which("migplan") or "migplan"
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg")}  # not this machine's config file
+        for var in ("MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG", "MIGPLAN_OUTPUT"):
+            env.pop(var, None)
+        subprocess.run([exe_migplan, "propose", "-i", str(root / "inventory" / "example.yaml"), "-p",
+                        str(root / "profiles" / "example"), "--allow-disrupt", "--out", str(tmp / "plan.json"), "-q"],
+                       check=True, env=env, capture_output=True, cwd=tmp)
+        subprocess.run([exe_migplan, "report", "plan.json", "--out", "example.html", "--title",
+                        "migplan plan: the example fleet"], check=True, env=env, capture_output=True, cwd=tmp)
+        big = synthetic_plan(7000)
+        page = tmp / "plan-7000.html"
+        page.write_text(render(big, CAT, title="migplan plan: 7,000 GPUs (synthetic, bench/report_html.py)"))
+        changed = next(n for n, g in enumerate(sorted(big.gpus, key=lambda g: g.key))
+                       if any(a.op.value == "destroy-gi" for a in g.actions) and n > 3000)
+        out = [where / "report-example.png", where / "report-7000-overview.png", where / "report-7000-changes.png",
+               where / "report-7000-gpu.png"]
+        _shot(exe, (tmp / "example.html").as_uri(), out[0], "1400,2200", str(tmp / "p0"))
+        _shot(exe, page.as_uri(), out[1], "1400,1100", str(tmp / "p1"))
+        _shot(exe, page.as_uri() + "?filter=changes", out[2], "1400,1100", str(tmp / "p2"))
+        _shot_at(exe, page.as_uri() + f"?filter=changes#g{changed}", out[3], str(tmp / "p3"))
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--screenshots", metavar="DIR", help="only write the pictures of docs/report.md into DIR")
     ap.add_argument("--sizes", default="1000,7000")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--renderer", help="a report module's file (its `render`), instead of migplan.report_html")
@@ -228,6 +295,12 @@ def main() -> None:
     args = ap.parse_args()
     renderer = load_renderer(args.renderer)
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if args.screenshots:
+        if exe is None:
+            raise SystemExit("chromium is not installed")
+        for shot in screenshots(exe, Path(args.screenshots)):
+            print(f"{shot} ({shot.stat().st_size:,} bytes)")
+        return
     rows = []
     with tempfile.TemporaryDirectory() as d:
         where = Path(args.keep or d)
@@ -248,8 +321,11 @@ def main() -> None:
                 + f" | {median(runs, 'wall_s') or 0:.2f} s | "
                 + " | ".join(_ms(median(runs, k)) if runs else "n/a" for k in ("filter_ms", "search_ms", "open_ms"))
                 + f" | {int(cells) if cells else 'n/a'} |")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     out = "\n".join([
         "## HTML report at scale (`python -m bench.report_html`)", "",
+        f"Machine: {os.cpu_count()} CPUs, load average {load} when the run ended; {_version(exe)}."
+        + (f" Renderer: {args.renderer}." if args.renderer else ""), "",
         "Synthetic seeded plans, 8 GPUs per host; render = `render` in Python; the rest measured in a headless "
         f"Chromium over its DevTools protocol, median of {args.runs} fresh browsers (the page's own clock from the "
         "navigation: DOMContentLoaded, first contentful paint, load; start to load: wall time from starting the "

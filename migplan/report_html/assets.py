@@ -27,24 +27,26 @@ th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}t
 .warning{color:#a40;font-weight:600}
 .legend{font-size:12px;color:#555;margin:4px 0}.legend span{margin-right:12px;white-space:nowrap}
 .legend svg,.legend .cell{vertical-align:middle;margin-right:3px}.legend rect.inst{fill:#f2f2f2}
-#grid{display:flex;flex-wrap:wrap;gap:6px 10px;margin:6px 0}
-.hg{display:flex;flex-wrap:wrap;width:96px;align-content:flex-start}
-.hn{flex-basis:100%;font-size:9px;line-height:11px;color:#555;white-space:nowrap;overflow:hidden;
+#grid{margin:6px 0;line-height:0}
+.hg{display:inline-block;vertical-align:top;width:96px;margin:0 10px 6px 0}
+.hn{display:block;font-size:9px;line-height:11px;color:#555;white-space:nowrap;overflow:hidden;
 text-overflow:ellipsis}.hg.off .hn{color:#c4c4c4}
 #grid a,.cell{display:inline-block;width:10px;height:10px;margin:0 2px 2px 0;border:1px solid #b8c2cc;
-box-sizing:border-box;position:relative}
+box-sizing:border-box;vertical-align:top}
 .u0{background:#fff}.u1{background:#c6dbef}.u2{background:#9ecae1}.u3{background:#4292c6}.u4{background:#08519c}
 #grid.big .hg{width:152px}#grid.big a{width:16px;height:16px;margin:0 3px 3px 0}
 #grid.big .hn{font-size:11px;line-height:14px}
-#grid a.x,.cell.x{border:2px solid #f08c00}
-#grid a.r::after,.cell.r::after{content:"";position:absolute;right:-2px;top:-2px;border-style:solid;
+#grid a.x,.cell.x{border:2px solid #f08c00}.r,.l{position:relative}
+.r::after{content:"";position:absolute;right:-2px;top:-2px;border-style:solid;
 border-width:0 6px 6px 0;border-color:transparent #d7301f transparent transparent}
-#grid a.l::before,.cell.l::before{content:"";position:absolute;left:0;bottom:0;width:5px;height:5px;
-border-radius:50%;background:#7b3294}
+.l::before{content:"";position:absolute;left:0;bottom:0;width:5px;height:5px;border-radius:50%;background:#7b3294}
 .k{background-image:repeating-linear-gradient(45deg,transparent 0 2px,#777 2px 3px)}
-#grid a.off{opacity:.12}#grid a.sel{outline:2px solid #000;outline-offset:1px}
-details.host{background:#fff;border:1px solid #d5dbe1;border-radius:6px;margin:6px 0;padding:4px 10px}
-details.host summary{cursor:pointer;padding:4px 0}
+#grid a.off{background:#f3f4f5;border-color:#e4e7ea;background-image:none}
+#grid a.off::before,#grid a.off::after{display:none}#grid a.sel{outline:2px solid #000;outline-offset:1px}
+details.host{background:#fff;border:1px solid #d5dbe1;border-radius:6px;margin:6px 0;padding:0 10px;
+content-visibility:auto;contain-intrinsic-size:auto 28px}
+details.host>summary{cursor:pointer;height:28px;line-height:28px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.gpu-row{scroll-margin-top:90px}
 .gpu-row{border-top:1px solid #eee;padding:6px 0}.gpu-row.sel{background:#fff8e6}
 .gpu-row h3{font-size:13px;margin:2px 0 4px}
 .model{color:#555;font-weight:400}.state{font-size:11px;padding:1px 6px;border-radius:8px;background:#e8e8e8}
