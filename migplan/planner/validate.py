@@ -275,10 +275,13 @@ def validate(plan: Plan, problem: Problem, *, gpu_checks: Checks | None = None,
 
 
 def _whole(workloads: tuple[WorkloadPlan, ...], problem: Problem) -> list[str]:
-    """`min_profile: whole`: placed only on a whole MIG-disabled GPU (the fit check holds the rest)."""
+    """`min_profile: whole`: placed only on a whole MIG-disabled GPU (the fit check holds the rest). A workload kept
+    where it runs on a reserved GPU is not placed by the plan: its fits name only the models of the GPUs the plan may
+    change (a pod on a held Kubernetes node, whose model no changeable GPU has, may read as whole-only)."""
     out = []
     need = {it.name for it in problem.items if it.fits and all(profs == (WHOLE_GPU,) for _, profs in it.fits)}
     for w in workloads:
-        if w.name in need and w.status == "placed" and w.instance is not None:
+        held = w.host is not None and w.gpu is not None and (g := problem.gpu((w.host, w.gpu))) is not None and g.hold
+        if w.name in need and w.status == "placed" and w.instance is not None and not held:
             out.append(f"{w.name}: needs a whole MIG-disabled GPU (min_profile: whole), placed on {w.instance}")
     return out
