@@ -3,8 +3,8 @@
     python -m bench.report_html                      # 1,000 and 7,000 GPUs, prints the results table (markdown)
     python -m bench.report_html --write              # also writes bench/results/report-html.md
     python -m bench.report_html --sizes 7000 --runs 3
-    python -m bench.report_html --renderer OLD.py    # the same with another report module's `render` (before/after:
-                                                     # `git show COMMIT:migplan/report_html.py > /tmp/old.py`)
+    python -m bench.report_html --before OLD.py      # first the same with another report module's `render`
+                                                     # (`git show f18e20e:migplan/report_html.py > /tmp/old.py`)
     python -m bench.report_html --screenshots docs/images   # the pictures of docs/report.md, from the real Chromium
 
 The plans are synthetic (seeded): A100-40GB and H100-80GB GPUs, 8 per host, each with a random maximal layout, a
@@ -19,6 +19,7 @@ the next frame drawn (two `requestAnimationFrame`s): a click on the "changes onl
 search box, and a click on the middle GPU's overview cell (its host opened and its detail drawn). "start to load" is the
 wall time from starting the browser process to the load event (the browser's own start-up included). The median
 of `--runs` runs is printed. A step the page does not have (the filter, the overview on the old page) is "n/a".
+Nothing here is asserted (tests/test_report_html.py checks the 7,000-GPU page's cells and its 3 MB bound).
 """
 
 from __future__ import annotations
@@ -284,16 +285,36 @@ def screenshots(exe: str, where: Path) -> list[Path]:
     return out
 
 
+def measure(renderer: Render, label: str, sizes: list[int], runs: int, exe: str | None, where: Path) -> list[str]:
+    """One table row per size: the page rendered by `renderer`, opened `runs` times in a fresh Chromium."""
+    rows = []
+    for n in sizes:
+        plan = synthetic_plan(n)
+        t = time.perf_counter()
+        text = renderer(plan, CAT)
+        render_s = time.perf_counter() - t
+        page = where / f"{label}-{n}.html"
+        page.write_text(text)
+        done = [chromium_run(exe, page) for _ in range(runs)] if exe else []
+        cells = median(done, "cells") if done else None
+        rows.append(
+            f"| {label} | {n:,} | {len(plan.workloads):,} | {len(text.encode()) / 1e6:.2f} MB | {render_s:.2f} s | "
+            + " | ".join(_ms(median(done, k)) if done else "n/a" for k in ("dcl_ms", "fcp_ms", "load_ms"))
+            + f" | {median(done, 'wall_s') or 0:.2f} s | "
+            + " | ".join(_ms(median(done, k)) if done else "n/a" for k in ("filter_ms", "search_ms", "open_ms"))
+            + f" | {int(cells) if cells else 'n/a'} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--screenshots", metavar="DIR", help="only write the pictures of docs/report.md into DIR")
     ap.add_argument("--sizes", default="1000,7000")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--renderer", help="a report module's file (its `render`), instead of migplan.report_html")
+    ap.add_argument("--before", metavar="FILE", help="also measure this report module's `render` first (before)")
     ap.add_argument("--keep", help="keep the pages in this directory")
     args = ap.parse_args()
-    renderer = load_renderer(args.renderer)
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if args.screenshots:
         if exe is None:
@@ -301,38 +322,26 @@ def main() -> None:
         for shot in screenshots(exe, Path(args.screenshots)):
             print(f"{shot} ({shot.stat().st_size:,} bytes)")
         return
+    sizes = [int(x) for x in args.sizes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as d:
         where = Path(args.keep or d)
         where.mkdir(parents=True, exist_ok=True)
-        for n in (int(x) for x in args.sizes.split(",")):
-            plan = synthetic_plan(n)
-            t = time.perf_counter()
-            text = renderer(plan, CAT)
-            render_s = time.perf_counter() - t
-            page = where / f"plan-{n}.html"
-            page.write_text(text)
-            runs = [chromium_run(exe, page) for _ in range(args.runs)] if exe else []
-            size = len(text.encode())
-            cells = median(runs, "cells") if runs else None
-            rows.append(
-                f"| {n:,} | {len(plan.workloads):,} | {size / 1e6:.2f} MB | {render_s:.2f} s | "
-                + " | ".join(_ms(median(runs, k)) if runs else "n/a" for k in ("dcl_ms", "fcp_ms", "load_ms"))
-                + f" | {median(runs, 'wall_s') or 0:.2f} s | "
-                + " | ".join(_ms(median(runs, k)) if runs else "n/a" for k in ("filter_ms", "search_ms", "open_ms"))
-                + f" | {int(cells) if cells else 'n/a'} |")
+        if args.before:
+            rows += measure(load_renderer(args.before), "before", sizes, args.runs, exe, where)
+        rows += measure(render, "now", sizes, args.runs, exe, where)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     out = "\n".join([
         "## HTML report at scale (`python -m bench.report_html`)", "",
         f"Machine: {os.cpu_count()} CPUs, load average {load} when the run ended; {_version(exe)}."
-        + (f" Renderer: {args.renderer}." if args.renderer else ""), "",
+        + (f" Before: {args.before}." if args.before else ""), "",
         "Synthetic seeded plans, 8 GPUs per host; render = `render` in Python; the rest measured in a headless "
         f"Chromium over its DevTools protocol, median of {args.runs} fresh browsers (the page's own clock from the "
         "navigation: DOMContentLoaded, first contentful paint, load; start to load: wall time from starting the "
         "browser; filter / search / open: from the input to the next frame drawn).", "",
-        "| GPUs | workloads | page | render | DOMContentLoaded | first paint | load | start to load | "
+        "| page | GPUs | workloads | size | render | DOMContentLoaded | first paint | load | start to load | "
         "filter click | search | open a GPU | overview cells |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
     print(out)
     if args.write:
         Path(__file__).resolve().parent.joinpath("results", "report-html.md").write_text(out)

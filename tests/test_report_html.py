@@ -817,6 +817,10 @@ def test_commands_per_gpu_are_the_dry_runs(tmp_path: Path, monkeypatch: pytest.M
     shown = {r[1]: r[8] for r in data["gpus"] if r[8]}
     assert shown == dry and data["ids"] == str(snap)
 
+    before = snap.read_bytes()
+    onto = CliRunner().invoke(app, ["report", str(plan_file), "--out", str(snap)])  # never over the plan's snapshot
+    assert onto.exit_code == 2 and "refusing to write" in onto.output and snap.read_bytes() == before, onto.output
+
     snap.rename(tmp_path / "gone.json")  # the plan's snapshot gone: the destroys name their instances
     r = CliRunner().invoke(app, ["report", str(plan_file), "--out", str(page)])
     assert r.exit_code == 0 and "GPU instance ids are not known" in r.output, r.output

@@ -22,12 +22,17 @@ from migplan.report_html import GiIds, render
 SNAPSHOT_SOURCE = "snapshot:"
 
 
+def source_snapshot(plan: Plan) -> str | None:
+    """The snapshot the plan was made from (its `source`), if it was."""
+    return plan.source[len(SNAPSHOT_SOURCE):] if plan.source.startswith(SNAPSHOT_SOURCE) else None
+
+
 def snapshot_gi_ids(ctx: Context, plan: Plan, snapshot: str | None = None,
                     report: Report = quiet) -> tuple[GiIds | None, str]:
     """(GPU instance ids per GPU, the snapshot they are from) or (None, "") when no snapshot of the plan's state is
     at hand. `snapshot`: the one to read (an error when it cannot be read or is of another state); default the
     plan's own source, when it is a snapshot (a note when it is gone or changed)."""
-    path = snapshot or (plan.source[len(SNAPSHOT_SOURCE):] if plan.source.startswith(SNAPSHOT_SOURCE) else None)
+    path = snapshot or source_snapshot(plan)
     if not path:
         return None, ""
     try:
@@ -70,5 +75,5 @@ def report(ctx: Context, plan_path: str, out: str | None = None, *, title: str |
     plan = documents.load_plan(plan_path, ctx.catalog)
     page = plan_page(ctx, plan, title=title or f"migplan plan {plan_path}", snapshot=snapshot, report=report)
     if out:
-        write_atomic(out, page, forbid=[f for f in (plan_path, snapshot) if f])
+        write_atomic(out, page, forbid=[f for f in (plan_path, snapshot, source_snapshot(plan)) if f])
     return page
