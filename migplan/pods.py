@@ -562,7 +562,10 @@ def _device(pod: Pod, k: int, wants: str, mig: bool, fleet: _Fleet, measured: Wo
         model = fleet.model(place[0])
         mib = model.memory_mib if wants == WHOLE_GPU else model.profile(wants).memory_mib
     else:
-        sizes = [m for m in (fleet.smallest_memory(q, _hosts(rules, q)) for q in forms) if m is not None]
+        # each form's smallest instance where its rules let it be (anywhere, when no such host has one: it is then
+        # left out by the planner, with that reason)
+        sizes = [m for m in (fleet.smallest_memory(q, _hosts(rules, q)) or fleet.smallest_memory(q) for q in forms)
+                 if m is not None]
         assert sizes  # every fleet has a model; a profile no model offers returned above
         mib = min(sizes)
     obs = Observation(gpu_model=place[0].model if place else None, **where)  # type: ignore[arg-type]  # as above

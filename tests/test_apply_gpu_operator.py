@@ -42,16 +42,27 @@ BEFORE = {"a100-mixed": "custom-a100", "h100-single": "all-1g.10gb", "a100-80-bu
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A plan of tests/data/k8s/nodes.json for profiles/example: a100-mixed and h100-single change, a100-80-busy
-    (its MIG manager pending) is held."""
-    out = tmp_path_factory.mktemp("plan") / "plan.json"
-    r = CliRunner().invoke(app, ["propose", "-i", str(DATA / "nodes.json"), "-p", PROFILES, "--out", str(out)])
+    """A plan of `nodes()` for profiles/example: a100-mixed and h100-single change, a100-80-busy (its MIG manager
+    pending) is held."""
+    d = tmp_path_factory.mktemp("plan")
+    (d / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes()}))
+    out = d / "plan.json"
+    r = CliRunner().invoke(app, ["propose", "-i", str(d / "nodes.json"), "-p", PROFILES, "--out", str(out)])
     assert r.exit_code == 0, r.output
     return str(out)
 
 
 def nodes() -> list[dict[str, Any]]:
-    return list(json.loads((DATA / "nodes.json").read_text())["items"])
+    """tests/data/k8s/nodes.json with h100-single under mig.strategy=mixed (its fourteen 1g.10gb as GFD labels them
+    there): a plan never changes a single-strategy node's profile (the ClusterPolicy's; tests/test_k8s_strategies.py),
+    so the H100 node a plan reshapes is a mixed one."""
+    items = list(json.loads((DATA / "nodes.json").read_text())["items"])
+    h100 = next(n for n in items if n["metadata"]["name"] == "h100-single")
+    h100["metadata"]["labels"].update({"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "2",
+                                       "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                       "nvidia.com/gpu.memory": "81559", "nvidia.com/mig-1g.10gb.count": "14"})
+    h100["status"]["capacity"].update({"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14"})
+    return items
 
 
 def run(cluster: Any, plan: str, *extra: str) -> tuple[int, dict[str, Any], str]:
@@ -87,7 +98,7 @@ def test_success_relabels_only_the_changed_nodes_and_verifies_capacity(k8s_clust
     assert now["a100-mixed"].startswith("migplan-a100-40gb") and now["h100-single"] == "migplan-h100-80gb-7g.80gb"
     assert sorted(set(label_patches(cluster))) == ["a100-mixed", "h100-single"]
     h100 = cluster.get("node", "h100-single")
-    assert h100["status"]["capacity"]["nvidia.com/gpu"] == "2"  # single strategy: two 7g.80gb devices
+    assert h100["status"]["capacity"]["nvidia.com/mig-7g.80gb"] == "2"  # mixed strategy: two 7g.80gb devices
     assert h100["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     config = cluster.get("configmap", "default-mig-parted-config", "gpu-operator")["data"]["config.yaml"]
     for kept in ("all-disabled:", "all-1g.10gb:", "custom-a100:", now["a100-mixed"] + ":"):
@@ -112,7 +123,7 @@ def test_a_failed_or_stuck_config_rolls_the_label_back_and_says_so(k8s_cluster: 
     assert ("=failed" if fault == "failed" else "not done within 3 s") in reason
     assert "put back to all-1g.10gb" in reason
     assert labels(cluster)["h100-single"] == "all-1g.10gb"  # as before
-    assert cluster.get("node", "h100-single")["status"]["capacity"]["nvidia.com/gpu"] == "14"
+    assert cluster.get("node", "h100-single")["status"]["capacity"]["nvidia.com/mig-1g.10gb"] == "14"
 
 
 def test_a_configmap_conflict_is_read_again_and_retried(k8s_cluster: Any, plan: str) -> None:

@@ -24,6 +24,7 @@ def _gpu_data(g: DeclaredGpu) -> dict[str, Any]:
         "index": g.index, "model": g.model, "uuid": g.uuid, "mig": g.mig_enabled,
         "layout": g.layout.as_list() if g.layout is not None else None,
         "reserved": g.reserved, "excluded": g.excluded,
+        "allowed": list(g.allowed) if g.allowed is not None else None,  # its target's rule (Kubernetes: the strategy)
     }
 
 
@@ -70,7 +71,8 @@ def fleet_table(inv: Inventory, catalog: Catalog) -> str:
         if h.discover and not h.gpus:
             rows.append([h.name, target, *extra, "-", "(discover)", "", ""])
         for g in h.gpus:
-            flags = ",".join(f for f, on in (("reserved", g.reserved), ("excluded", g.excluded)) if on)
+            rule = f"only {'/'.join(g.allowed)}" if g.allowed is not None else ""  # e.g. a single-strategy node
+            flags = ",".join(f for f, on in (("reserved", g.reserved), ("excluded", g.excluded), (rule, rule)) if on)
             rows.append([h.name, target, *extra, g.index, g.model, _slots(catalog, g), flags])
     gpus = sum(len(h.gpus) for h in inv.hosts)
     heads = ["HOST", "SSH", *(["VIA"] if via else []), "GPU", "MODEL", "LAYOUT", "FLAGS"]
@@ -117,6 +119,8 @@ def check(inventory: InventoryOpt = None, output: OutputOpt = None, config: Conf
             info(f"note: {m.id} has no MIG: planned as whole GPUs ({m.memory_mib} MiB; {m.source})")
         elif not m.verified:
             info(f"warning: {m.id} is an unverified catalog model; check its profiles with 'migplan catalog show'")
+    for note in inv.notes:  # what the source left as it is (Kubernetes: nodes its MIG strategy keeps as they are)
+        info(f"note: {note}")
     data = {"source": inv.source, "hosts": [_host_data(h) for h in inv.hosts],
             "left_out": [{"name": lo.name, "groups": list(lo.groups), "reason": lo.reason} for lo in inv.left_out],
             "selected_by": list(inv.selected_by)}

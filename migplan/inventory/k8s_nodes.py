@@ -352,9 +352,10 @@ def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[
                           hint=_CATALOG_HINT + f"; a GPU without MIG is planned whole when GFD labels it {MIG_CAPABLE}="
                                                "false")
     strategy = labels[STRATEGY].str() if STRATEGY in labels else "none"
-    if strategy not in STRATEGIES:
-        labels[STRATEGY].fail(f"node {name!r}: unknown MIG strategy {strategy!r} (label {STRATEGY})",
-                              hint="GFD writes none, single or mixed")
+    if strategy not in STRATEGIES:  # GFD writes its flag's value, one of these (the device plugin refuses others)
+        labels[STRATEGY].fail(f"node {name!r}: unknown MIG strategy {strategy[:40]!r} (label {STRATEGY})",
+                              hint="GFD writes none, single or mixed (lower case), and what a node's device plugin "
+                                   "advertises depends on it: correct the label, or leave the node out of the list")
     if model is None:  # GPUs without MIG: whole GPUs
         if single_profile is not None:
             product_node.fail(f"node {name!r}: {PRODUCT} names a MIG device ({product_node.str()}) on GPUs "

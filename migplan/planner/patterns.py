@@ -11,6 +11,7 @@ from collections import Counter
 
 from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance, Layout, enumerate_layouts
+from migplan.profiles import WHOLE_GPU
 
 Key = tuple[int, str]
 WHOLE = None  # pattern: MIG disabled, the GPU is one device
@@ -53,15 +54,18 @@ def candidates(model: GpuModel, current: Layout | None, fixed: frozenset[Key],
     """Maximal layouts, the current one and the empty one, keeping only those that contain `fixed`. A GPU without
     MIG has the empty one alone (nothing planned on it; its one place is the WHOLE pattern): no MIG layout.
 
-    `allowed` (the GPU's rule, `GpuState.allowed`): only layouts of those profiles, never the empty one: the
-    current layout where it keeps the rule, and the maximal layouts of the allowed profiles."""
+    `allowed` (the GPU's rule, `GpuState.allowed`): only layouts of those profiles, never an empty MIG layout: the
+    current layout where it keeps the rule, the empty one on a MIG-disabled GPU whose rule allows MIG off (MIG stays
+    off, nothing on it: the GPU free), and the maximal layouts of the allowed profiles."""
     if not model.mig:
         return [Layout()] if not fixed else []
     if allowed is None:
         pool = ([current] if current is not None else []) + [Layout()] + list(maximal(model))
     else:
         keeps = current is not None and len(current) > 0 and all(i.profile in allowed for i in current.instances)
-        pool = ([current] if keeps and current is not None else []) + list(maximal_of(model, allowed))
+        off = current is None and WHOLE_GPU in allowed
+        pool = ([current] if keeps and current is not None else []) + ([Layout()] if off else []) + list(
+            maximal_of(model, allowed))
     out: list[Layout] = []
     seen: set[frozenset[Key]] = set()
     for lay in pool:
