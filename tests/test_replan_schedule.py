@@ -403,7 +403,7 @@ def test_schedule_install_with_systemd_writes_the_path_as_given(cli, tmp_path: P
 @pytest.mark.parametrize(("args", "words"), [
     (["--yes", "--allow-disrupt"], "replan has no option --yes"),
     (["--allow-disrupt"], "replan has no option --allow-disrupt"),
-    (["--dry"], "replan has no option --dry (did you mean --dry-run?)"),
+    (["--dry"], "replan has no option --dry (did you mean --drain or --dry-run?)"),
     (["-i"], "Option '-i' requires an argument"),
     (["--last", "many"], "'--last'"),
     (["-j", "0"], "'--parallel'"),
