@@ -118,6 +118,7 @@ def test_replan_serves_the_pending_pods_relabels_only_the_changed_node_and_then_
     code, doc, out = run(cluster, tmp_path)
     assert code == EXIT_APPLIED and doc["result"] == "applied", out
     assert "places 2 workload(s) now left out" in doc["line"] and "a30-disabled applied (as planned)" in doc["line"]
+    assert "frees" not in doc["line"]  # the held nodes' GPUs in use count neither now nor in the plan
     # the busy nodes are held (their pods would stop), the T4's pod too; the control plane is no GPU node at all
     assert set(doc["held"]) == {"a100-mixed", "h100-single", "t4-node"}
     assert "ml/chat-6f7c9d8b4-k2x9p" in doc["held"]["a100-mixed"] and "control-1" not in out
