@@ -147,6 +147,16 @@ def test_an_invalid_single_node_is_left_out_with_a_note(tmp_path: Path) -> None:
         load_inventory(_write(tmp_path, doc), CAT)
 
 
+@pytest.mark.parametrize("product", ["NVIDIA-H100-80GB-HBM3-MIG-1g.12gb", "NVIDIA-H100-80GB-HBM3-MIG-" + "z" * 300])
+def test_a_single_node_whose_profile_is_unknown_is_left_out_with_a_note(tmp_path: Path, product: str) -> None:
+    doc = _doc()
+    _node(doc, "h100-single")["metadata"]["labels"]["nvidia.com/gpu.product"] = product  # a newer driver's profile?
+    inv = load_inventory(_write(tmp_path, doc), CAT)
+    assert inv.host("h100-single") is None and len(inv.notes) == 1
+    assert "not a MIG profile of H100-SXM5-80GB: left out of the plan, as it is" in inv.notes[0]
+    assert len(inv.notes[0]) < 500 and "catalog learn" in inv.notes[0]
+
+
 HOSTILE: list[tuple[Any, str]] = [  # label value, words of the one error (GFD writes none, single or mixed)
     ("Mixed", "unknown MIG strategy 'Mixed'"),
     ("single ", "unknown MIG strategy 'single '"),

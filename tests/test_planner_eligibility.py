@@ -191,3 +191,17 @@ def test_may_use_reads_rules_as_documented() -> None:
     assert may_use(rules, WHOLE_GPU, "x") and may_use(rules, "1g.10gb", "s") and not may_use(rules, "1g.10gb", "m")
     assert may_use(rules, "3g.40gb", "m") and not may_use(rules, "3g.40gb", "s")  # ANY_MIG for profiles not named
     assert not may_use((Eligible(ANY_MIG, None),), WHOLE_GPU, "x")  # ANY_MIG is MIG profiles only
+
+
+def test_the_greedy_fallback_keeps_rules_and_eligibility() -> None:
+    # no incumbent in time (the solver's answer withheld, as tests/test_greedy_fallback.py does): the greedy plan puts
+    # new demand in idle instances only where its eligibility lets it, and is checked like any plan
+    from test_greedy_fallback import NoIncumbent
+
+    from migplan.planner import plan as make_plan
+    st = fleet(h100("s", 0, ONE_G, allowed=ONLY_1G), h100("m", 0, ["1g.10gb@0", "1g.10gb@1"]))
+    ps = profiles(*(_pod(f"p{i}", 9856, MIXED_ONLY, requested="1g.10gb", min_profile="1g.10gb") for i in range(3)))
+    p = make_plan(st, ps, CAT, EXACT, NoIncumbent())  # type: ignore[arg-type]
+    assert p.solve.fallback == "greedy" and all(not g.actions for g in p.gpus)
+    assert sorted(v[:2] for v in placed(p).values()) == [("m", 0), ("m", 0)]  # s's seven 1g.10gb: not for them
+    assert p.summary.workloads_unplaced == 1

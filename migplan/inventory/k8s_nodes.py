@@ -44,8 +44,10 @@ planner, which knows no Kubernetes, plans only what the device plugin advertises
   none     MIG devices are not advertised: MIG-disabled GPUs stay whole (`("whole",)`); a GPU read as MIG-enabled
            is kept as it is (reserved), with a note: a pod could use none of its instances.
 
-A node GFD labels `-MIG-INVALID` (its count 0: the labels say nothing of its GPUs) is left out of the plan with a note,
-as it is; so is nothing else: unknown strategies and profiles stay errors (GFD writes none of them).
+A node GFD labels `-MIG-INVALID` (its count 0: the labels say nothing of its GPUs), or whose `-MIG-<p>` names a
+profile the catalog lacks, is left out of the plan with a note, as it is: a controller run from cron plans the rest
+of the cluster. A strategy GFD never writes stays an error (what such a node advertises cannot be known), as do a
+mixed node's unknown profiles (the catalog hint says how to add them).
 """
 
 
@@ -176,11 +178,9 @@ def _too_many(node: Node, name: str, gpus: int) -> None:
         node.fail(f"node {name!r}: {gpus} GPUs is more than the {names.MAX_GPUS_PER_HOST} a host has")
 
 
-def _single(name: str, model: GpuModel, label_profile: str, count: int, labels: dict[str, Node]) -> list[Layout | None]:
-    """mig.strategy=single: every GPU in MIG mode with the same devices, and gpu.count counts MIG devices."""
-    profile = _profile(model, label_profile)
-    if profile is None:
-        labels[PRODUCT].fail(f"node {name!r}: {model.id} has no MIG profile {label_profile!r} (label {PRODUCT})")
+def _single(name: str, model: GpuModel, profile: str, count: int, labels: dict[str, Node]) -> list[Layout | None]:
+    """mig.strategy=single: every GPU in MIG mode with the same devices (`profile`, a profile of `model`), and
+    gpu.count counts MIG devices."""
     per_gpu = mig_parted.max_per_gpu(model, profile)
     if per_gpu == 0 or count % per_gpu:
         labels[COUNT].fail(f"node {name!r}: {count} x {profile} (mig.strategy=single) is not a whole number of "
@@ -380,8 +380,13 @@ def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[
                                   f"writes only under {STRATEGY}=single, not {strategy}",
                                   hint="check GPU feature discovery's labels")
         strategy = "single"
-        layouts = _single(name, model, single_profile, count, labels)
         profile = _profile(model, single_profile)
+        if profile is None:  # a profile the catalog lacks (a newer driver's?): the layout cannot be known
+            notes.append(f"node {name!r}: {PRODUCT}={product_node.str()[:80]} names {single_profile[:40]!r}, which is "
+                         f"not a MIG profile of {model.id}: left out of the plan, as it is (its GPUs' layout cannot "
+                         "be known); add the profile with 'migplan catalog learn' or a --catalog file")
+            return None
+        layouts = _single(name, model, profile, count, labels)
     else:
         layouts = _mixed(item, name, model, count, labels, capacity)
         profile = None
