@@ -275,27 +275,35 @@ class _Offers:
         self.gpus = gpus
         self.ruled = any(g.allowed is not None for g in gpus.values())
         self._hosts: dict[tuple[str, tuple[str, ...] | None], set[str]] | None = None
+        self._offering: dict[tuple[str, str], frozenset[str]] = {}
+        self._said: dict[tuple[object, ...], str | None] = {}  # the answer per (fits, eligibility, requested)
 
-    def hosts(self, model: str, q: str) -> set[str]:
+    def hosts(self, model: str, q: str) -> frozenset[str]:
         """Hosts with a planned GPU of `model` whose rule lets it hold `q` (a plain profile, or WHOLE_GPU)."""
         if self._hosts is None:
             self._hosts = {}
             for g in self.gpus.values():
                 if g.hold is None:
                     self._hosts.setdefault((g.model, g.allowed), set()).add(g.host)
-        out: set[str] = set()
-        for (m, rule), hosts in self._hosts.items():
-            if m == model and (rule is None or q in rule):  # WHOLE_GPU is the rule's "whole"
-                out |= hosts
-        return out
+        if (model, q) not in self._offering:
+            self._offering[(model, q)] = frozenset(h for (m, rule), hosts in self._hosts.items()
+                                                   if m == model and (rule is None or q in rule) for h in hosts)
+        return self._offering[(model, q)]  # WHOLE_GPU is the rule's "whole"
 
     def nowhere(self, it: Item, requested: bool) -> str | None:
-        """Why a new item has no GPU at all that it may use (its eligibility, the GPUs' rules), or None."""
+        """Why a new item has no GPU at all that it may use (its eligibility, the GPUs' rules), or None: once per
+        kind of item (items of one class ask alike)."""
+        k = (it.fits, it.eligible, requested)
+        if k not in self._said:
+            self._said[k] = self._nowhere(it, requested)
+        return self._said[k]
+
+    def _nowhere(self, it: Item, requested: bool) -> str | None:
         for model, profs in it.fits:
             for q in profs:
                 rule = eligible_for(it.eligible, q) if it.eligible else None
                 hosts = self.hosts(model, q)
-                if hosts and (rule is None or rule.hosts is None or hosts & set(rule.hosts)):
+                if hosts and (rule is None or rule.hosts is None or not hosts.isdisjoint(rule.hosts)):
                     return None
         shown = sorted({q for _, profs in it.fits for q in profs})
         what = ", ".join("a whole GPU" if q == WHOLE_GPU else q for q in shown)
