@@ -64,7 +64,7 @@ mig-configs:
 # each GPU node's nvidia.com/mig.config as the fixture has it (the T4 and L4 have none)
 BEFORE = {"a100-mixed": "custom-a100", "h100-single": "all-1g.10gb", "a30-disabled": "all-disabled",
           "t4-node": None, "l4-node": None}
-PENDING = ("ocr-5d8f7c6b9-m3n8v", "asr-7c9d8b6f5-p2r6t")  # ml/, waiting for a 2g.12gb and a 1g.6gb (A30 profiles)
+PENDING = ("ocr-5d8f7c6b9-m4n8v", "asr-7c9d8b6f5-p2r6t")  # ml/, waiting for a 2g.12gb and a 1g.6gb (A30 profiles)
 
 
 def nodes() -> list[dict[str, Any]]:
@@ -390,10 +390,10 @@ class Reads:
 
 
 def replan_played(tmp_path: Path, reads: Any, *, lines: list[str] | None = None, limit: tuple[str, ...] = (),
-                  **replan: Any) -> Any:
+                  profiles: str | None = None, **replan: Any) -> Any:
     ctx = build_context(config(tmp_path, **replan), None, None)
     req = ReplanRequest(fleet=FleetRequest(limit=limit), state_dir=str(tmp_path / "state"),
-                        metrics_file=str(tmp_path / "metrics.prom"))
+                        metrics_file=str(tmp_path / "metrics.prom"), profiles=profiles)
     return replan_gpu_operator(ctx, req, K8sReplan(settle_s=0), report=(lines if lines is not None else []).append,
                                now=dt.datetime(2026, 12, 5, 10, 0, tzinfo=dt.timezone.utc),
                                kubectl=Kubectl(runner=reads))
@@ -422,6 +422,22 @@ def test_nodes_a_controller_should_leave_alone_are_held_and_nothing_is_written(t
     assert any(ln.startswith("info: event=held node=a30-disabled") for ln in lines)
     # the pending pods' profiles exist only on the A30: left out, said in the plan, and no node changed
     assert {w.name for w in r.plan.workloads if w.status != "placed"} == {f"ml/{p}" for p in PENDING}
+
+
+def test_measured_profiles_size_the_pods_they_name(tmp_path: Path) -> None:
+    """`-p DIR` as `collect --prometheus --workload-name owner` writes it: the pending pod's Deployment measured at a
+    9,000 MiB peak is sized by it (with headroom), not by its request; the others by what they request."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "prom.yaml").write_text(yaml.safe_dump({"version": 1, "kind": "migplan/profiles",
+        "workloads": [{"name": "ml/ocr", "memory_mib": {"p50": 7000, "p95": 8500, "p99": 8900, "max": 9000},
+                       "observed": {"gpu_model": "A30", "mig_profile": "2g.12gb", "samples": 600}}]}))
+    lines: list[str] = []
+    cordoned = [_node("a30-disabled", unschedulable=True) if n["metadata"]["name"] == "a30-disabled" else n
+                for n in nodes()]  # nothing may change: the run only plans
+    r = replan_played(tmp_path, Reads(cordoned, pods()), lines=lines, profiles=str(tmp_path / "profiles"))
+    assert any("(1 sized as measured, 5 as requested)" in ln for ln in lines), lines
+    ocr = next(w for w in r.plan.workloads if w.name == f"ml/{PENDING[0]}")
+    assert ocr.memory_mib > 9000 and ocr.status != "placed"  # sized by its peak plus headroom; the A30 is held
 
 
 @pytest.mark.parametrize("check", ["labels_only", "unadvertised"])
