@@ -412,7 +412,8 @@ def _node(name: str, **change: Any) -> dict[str, Any]:
 
 
 def test_nodes_a_controller_should_leave_alone_are_held_and_nothing_is_written(tmp_path: Path) -> None:
-    """Not slow though it solves once: the inner loop's one run of replan --via gpu-operator."""
+    """A cordoned A30 (someone works on it) and busy nodes without consent to disrupt: all held, nothing written,
+    the pending pods left out with a reason (kubectl's reads played: any write fails the test)."""
     cordoned = _node("a30-disabled", unschedulable=True)
     lines: list[str] = []
     r = replan_played(tmp_path, Reads([*[n for n in nodes() if n["metadata"]["name"] != "a30-disabled"], cordoned],
