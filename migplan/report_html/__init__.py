@@ -74,7 +74,7 @@ def esc(text: object) -> str:
 class _Gpu:
     """One GPU as the page shows it: its plan, model, workloads (placed and kept at risk) and flags."""
 
-    n: int  # its position in the data block (the overview cell links to #g<n>)
+    position: int  # its position in the data block (the overview cell links to #g<n>)
     plan: GpuPlan
     model: GpuModel
     workloads: tuple[WorkloadPlan, ...]
@@ -225,7 +225,7 @@ def _overview(gpus: list[_Gpu]) -> str:
         by_host[g.plan.host].append(g)
     out = [f'<div id="grid"{" class=big" if len(gpus) <= BIG_CELLS_UP_TO else ""}>']
     for n, (host, gs) in enumerate(by_host.items()):
-        cells = "".join(f'<a href="#g{g.n}" class="{_cell_class(g)}"></a>' for g in gs)
+        cells = "".join(f'<a href="#g{g.position}" class="{_cell_class(g)}"></a>' for g in gs)
         out.append(f'<div class="hg" data-h="{n}"><span class="hn">{esc(host)}</span>{cells}</div>')
     out.append("</div>")
     return "".join(out)
