@@ -35,6 +35,9 @@ need "--no-install-recommends prometheus" "Prometheus tests (tests/test_promethe
 need chromium "HTML report's browser tests (a real headless Chromium)" chromium
 need zsh "completion tests (the zsh completion script in a real zsh)" zsh
 need systemd "schedule tests (tests/test_replan_schedule.py: systemd-analyze verify of the written units)" systemd-analyze
+# Debian's Slurm 22.05 and munge: the tests start their own munged, slurmctld and slurmd on 127.0.0.1 (own key, socket,
+# ports and folders), never the packaged services.
+need "--no-install-recommends slurm-wlm munge" "Slurm tests (tests/test_slurm_real.py: munged, slurmctld and slurmd on 127.0.0.1)" slurmctld slurmd munged
 # kubectl: Debian's kubernetes-client (1.20), the client the API stand-in of tests/k8s_sim answers (newer ones send
 # protobuf). Where another kubectl owns /usr/bin/kubectl (Google Cloud CLI images ship a 1.32 dispatcher), Debian's
 # package is unpacked under .cache/ and the tests are pointed at it ($MIGPLAN_TEST_KUBECTL), the system left as it is.
