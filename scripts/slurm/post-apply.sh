@@ -4,22 +4,24 @@
 # Run by `migplan apply` on the GPU host (inventory `hooks: {post_apply: [...]}`), or by hand anywhere scontrol
 # reaches slurmctld as root (or the SlurmUser), e.g. on the controller for several nodes after restarting it.
 #
-#   post-apply.sh [--node NAME]... [--short-name] [--gres-conf FILE] [--slurm-conf FILE] [--conf-dir DIR]
+#   post-apply.sh [--node NAME]... [--short-names] [--gres-conf FILE] [--slurm-conf FILE] [--conf-dir DIR]
 #                 [--reconfigure | --restart-slurmd] [--expect-gres GRES | --expect-from SLURM_CONF]
 #                 [--timeout SECONDS] [--interval SECONDS] [--no-resume]
 #
 #   --node NAME        a Slurm NodeName, repeatable [default: $MIGPLAN_HOST, which migplan apply sets]
-#   --short-name       use each NAME up to its first dot
+#   --short-names      use each NAME up to its first dot
 #   --gres-conf FILE   install FILE (from `migplan export slurm -o gres.conf`) as DIR/gres.conf
 #   --slurm-conf FILE  install FILE (from `migplan export slurm --slurm-conf ... -o slurm.conf`) as DIR/slurm.conf
 #   --conf-dir DIR     where Slurm reads them [default: the directory of $SLURM_CONF, else /etc/slurm]
-#   --reconfigure      run `scontrol reconfigure` (slurmd re-reads gres.conf; on Slurm 23.11 and later it also
-#                      restarts slurmctld, scontrol(1))
+#   --reconfigure      run `scontrol reconfigure`: slurmd re-reads gres.conf; Slurm 23.11 and later start new
+#                      slurmctld and slurmd processes for it (scontrol(1)), which is not verified here to take a
+#                      GPU count change; 22.05 keeps the old count (tests/test_slurm_real.py)
 #   --restart-slurmd   run `systemctl restart slurmd` on this host and wait for the new slurmd to register
 #   --expect-gres G    the Gres Slurm must show for the node, e.g. gpu:3g.40gb:2,gpu:h100:1
 #   --expect-from F    take it from the node's own NodeName line in F (the slurm.conf migplan rewrote, or the
 #                      lines `migplan export slurm -o slurm.conf` prints)
 #   --timeout S        how long to wait for that [default: 300]
+#   --interval S       seconds between looks [default: 5]
 #   --no-resume        install and reconfigure/restart only: the node stays drained (for Slurm 22.05, where a GPU
 #                      count change needs slurmctld restarted first; run this again without it afterwards)
 #
@@ -59,7 +61,7 @@ file_arg() {
 while [ $# -gt 0 ]; do
   case $1 in
     --node) [ $# -ge 2 ] || usage "--node needs a value"; node_name "$2"; nodes="$nodes $2"; shift 2 ;;
-    --short-name) short=1; shift ;;
+    --short-names) short=1; shift ;;
     --gres-conf) [ $# -ge 2 ] || usage "--gres-conf needs a file"; file_arg "$1" "$2"; gres_src=$2; shift 2 ;;
     --slurm-conf) [ $# -ge 2 ] || usage "--slurm-conf needs a file"; file_arg "$1" "$2"; slurm_src=$2; shift 2 ;;
     --conf-dir) [ $# -ge 2 ] || usage "--conf-dir needs a directory"; file_arg "$1" "$2"; conf_dir=$2; shift 2 ;;
@@ -70,7 +72,7 @@ while [ $# -gt 0 ]; do
     --timeout) [ $# -ge 2 ] || usage "--timeout needs a value"; number --timeout "$2"; timeout=$2; shift 2 ;;
     --interval) [ $# -ge 2 ] || usage "--interval needs a value"; number --interval "$2"; interval=$2; shift 2 ;;
     --no-resume) resume=0; shift ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^set -eu$/ { exit } NR > 1' "$0"; exit 0 ;;
     *) usage "unknown argument '$1' (see --help)" ;;
   esac
 done

@@ -3,10 +3,10 @@
 # docs/slurm.md. Run by `migplan apply` on the GPU host (inventory `hooks: {pre_apply: [...]}`, through the host's
 # `become`), or by hand; it needs `scontrol` and `sinfo` talking to slurmctld as root (or the SlurmUser).
 #
-#   pre-apply.sh [--node NAME] [--short-name] [--timeout SECONDS] [--interval SECONDS] [--on-timeout resume|keep]
+#   pre-apply.sh [--node NAME] [--short-names] [--timeout SECONDS] [--interval SECONDS] [--on-timeout resume|keep]
 #
 #   --node NAME      the Slurm NodeName [default: $MIGPLAN_HOST, which migplan apply sets]
-#   --short-name     use NAME up to its first dot (inventory host gpu01.example.org, Slurm node gpu01)
+#   --short-names    use NAME up to its first dot (inventory host gpu01.example.org, Slurm node gpu01)
 #   --timeout S      how long jobs may take to end [default: 3600]; keep it below `migplan apply --timeout`,
 #                    which bounds every command it runs on a host, hooks included
 #   --interval S     seconds between looks [default: 10]
@@ -33,14 +33,14 @@ number() { case $2 in '' | *[!0-9]*) usage "$1 needs a whole number of seconds, 
 while [ $# -gt 0 ]; do
   case $1 in
     --node) [ $# -ge 2 ] || usage "--node needs a value"; node=$2; shift 2 ;;
-    --short-name) short=1; shift ;;
+    --short-names) short=1; shift ;;
     --timeout) [ $# -ge 2 ] || usage "--timeout needs a value"; number --timeout "$2"; timeout=$2; shift 2 ;;
     --interval) [ $# -ge 2 ] || usage "--interval needs a value"; number --interval "$2"; interval=$2; shift 2 ;;
     --on-timeout)
       [ $# -ge 2 ] || usage "--on-timeout needs a value"
       case $2 in resume | keep) on_timeout=$2 ;; *) usage "--on-timeout is resume or keep, not '$2'" ;; esac
       shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^set -eu$/ { exit } NR > 1' "$0"; exit 0 ;;
     *) usage "unknown argument '$1' (see --help)" ;;
   esac
 done
