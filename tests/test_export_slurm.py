@@ -9,6 +9,8 @@ names are checked against the names Slurm's docs and public job scripts use (gre
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -352,3 +354,58 @@ def test_gpu_type_option_is_checked(item: str, match: str) -> None:
     with pytest.raises(InputError, match=match):
         ex.gpu_type_overrides([item], CAT)
 
+
+
+# --- the hook scripts' own checks (no Slurm needed: they stop before calling it) ---------------------------
+
+PRE = ROOT / "scripts" / "slurm" / "pre-apply.sh"
+POST = ROOT / "scripts" / "slurm" / "post-apply.sh"
+
+
+def _hook(script: Path, *args: str, **env: str) -> tuple[int, str]:
+    r = subprocess.run(["sh", str(script), *args], env={**os.environ, "MIGPLAN_HOST": "", **env},
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--node", "h1;reboot"], "is not a Slurm node name"),
+    (["--node", "-x"], "is not a Slurm node name"),
+    (["--node", "a b"], "is not a Slurm node name"),
+    ([], "is not a Slurm node name"),
+    (["--node", "h1", "--timeout", "1h"], "needs a whole number of seconds"),
+    (["--node", "h1", "--on-timeout", "later"], "--on-timeout is resume or keep"),
+    (["--node", "h1", "--bogus"], "unknown argument"),
+])
+def test_pre_apply_refuses_bad_arguments(args: list[str], message: str) -> None:
+    code, out = _hook(PRE, *args)
+    assert code == 2 and message in out, out
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (["--node", "a b"], {}, "is not a Slurm node name"),
+    ([], {"MIGPLAN_HOST": "a b"}, "is not a Slurm node name"),
+    ([], {}, "no node"),
+    (["--node", "h1", "--gres-conf", "relative.conf"], {}, "needs an absolute path"),
+    (["--node", "h1", "--expect-gres", "gpu:x:1 State=RESUME"], {}, "is not a Gres value"),
+    (["--node", "h1", "--expect-gres", "gpu:1", "--expect-from", "/x"], {}, "not both"),
+    (["--node", "h1", "--interval", "-1"], {}, "needs a whole number of seconds"),
+])
+def test_post_apply_refuses_bad_arguments(args: list[str], env: dict[str, str], message: str) -> None:
+    code, out = _hook(POST, *args, **env)
+    assert code == 2 and message in out, out
+
+
+def test_post_apply_after_a_partial_apply_installs_nothing(tmp_path: Path) -> None:
+    new = tmp_path / "gres.conf.new"
+    new.write_text("# other\n")
+    code, out = _hook(POST, "--node", "h1", "--gres-conf", str(new), "--conf-dir", str(tmp_path),
+                      MIGPLAN_RESULT="partial")
+    assert code == 1 and "not complete" in out, out
+    assert not (tmp_path / "gres.conf").exists()
+
+
+def test_hook_help_lists_the_options() -> None:
+    for script, option in ((PRE, "--on-timeout"), (POST, "--expect-from")):
+        code, out = _hook(script, "--help")
+        assert code == 0 and option in out and "set -eu" not in out

@@ -195,37 +195,6 @@ def test_hooks_leave_a_drain_that_is_not_theirs(cluster: SlurmCluster) -> None:
     assert cluster.state() == "drained" and cluster.reason() == "disk replacement"
 
 
-def test_post_apply_after_a_partial_apply_installs_nothing(cluster: SlurmCluster, tmp_path: Path) -> None:
-    new = tmp_path / "gres.conf"
-    new.write_text("# other\n")
-    code, out = _script(cluster, POST, "--node", "h1", "--gres-conf", str(new), MIGPLAN_RESULT="partial")
-    assert code == 1 and "not complete" in out
-    assert not (cluster.conf_dir / "gres.conf").exists()
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--node", "h1;reboot"], "is not a Slurm node name"),
-    (["--node", "-x"], "is not a Slurm node name"),
-    ([], "is not a Slurm node name"),
-    (["--node", "h1", "--timeout", "1h"], "needs a whole number of seconds"),
-    (["--node", "h1", "--bogus"], "unknown argument"),
-])
-def test_pre_apply_refuses_bad_arguments(cluster: SlurmCluster, args: list[str], message: str) -> None:
-    code, out = _script(cluster, PRE, *args, MIGPLAN_HOST="")
-    assert code == 2 and message in out, out
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--node", "a b"], "is not a Slurm node name"),
-    (["--node", "h1", "--gres-conf", "relative.conf"], "needs an absolute path"),
-    (["--node", "h1", "--expect-gres", "gpu:x:1 State=RESUME"], "is not a Gres value"),
-    (["--node", "h1", "--expect-gres", "gpu:1", "--expect-from", "/x"], "not both"),
-])
-def test_post_apply_refuses_bad_arguments(cluster: SlurmCluster, args: list[str], message: str) -> None:
-    code, out = _script(cluster, POST, *args)
-    assert code == 2 and message in out, out
-
-
 # --- the whole path: plan, migplan apply with the hooks, export from the snapshot after it, resume -----------
 
 def test_migplan_apply_with_the_hooks_then_export_and_resume(cluster: SlurmCluster, tmp_path: Path,
