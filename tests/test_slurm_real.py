@@ -36,7 +36,8 @@ from migplan.cli.app import app
 from migplan.commands import export as ex
 from migplan.documents import load_plan, load_snapshot
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")]
+WHY_NOT = unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 CAT = builtin_catalog()
 A100 = CAT.get("A100-SXM4-40GB")
