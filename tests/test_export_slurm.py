@@ -356,6 +356,27 @@ def test_gpu_type_option_is_checked(item: str, match: str) -> None:
 
 
 
+def test_gpus_without_mig_from_a_kubernetes_inventory_are_whole_typed_gpus(tmp_path: Path) -> None:
+    """T4 and L4 nodes (models the plan carries, not in the catalog): whole GPUs, typed, File=/dev/nvidiaN; the
+    A30 node with MIG disabled likewise. In files mode such a node needs no instance ids (no snapshot entry)."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("version: 1\nworkloads:\n- name: small\n  memory_mib: {p50: 2000, p95: 2500, p99: 2800, max: "
+                    "3000}\n  compute: {p50: 0.01, p95: 0.02, max: 0.03}\n")
+    plan_path = tmp_path / "plan.json"
+    r = CliRunner().invoke(app, ["propose", "-i", str(ROOT / "tests" / "data" / "k8s" / "mixed-nodes.json"),
+                                 "-p", str(prof), "--out", str(plan_path), "-q"])
+    assert r.exit_code == 0, r.output
+    plan = load_plan(plan_path, CAT)
+    export = ex.build_slurm(plan, CAT)
+    t4, l4, a30 = export.node("t4-node"), export.node("l4-node"), export.node("a30-disabled")
+    assert t4 is not None and l4 is not None and a30 is not None
+    assert t4.gres == "gpu:t4:1" and l4.gres == "gpu:l4:2" and a30.gres == "gpu:a30:2"
+    files = ex.build_slurm(plan, CAT, host="l4-node", mode="files", live={})
+    assert [ln for ln in slurm.gres_conf(files).splitlines() if not ln.startswith("#")] == [
+        "NodeName=l4-node AutoDetect=off Name=gpu Type=l4 File=/dev/nvidia0",
+        "NodeName=l4-node Name=gpu Type=l4 File=/dev/nvidia1"]
+
+
 # --- the hook scripts' own checks (no Slurm needed: they stop before calling it) ---------------------------
 
 PRE = ROOT / "scripts" / "slurm" / "pre-apply.sh"
