@@ -6,8 +6,9 @@ prepends the directory of tests/conftest.py, the same way `planner_fixtures` and
 
 Modules: `helpers.samples` (input documents: a `connection: local` inventory, flat workload profiles, the
 simulator catalog of a low-memory A100), `helpers.local_runners` (a LocalRunner counting its processes, a
-pass-through become prefix), `helpers.slurm_cluster` (a real Slurm on 127.0.0.1: munged, slurmctld, one slurmd). The simulator's driver is tests/sim_runner.py (`import sim_runner`): every test
-that runs migplan against the nvidia-smi simulator gets its runner there.
+pass-through become prefix), `helpers.slurm_cluster` (a real Slurm on 127.0.0.1: munged, slurmctld, one
+slurmd). The simulator's driver is tests/sim_runner.py (`import sim_runner`): every test that runs migplan against
+the nvidia-smi simulator gets its runner there.
 """
 
 from __future__ import annotations

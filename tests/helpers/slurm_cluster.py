@@ -15,6 +15,7 @@ slurmd (in a new namespace, so the device nodes follow the gres.conf installed s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -200,10 +201,8 @@ class SlurmCluster:
             return
         if _alive_pidfile(self.root / "slurmctld.pid", self.root):
             self.run(["scancel", "--full", "-u", "root"])
-            try:
+            with contextlib.suppress(AssertionError):  # the sweep below ends what is left
                 wait_for(lambda: not self.run(["squeue", "-h"]).stdout.strip(), 15, "the jobs to end")
-            except AssertionError:
-                pass  # the sweep below ends what is left
         self._stop_pid(self.root / "slurmd.pid")
         self.stop_ctld()
         for p in self.procs:
@@ -218,10 +217,8 @@ class SlurmCluster:
         # carries this cluster's ROOT=, by its id
         for pid in [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]:
             if pid != os.getpid() and _alive(pid) and _ours(pid, self.root):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
     # --- clients --------------------------------------------------------------------------------------
     def run(self, argv: list[str], env: Mapping[str, str] | None = None,
