@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from migplan import names
+from migplan import names, yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.catalog import pci_device
 from migplan.catalog.geometry import GpuModel
@@ -487,11 +487,72 @@ def _count_sets(model: GpuModel) -> dict[tuple[tuple[str, int], ...], Layout]:
     return out
 
 
+def count_set_layout(model: GpuModel, counts: Mapping[str, int]) -> Layout | None:
+    """The layout `split_counts` gives a GPU holding exactly `counts` (so a GPU whose counts are known is placed as
+    the inference would place it), None when one GPU of `model` cannot hold them."""
+    key = tuple(sorted((p, n) for p, n in counts.items() if n > 0))
+    return _count_sets(model).get(key)
+
+
 def _check_counts_node(model: GpuModel, counts: Mapping[str, int]) -> None:
     for p in counts:
         if not model.has_profile(p):
             known = ", ".join(q.name for q in model.profiles)
             raise CatalogError(f"{model.id} has no MIG profile {p!r}", hint=f"profiles of {model.id}: {known}")
+
+
+# --- the GPU Operator's ConfigMap (`kubectl get configmap -n gpu-operator NAME -o json`) -------------------
+
+CONFIGMAP_KEY = "config.yaml"  # the key the MIG manager reads (NVIDIA/gpu-operator values.yaml, migManager.config)
+MAX_CONFIGMAP_TEXT = 1 << 20  # characters of data.config.yaml: Kubernetes holds at most 1 MiB in a ConfigMap
+_CONFIGMAP_HINT = "pass one ConfigMap as 'kubectl get configmap -n gpu-operator NAME -o json' prints it"
+
+
+@dataclass(frozen=True)
+class ConfigMapConfigs:
+    """The mig-parted configs of the ConfigMap the MIG manager reads, and how notes name it (`ConfigMap
+    gpu-operator/default-mig-parted-config`)."""
+
+    name: str
+    configs: Mapping[str, tuple[Entry, ...]]
+
+
+def _meta_text(meta: Mapping[str, Node], key: str) -> str:
+    node = meta.get(key)
+    if node is None or not node.is_scalar or node.is_null:
+        return "?"
+    text = str(node.value())
+    return text if len(text) <= 253 and all(c.isascii() and (c.isalnum() or c in "-.") for c in text) else "?"
+
+
+def read_configmap(root: Node) -> ConfigMapConfigs:
+    """A ConfigMap (kind: ConfigMap) holding a mig-parted file under data.config.yaml, read as untrusted data:
+    every refusal is an error naming the ConfigMap and the key (its text at most `MAX_CONFIGMAP_TEXT`
+    characters; the file validated as mig-parted validates it, `parse_spec`)."""
+    if not root.is_map:
+        root.fail("expected a ConfigMap (kind: ConfigMap) with data.config.yaml", hint=_CONFIGMAP_HINT)
+    f = dict(root.items())
+    kind = f.get("kind")
+    if kind is None or not kind.is_scalar or kind.is_null or kind.value() != "ConfigMap":
+        shown = "none" if kind is None or kind.is_null else repr(str(kind.value())[:40]) if kind.is_scalar else "?"
+        (kind if kind is not None else root).fail(f"expected kind: ConfigMap, not {shown}", hint=_CONFIGMAP_HINT)
+    meta = dict(f["metadata"].items()) if "metadata" in f and f["metadata"].is_map else {}
+    who = f"ConfigMap {_meta_text(meta, 'namespace')}/{_meta_text(meta, 'name')}"
+    data = f.get("data")
+    if data is None or not data.is_map or CONFIGMAP_KEY not in dict(data.items()):
+        (data if data is not None else root).fail(f"{who} has no data.{CONFIGMAP_KEY}",
+                            hint="the MIG manager reads its mig-parted configs from that key")
+    text_node = dict(data.items())[CONFIGMAP_KEY]
+    if not text_node.is_scalar or text_node.is_null:
+        text_node.fail(f"{who}: data.{CONFIGMAP_KEY} must be text (a mig-parted config file)")
+    text = text_node.str()
+    if len(text) > MAX_CONFIGMAP_TEXT:
+        text_node.fail(f"{who}: data.{CONFIGMAP_KEY} is {len(text)} characters, more than the 1 MiB a ConfigMap "
+                       "holds")
+    inner = yamldoc.parse(text, f"{root.source}: {who} data.{CONFIGMAP_KEY}")
+    if inner is None:
+        text_node.fail(f"{who}: data.{CONFIGMAP_KEY} is empty")
+    return ConfigMapConfigs(who, parse_spec(inner))
 
 
 # --- a host's declared layouts from a mig-parted file (inventory `mig_parted: {file, config}`) -------

@@ -375,15 +375,23 @@ def test_the_rbac_is_enough_for_a_whole_replan_and_no_more(k8s_cluster: Any, tmp
 # --- without the stand-in: kubectl's answers played, the pure parts ----------------------------------------------
 
 class Reads:
-    """kubectl's answers to `get nodes` and `get pods -A` from documents; any other call fails the test."""
+    """kubectl's answers to `get nodes`, `get pods -A` and `get configmaps NAME -n NS` (`configmap`, the MIG manager's:
+    CM; None: NotFound) from documents; any other call fails the test."""
 
-    def __init__(self, node_items: list[dict[str, Any]], pod_items: list[dict[str, Any]]) -> None:
+    def __init__(self, node_items: list[dict[str, Any]], pod_items: list[dict[str, Any]],
+                 configmap: dict[str, Any] | None = CM) -> None:
         self.docs = {"nodes": node_items, "pods": pod_items}
+        self.configmap = configmap
         self.calls: list[list[str]] = []
 
     def run(self, argv: list[str], *, timeout: float, stdin: bytes | None = None) -> Completed:
         args = argv[next(i for i, a in enumerate(argv) if a.startswith("--request-timeout")) + 1:]
         self.calls.append(args)
+        if args[:2] == ["get", "configmaps"]:
+            cm = self.configmap
+            if cm is None or args[2:5] != [cm["metadata"]["name"], "-n", cm["metadata"]["namespace"]]:
+                return Completed(tuple(argv), 1, "", f'Error from server (NotFound): configmaps "{args[2]}" not found')
+            return Completed(tuple(argv), 0, json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **cm}), "")
         assert args[0] == "get" and args[1] in self.docs, f"a write or an unexpected read: {args}"
         doc = {"apiVersion": "v1", "kind": "List", "items": self.docs[args[1]], "metadata": {"resourceVersion": ""}}
         return Completed(tuple(argv), 0, json.dumps(doc), "")

@@ -9,7 +9,7 @@ import typer
 
 from migplan.catalog import Catalog
 from migplan.catalog.layout import picture
-from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt
+from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt, MigConfigMapOpt
 from migplan.cli.options import CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
@@ -107,11 +107,12 @@ def check(inventory: InventoryOpt = None, output: OutputOpt = None, config: Conf
               "--limit", "-l", help="Preview the hosts this Ansible host pattern selects, as discover, status and "
                                     "apply would (comma-separated; repeatable).",
               show_default=False, metavar="HOST-PATTERN")] = None,
-          kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> None:
+          kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, mig_configmap: MigConfigMapOpt = None) -> None:
     """Validate the inventory and print the fleet as a table, with the hosts left out and why."""
     from migplan.adapters.kubectl import KubectlOptions
 
-    ctx = build_context(config, catalog, output, KubectlOptions(kubeconfig=kubeconfig, context=context))
+    ctx = build_context(config, catalog, output, KubectlOptions(kubeconfig=kubeconfig, context=context),
+                        mig_configmap)
     inv = select_hosts(ctx.inventory(inventory), limit)
     known = inv.catalog(ctx.catalog)  # with the inventory's GPUs without MIG (Kubernetes labels)
     for m in sorted({known.get(g.model) for _, g in inv.gpus()}, key=lambda m: m.id):

@@ -37,6 +37,13 @@ ConfigMapOpt = Annotated[str, typer.Option("--configmap", help="With --via gpu-o
                                            metavar="NAME")]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="With --via gpu-operator: its namespace.",
                                            metavar="NAMESPACE")]
+MigConfigMapOpt = Annotated[str | None, typer.Option(
+    "--mig-configmap", metavar="FILE|kubectl[:NAMESPACE/NAME]", show_default=False,
+    help="The ConfigMap the GPU Operator's MIG manager reads: a file of 'kubectl get configmap -n NAMESPACE NAME -o "
+         "json', or 'kubectl' to read it live (kubectl:NAMESPACE/NAME when it is not gpu-operator/"
+         "default-mig-parted-config). A node whose applied config (nvidia.com/mig.config, state success) is in it "
+         "gets each GPU's MIG devices from that config instead of a split inferred from the labels' counts "
+         "[default: with -i kubectl, 'kubectl' where it exists; else none].")]
 DrainOpt = Annotated[Drain, typer.Option("--drain", help="With --via gpu-operator, where work may be disrupted "
                                          "(apply --allow-disrupt; replan: replan.allow_disrupt in a maintenance "
                                          "window): cordon and evict a node's GPU pods (PodDisruptionBudgets honoured) "

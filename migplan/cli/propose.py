@@ -9,7 +9,7 @@ import typer
 
 from migplan.adapters.kubectl import KubectlOptions
 from migplan.catalog.layout import picture
-from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt
+from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt, MigConfigMapOpt
 from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
 from migplan.cli.progress import Reporter
 from migplan.cli.progress import reporter as progress_reporter
@@ -163,6 +163,7 @@ def propose(
                                                   "(docs/kubernetes.md).")] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    mig_configmap: MigConfigMapOpt = None,
     solver: Annotated[str | None, typer.Option("--solver", metavar="|".join(SOLVERS), help="MILP solver "
                                                f"[default: planner.solver, else {DEFAULT_SOLVER}].")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.1, max=MAX_SECONDS, callback=finite,
@@ -235,12 +236,13 @@ def propose(
                          "reclaim_idle": reclaim_idle, "spare": _spare_option(spare)})
     live = KubectlOptions(kubeconfig=kubeconfig, context=context)  # -i kubectl, --pods kubectl
     with progress_reporter(quiet, progress) as rep:  # migplan/cli/progress.py: who sees what
-        _propose(rep, config, catalog, output, report_html, req, live)
+        _propose(rep, config, catalog, output, report_html, req, live, mig_configmap)
 
 
 def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, output: str | None,
-             report_html: str | None, req: ProposeRequest, live: KubectlOptions | None = None) -> None:
-    ctx = build_context(config, catalog, output, live)
+             report_html: str | None, req: ProposeRequest, live: KubectlOptions | None = None,
+             mig_configmap: str | None = None) -> None:
+    ctx = build_context(config, catalog, output, live, mig_configmap)
     check_output_options((req.out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
     result = run_propose(ctx, req, report=rep.note, progress=rep)
     rep.phase(WRITING)

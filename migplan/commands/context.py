@@ -27,6 +27,7 @@ class Context:
     catalog: Catalog
     output: str
     kubectl: KubectlOptions | None = None  # how live reads reach the cluster (None: kubectl's defaults)
+    mig_configmap: str | None = None  # --mig-configmap FILE|kubectl[:NAMESPACE/NAME] (`k8s_live.mig_configmap`)
 
     def inventory_path(self, path: str | None) -> str:
         chosen = path or self.config.inventory
@@ -37,10 +38,13 @@ class Context:
 
     def inventory(self, path: str | None) -> Inventory:
         chosen = self.inventory_path(path)
-        if chosen == LIVE:
-            from migplan.commands.k8s_live import read_nodes  # kubectl only when asked for
+        if chosen == LIVE or self.mig_configmap is not None:
+            from migplan.commands import k8s_live  # kubectl only when asked for
 
-            return read_nodes(self.kubectl, self.catalog)[1]
+            source = k8s_live.mig_configmap(self.mig_configmap, live=chosen == LIVE)
+            if chosen == LIVE:
+                return k8s_live.read_nodes(self.kubectl, self.catalog, configmap=source)[1]
+            return load_inventory(chosen, self.catalog, k8s_live.read_configmap(source, self.kubectl)[0])
         return load_inventory(chosen, self.catalog)
 
     def profiles_path(self, path: str | None) -> str:
@@ -70,8 +74,8 @@ class Context:
 
 
 def build_context(config_path: str | None, catalog_paths: list[str] | None, output: object,
-                  kubectl: KubectlOptions | None = None) -> Context:
+                  kubectl: KubectlOptions | None = None, mig_configmap: str | None = None) -> Context:
     config = load_config(config_path)
     catalog = load_catalog([*config.catalog, *(catalog_paths or [])])
     fmt = getattr(output, "value", output) or config.output or "table"
-    return Context(config=config, catalog=catalog, output=str(fmt), kubectl=kubectl)
+    return Context(config=config, catalog=catalog, output=str(fmt), kubectl=kubectl, mig_configmap=mig_configmap)

@@ -125,6 +125,8 @@ def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
         out.append(str(req.profiles or ctx.config.profiles))
     if req.pods and req.pods not in ("-", LIVE):
         out.append(req.pods)
+    if ctx.mig_configmap and ctx.mig_configmap != LIVE and not ctx.mig_configmap.startswith(LIVE + ":"):
+        out.append(ctx.mig_configmap)
     return out
 
 

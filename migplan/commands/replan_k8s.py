@@ -43,7 +43,7 @@ from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
 from migplan.commands.fleet import select_hosts
 from migplan.commands.gpu_operator import Clock, GpuOperatorRequest, GpuOperatorResult, apply_gpu_operator
-from migplan.commands.k8s_live import read_nodes, read_pods_live
+from migplan.commands.k8s_live import LiveConfigMap, read_nodes, read_pods_live
 from migplan.commands.pods import demand_from_pods, strategies
 from migplan.commands.replan import (
     EXIT_APPLIED,
@@ -143,11 +143,15 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     rp = replan_policy(ctx)
     r = _Run(_run_id(now), now, {}, {"via": VIA})
     r.record = {"id": r.run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "via": VIA, "dry_run": req.dry_run}
+    configmap = LiveConfigMap(k8s.namespace, k8s.configmap)  # the one the apply writes: it tells each GPU's devices
     try:
-        views, inventory = read_nodes(None, ctx.catalog, kube=kube)
+        views, inventory = read_nodes(None, ctx.catalog, kube=kube, configmap=configmap)
         pods, pod_views = read_pods_live(None, kube=kube)
     except KubectlError as err:
         return _fail(sd, rp, r, err, f"failed: cannot read the cluster: {err.message}", EXIT_FAILED, report)
+    for note in inventory.notes:
+        if configmap.shown in note:  # where a node's GPUs are inferred though the ConfigMap was read, and why
+            report(f"info: event=note {note}")
     inventory = select_hosts(inventory, req.fleet.limit)
     nodes = {h.name for h in inventory.hosts}
     repaired, fixing = _finish_interrupted(sd, views, {h.name: [g.index for g in h.gpus] for h in inventory.hosts},

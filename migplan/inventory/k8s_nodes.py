@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Mapping
 
 from migplan import mig_parted, names
@@ -63,6 +64,7 @@ from migplan.catalog.geometry import GpuModel, driver_version
 from migplan.catalog.layout import Layout
 from migplan.errors import CatalogError
 from migplan.inventory.model import DeclaredGpu, Host, Inventory
+from migplan.mig_parted import ConfigMapConfigs
 from migplan.yamldoc import Node
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -192,8 +194,9 @@ def _single(name: str, model: GpuModel, profile: str, count: int, labels: dict[s
 
 
 def _mixed(item: Node, name: str, model: GpuModel, count: int, labels: dict[str, Node],
-           capacity: dict[str, Node]) -> list[Layout | None]:
-    """mig.strategy=mixed (or none): per-profile MIG device counts of the node, split over its MIG GPUs."""
+           capacity: dict[str, Node], configs: ConfigMapConfigs | None, notes: list[str]) -> list[Layout | None]:
+    """mig.strategy=mixed (or none): per-profile MIG device counts of the node, each GPU's from the mig-parted
+    config its MIG manager applied where `configs` has it (`_configured`), else split over its MIG GPUs."""
     _too_many(labels[COUNT], name, count)
     mig_counts: dict[str, int] = {}
     found = [(_MIG_COUNT.fullmatch(k), k, n) for k, n in labels.items()]
@@ -212,12 +215,72 @@ def _mixed(item: Node, name: str, model: GpuModel, count: int, labels: dict[str,
     if whole > count:
         capacity[GPU_RESOURCE].fail(f"node {name!r}: {whole} whole GPUs but {COUNT}={count}")
     mig_gpus = count - whole
+    known = _configured(name, model, count, labels, mig_counts, whole, configs, notes)
+    if known is not None:
+        return known
     split = mig_parted.split_counts(model, mig_counts, mig_gpus) if mig_counts or mig_gpus else []
     if split is None:
         what = ", ".join(f"{p} x{c}" for p, c in sorted(mig_counts.items()))
         item.fail(f"node {name!r}: {what} cannot be split over {mig_gpus} MIG-enabled {model.id} GPU(s)",
                   hint="check the node's labels, or plan this host from 'migplan discover'")
     return [*split, *([None] * whole)]
+
+
+def _configured(name: str, model: GpuModel, count: int, labels: dict[str, Node], mig_counts: Mapping[str, int],
+                whole: int, configs: ConfigMapConfigs | None, notes: list[str]) -> list[Layout | None] | None:
+    """Each GPU's layout from the config the node's MIG manager applied (`nvidia.com/mig.config`, state `success`,
+    a config of the ConfigMap read): its counts from the entry that selects it (as mig-parted's
+    `WalkSelectedMigConfigForEachGPU` selects: `devices`, `device-filter`), placed as the inference places them
+    (`mig_parted.count_set_layout`); GPUs no entry selects (mig-parted leaves them as they were) get what is left
+    of the labels' counts, split over them. None, with a note saying why, where the config is not there or does
+    not agree with the labels' node totals (the caller infers every GPU then)."""
+    if configs is None or MIG_CONFIG not in labels or MIG_STATE not in labels or labels[MIG_STATE].str() != "success":
+        return None
+    config = labels[MIG_CONFIG].str()
+    said = f"node {name!r}: {MIG_CONFIG}={config[:63]!r}"
+    inferred = "which GPU holds which MIG device is inferred from the labels' counts"
+    entries = configs.configs.get(config)
+    if entries is None:
+        notes.append(f"{said} is not a config of {configs.name}: {inferred}")
+        return None
+    given: dict[int, mig_parted.Entry] = {}
+    for i in range(count):
+        chosen = [e for e in entries if e.selects(i, model)]
+        if len({(e.mig_enabled, tuple(sorted(e.counts().items()))) for e in chosen}) > 1:
+            notes.append(f"{said}: GPU {i} is selected by entries of {configs.name} that give it different MIG "
+                         f"devices: {inferred}")
+            return None
+        if chosen:
+            given[i] = chosen[-1]
+    layouts: dict[int, Layout | None] = {}
+    left: Counter[str] = Counter(mig_counts)
+    for i, e in given.items():
+        layouts[i] = mig_parted.count_set_layout(model, e.counts()) if e.mig_enabled else None
+        left.subtract(e.counts())
+        if e.mig_enabled and layouts[i] is None:
+            _disagree(notes, said, configs, entries, f"GPU {i}'s MIG devices do not fit one {model.id}")
+            return None
+    rest = [i for i in range(count) if i not in given]
+    whole_left = whole - sum(1 for lay in layouts.values() if lay is None)
+    split = None
+    if all(n >= 0 for n in left.values()) and 0 <= whole_left <= len(rest):
+        split = mig_parted.split_counts(model, +left, len(rest) - whole_left) if +left or len(rest) > whole_left else []
+    if split is None:
+        counts = ", ".join(f"{p} x{n}" for p, n in sorted(mig_counts.items()))
+        _disagree(notes, said, configs, entries, f"its labels count {counts or 'no MIG device'} and {whole} GPU(s) "
+                                                 f"with MIG off, of {count}")
+        return None
+    if rest:
+        notes.append(f"{said}: no entry of that config of {configs.name} selects GPU(s) {', '.join(map(str, rest))} "
+                     f"(mig-parted leaves such GPUs as they were): for them, {inferred}")
+    layouts.update(zip(rest, [*split, *([None] * whole_left)], strict=True))
+    return [layouts[i] for i in range(count)]
+
+
+def _disagree(notes: list[str], said: str, configs: ConfigMapConfigs, entries: tuple[mig_parted.Entry, ...],
+              why: str) -> None:
+    notes.append(f"{said} of {configs.name} gives {mig_parted.describe(entries)[:300]}, but {why}: the labels win "
+                 "and which GPU holds which MIG device is inferred from their counts")
 
 
 def _driver(labels: dict[str, Node], name: str) -> str | None:
@@ -321,7 +384,8 @@ def _rules(name: str, strategy: str, profile: str | None, layouts: list[Layout |
     return [None if f else (WHOLE,) for f in frozen], frozen
 
 
-def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[str]) -> Host | None:
+def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[str],
+          configs: ConfigMapConfigs | None) -> Host | None:
     f = _map(item)
     meta = _map(f.get("metadata"))
     if "name" not in meta:
@@ -388,7 +452,7 @@ def _node(item: Node, catalog: Catalog, whole: dict[str, WholeKey], notes: list[
             return None
         layouts = _single(name, model, profile, count, labels)
     else:
-        layouts = _mixed(item, name, model, count, labels, capacity)
+        layouts = _mixed(item, name, model, count, labels, capacity, configs, notes)
         profile = None
     allowed, frozen = _rules(name, strategy, profile, layouts, notes)
     return _host(name, status, labels, strategy, layouts, model.id, driver, allowed=allowed, frozen=frozen)
@@ -436,13 +500,15 @@ def _whole_models(hosts: list[Host], whole: dict[str, WholeKey]) -> tuple[list[H
     return out, models
 
 
-def parse_nodes(root: Node, catalog: Catalog) -> Inventory:
-    """The GPU nodes of a node list as inventory hosts (nodes without NVIDIA labels are left out)."""
+def parse_nodes(root: Node, catalog: Catalog, configs: ConfigMapConfigs | None = None) -> Inventory:
+    """The GPU nodes of a node list as inventory hosts (nodes without NVIDIA labels are left out). `configs`: the
+    mig-parted configs of the ConfigMap the MIG manager reads (`mig_parted.read_configmap`), which tell each GPU's
+    counts where a node's applied config is there (`_configured`); None: inferred from the labels alone."""
     top = dict(root.items())
     items = [root] if top["kind"].value() == "Node" else top["items"].list()
     whole: dict[str, WholeKey] = {}  # node -> its GPUs without MIG
     notes: list[str] = []
-    hosts = [h for h in (_node(i, catalog, whole, notes) for i in items) if h is not None]
+    hosts = [h for h in (_node(i, catalog, whole, notes, configs) for i in items) if h is not None]
     if not hosts:
         root.fail(f"none of the {len(items)} node(s) has NVIDIA GPU labels ({PRODUCT})"
                   + (f" that can be planned ({'; '.join(notes)[:400]})" if notes else ""),

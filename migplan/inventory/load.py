@@ -6,15 +6,22 @@ pass together (one address and port per host). The only module of the package th
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from migplan import yamldoc
 from migplan.catalog import Catalog
+from migplan.errors import InputError
 from migplan.inventory import yaml_file
 from migplan.inventory.model import Host, Inventory, LeftOut
 from migplan.yamldoc import Node
 
+if TYPE_CHECKING:  # mig_parted's parser is imported with k8s_nodes, only for a node list
+    from migplan.mig_parted import ConfigMapConfigs
 
-def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
+
+def parse_inventory(root: Node, catalog: Catalog, mig_configs: ConfigMapConfigs | None = None) -> Inventory:
+    """`mig_configs`: the mig-parted ConfigMap the GPU Operator's MIG manager reads, for a node list only
+    (`k8s_nodes.parse_nodes`)."""
     if not root.is_map:
         root.fail("an inventory is a mapping (migplan 'version: 1' format or an Ansible YAML inventory)")
     keys = {k for k, _ in root.items()}
@@ -22,7 +29,11 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
         from migplan.inventory import k8s_nodes  # `kubectl get nodes -o json` (migplan/inventory/k8s_nodes.py)
 
         if k8s_nodes.is_node_list(root):
-            return k8s_nodes.parse_nodes(root, catalog)
+            return k8s_nodes.parse_nodes(root, catalog, mig_configs)
+    if mig_configs is not None:
+        raise InputError(f"{root.source}: {mig_configs.name} tells the MIG layouts of Kubernetes nodes: it is read "
+                         "only with an inventory from 'kubectl get nodes -o json'",
+                         hint="drop --mig-configmap, or pass the node list as the inventory")
     hosts: list[tuple[Host, Node]]
     left_out: tuple[LeftOut, ...] = ()
     selected_by: tuple[str, ...] = ()
@@ -46,8 +57,9 @@ def parse_inventory(root: Node, catalog: Catalog) -> Inventory:
     return Inventory(root.source, tuple(h for h, _ in hosts), left_out=left_out, selected_by=selected_by)
 
 
-def load_inventory(path: str | os.PathLike[str], catalog: Catalog) -> Inventory:
+def load_inventory(path: str | os.PathLike[str], catalog: Catalog,
+                   mig_configs: ConfigMapConfigs | None = None) -> Inventory:
     from migplan.inventory import ansible  # `-` (stdin), INI files and directories (through ansible-core)
 
     with yamldoc.paused_gc():
-        return parse_inventory(ansible.read_root(path), catalog)
+        return parse_inventory(ansible.read_root(path), catalog, mig_configs)
