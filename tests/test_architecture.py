@@ -34,9 +34,10 @@ import migplan
 PKG = Path(migplan.__file__).resolve().parent
 
 CORE = ("migplan.names", "migplan.text", "migplan.errors", "migplan.catalog.geometry", "migplan.catalog.catalog",
-        "migplan.catalog.layout", "migplan.model", "migplan.fleet.snapshot", "migplan.fleet.host_table", "migplan.pods",
-        "migplan.fleet.steps", "migplan.smi", "migplan.planner", "migplan.history", "migplan.mig_parted",
-        "migplan.slurm", "migplan.inventory.k8s_nodes", "migplan.host_patterns", "migplan.report_html", "migplan.k8s")
+        "migplan.catalog.layout", "migplan.catalog.vgpu", "migplan.model", "migplan.fleet.snapshot",
+        "migplan.fleet.host_table", "migplan.pods", "migplan.fleet.steps", "migplan.smi", "migplan.planner",
+        "migplan.history", "migplan.mig_parted", "migplan.slurm", "migplan.inventory.k8s_nodes",
+        "migplan.host_patterns", "migplan.report_html", "migplan.k8s")
 # What touches the outside world: the core may import none of these.
 IMPURE_MODULES = {"os", "sys", "subprocess", "socket", "tempfile", "shutil", "pathlib", "time", "threading",
                   "concurrent", "signal", "fcntl", "io", "logging", "urllib", "http", "select", "ctypes",

@@ -11,6 +11,10 @@
   cache.py    the parsed shipped catalog cached as JSON under the user's cache directory, keyed on
               the content of the data and of the code that parses it (loader and cache: the
               catalog's only file access)
+  vgpu.py     VgpuType, VgpuModel, VgpuCatalog: NVIDIA vGPU types per GPU board, their modes and the sharing
+              rules of one GPU (pure; docs/vgpu.md)
+  vgpu_loader.py the strict reader of `data/vgpu.yaml` (package data), every MIG-backed type checked against
+              the MIG catalog's profile it names (with loader and cache, the only file access)
 
 May import: errors, names, yamldoc, files (the cache). Never planner, fleet, adapters, commands or cli.
 """
@@ -18,13 +22,19 @@ May import: errors, names, yamldoc, files (the cache). Never planner, fleet, ada
 from migplan.catalog.catalog import Catalog, normalise_name
 from migplan.catalog.geometry import Engines, GiProfile, GpuModel
 from migplan.catalog.loader import builtin_catalog, load_catalog, load_catalog_file
+from migplan.catalog.vgpu import VgpuCatalog, VgpuModel, VgpuType
+from migplan.catalog.vgpu_loader import builtin_vgpu_catalog
 
 __all__ = [
     "Catalog",
     "Engines",
     "GiProfile",
     "GpuModel",
+    "VgpuCatalog",
+    "VgpuModel",
+    "VgpuType",
     "builtin_catalog",
+    "builtin_vgpu_catalog",
     "load_catalog",
     "load_catalog_file",
     "normalise_name",

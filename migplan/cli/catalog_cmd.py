@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from migplan.catalog import GpuModel
+from migplan.catalog import GpuModel, VgpuModel, builtin_vgpu_catalog
 from migplan.catalog.layout import Layout, check_layout, enumerate_layouts, free_placements, picture, used_compute
 from migplan.cli.options import CatalogOpt, ConfigOpt, OutputOpt
 from migplan.cli.render import emit, grid, handle_errors
@@ -143,3 +143,60 @@ def check(model: Annotated[str, typer.Argument(help="Model id or alias.", metava
     emit(data, ctx.output, table)
     if conflicts:
         raise typer.Exit(1)
+
+
+def vgpu_detail(m: VgpuModel) -> dict[str, Any]:
+    return {
+        "id": m.id, "board": m.board, "product": m.product, "gpu": m.gpu, "architecture": m.architecture,
+        "host_vgpu_mode": m.host_vgpu_mode, "gpus_per_board": m.gpus_per_board,
+        "pci_device_ids": list(m.pci_device_ids),
+        "frame_buffer_mib": m.frame_buffer_mib, "modes": list(m.modes), "source": m.source, "note": m.note,
+        "types": [{
+            "name": t.name, "id": t.type_id, "series": t.series, "frame_buffer_mib": t.frame_buffer_mib,
+            "max": t.max_count, "max_mixed": t.max_mixed or None, "mig_profile": t.mig_profile or None,
+            "confidence": t.confidence, "source": t.source or None, "note": t.note or None,
+        } for t in m.types],
+    }
+
+
+@app.command("vgpu")
+@handle_errors
+def vgpu(model: Annotated[str | None, typer.Argument(
+            help="A vGPU board (A100-PCIE-40GB, or its type prefix A100), or a catalog model (A100-SXM4-40GB: "
+                 "each of its boards).", metavar="[MODEL]")] = None,
+         output: OutputOpt = None, config: ConfigOpt = None, catalog: CatalogOpt = None) -> None:
+    """List the vGPU boards migplan knows, or one board's vGPU types: frame buffer, most per GPU in each mode, and
+    the MIG profile of each MIG-backed type (docs/vgpu.md)."""
+    ctx = build_context(config, catalog, output)
+    vcat = builtin_vgpu_catalog()
+    if model is None:
+        data: list[dict[str, Any]] = [vgpu_detail(m) for m in vcat]
+
+        def table() -> str:
+            rows = [[d["id"], d["board"], d["gpu"], d["architecture"], d["host_vgpu_mode"], d["frame_buffer_mib"],
+                     len(d["types"]), " ".join(d["modes"])] for d in data]
+            return grid(rows, ["BOARD", "PREFIX", "GPU", "ARCH", "HOST MODE", "FB MiB", "TYPES", "MODES"])
+
+        emit(data, ctx.output, table)
+        return
+    boards = vcat.find(model)
+    if not boards:
+        vcat.get(model)  # the error, with the boards there are
+    data = [vgpu_detail(m) for m in boards]
+
+    def detail() -> str:
+        parts = []
+        for m, d in zip(boards, data, strict=True):
+            head = (f"{m.id} ({m.product}, type prefix {m.board}): GPU {m.gpu}, {m.architecture}, {m.host_vgpu_mode}, "
+                    f"{m.frame_buffer_mib} MiB" + (f" per GPU, {m.gpus_per_board} GPUs per board"
+                                                    if m.gpus_per_board > 1 else "")
+                    + f"\nmodes: {', '.join(m.modes)}\nsource: {m.source}" + (f"\nnote: {m.note}" if m.note else ""))
+            rows = [[t["name"], "" if t["id"] is None else t["id"], t["series"], t["frame_buffer_mib"], t["max"],
+                     t["max_mixed"] or "", t["mig_profile"] or "", t["confidence"]] for t in d["types"]]
+            notes = [f"  {t['name']}: {t['note']}" for t in d["types"] if t["note"]]
+            parts.append(head + "\n\n" + grid(rows, ["TYPE", "ID", "SERIES", "FB MiB", "MAX", "MAX MIXED",
+                                                       "MIG PROFILE", "CONFIDENCE"])
+                         + ("\n\nnotes:\n" + "\n".join(notes) if notes else ""))
+        return "\n\n".join(parts)
+
+    emit(data, ctx.output, detail)
