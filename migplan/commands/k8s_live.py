@@ -104,10 +104,9 @@ def _kube(options: KubectlOptions | None, kube: Kubectl | None) -> Kubectl:
 def read_nodes(options: KubectlOptions | None, catalog: Catalog, *, kube: Kubectl | None = None,
                configmap: ConfigMapSource = None) -> tuple[dict[str, NodeView], Inventory]:
     """`kubectl get nodes -o json`: each node as the API server has it (labels, capacity, conditions) and the
-    inventory its NVIDIA labels make (`inventory.k8s_nodes`), with `configmap`'s configs where given (read first,
-    `read_configmap`; a note when it is not there)."""
+    inventory its NVIDIA labels make (`inventory.k8s_nodes`), with `configmap`'s configs where given (read after the
+    nodes, `read_configmap`; a note when it is not there)."""
     kube = _kube(options, kube)
-    configs, note = read_configmap(configmap, None, kube=kube)
     text = kube.get_text("nodes")
     try:
         views = node_views(json.loads(text))
@@ -116,6 +115,7 @@ def read_nodes(options: KubectlOptions | None, catalog: Catalog, *, kube: Kubect
     root = yamljson.parse(text, NODES_SOURCE)
     if root is None or not is_node_list(root):
         raise InputError(f"{NODES_SOURCE} printed no list of nodes")
+    configs, note = read_configmap(configmap, None, kube=kube)
     inventory = parse_nodes(root, catalog, configs)
     return views, replace(inventory, notes=(note, *inventory.notes)) if note else inventory
 
