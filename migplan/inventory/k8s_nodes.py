@@ -24,8 +24,11 @@ The labels read (docs/kubernetes.md) are the ones GPU feature discovery (GFD, in
 
 What the labels cannot say: which GPU holds which instance, and where. Per-GPU layouts are therefore
 inferred: the node's MIG devices are split over its MIG-enabled GPUs (the lowest indices) and placed by
-a placement search (`mig_parted.split_counts`). `migplan discover` reads the truth over SSH. A node
-whose MIG manager is still working (state pending or rebooting) is held (its GPUs reserved).
+a placement search (`mig_parted.split_counts`). Where the ConfigMap the MIG manager reads is given
+(`parse_nodes(configs=...)`), a node whose applied config (`nvidia.com/mig.config`, state `success`) is in it gets
+each GPU's counts from that config, checked against the labels' node totals (`_configured`); only each GPU's
+placement is inferred. `migplan discover` reads the truth over SSH. A node whose MIG manager is still working
+(state pending or rebooting) is held (its GPUs reserved).
 
 GPUs without MIG (`mig.capable=false`, or a product `catalog.whole_gpus` lists: T4, L4, A10, L40S, V100 ...) are
 hosts with whole GPUs: each is a `DeclaredGpu` with MIG off whose model (`GpuModel.mig` False, carried in
