@@ -451,6 +451,25 @@ def test_measured_profiles_size_the_pods_they_name(tmp_path: Path) -> None:
     assert ocr.memory_mib > 9000 and ocr.status != "placed"  # sized by its peak plus headroom; the A30 is held
 
 
+@pytest.mark.parametrize(("configmap", "note"), [
+    (None, "info: event=note the MIG manager's ConfigMap gpu-operator/default-mig-parted-config does not exist: "),
+    ({**CM, "data": {"config.yaml": CM["data"]["config.yaml"].replace('"1g.5gb": 2', '"1g.5gb": 3')}},
+     "info: event=note node 'a100-mixed': nvidia.com/mig.config='custom-a100' of ConfigMap "
+     "gpu-operator/default-mig-parted-config gives GPU 0: 3g.20gb x1, 2g.10gb x1, 1g.5gb x3; GPU 1: MIG off, but"),
+    (CM, None)])
+def test_replan_says_where_the_configmap_cannot_tell_a_nodes_gpus(tmp_path: Path, configmap: dict[str, Any] | None,
+                                                                   note: str | None) -> None:
+    """The ConfigMap replan writes also tells which GPU holds what (tests/test_k8s_configmap.py): where it is not there,
+    or a node's config in it disagrees with the node's labels, a note says so and the GPUs are inferred from the
+    labels' counts; a ConfigMap that agrees is no line. (The A30 is cordoned: the run only plans.)"""
+    lines: list[str] = []
+    cordoned = [_node("a30-disabled", unschedulable=True) if n["metadata"]["name"] == "a30-disabled" else n
+                for n in nodes()]
+    replan_played(tmp_path, Reads(cordoned, pods(), configmap), lines=lines)
+    notes = [ln for ln in lines if ln.startswith("info: event=note")]
+    assert (notes == []) if note is None else (len(notes) == 1 and notes[0].startswith(note)), lines
+
+
 @pytest.mark.parametrize("check", ["labels_only", "unadvertised"])
 def test_a_node_planned_for_no_change_or_for_what_it_cannot_advertise_is_held_and_planned_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str) -> None:
