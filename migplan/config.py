@@ -155,6 +155,10 @@ PLANNER_SETTINGS: dict[str, Setting] = {
     "compute_percentile": Setting("choice", "Compute percentile to size for.", choices=PERCENTILES),
     "headroom": Setting("number", "Memory headroom fraction (0.1 = 10%).", minimum=0.0, maximum=10.0),
     "headroom_min_mib": Setting("int", "Least memory headroom, MiB.", minimum=0, maximum=1_048_576),
+    "headroom_spread": Setting("number", "Memory headroom as a multiple of the workload's spread, max - p50 "
+                                         "(sizing: max+1spread sets it; docs/profiles.md).", minimum=0.0,
+                               maximum=100.0),
+    "headroom_max_mib": Setting("int", "Most memory headroom, MiB (default: no cap).", minimum=0, maximum=1_048_576),
     "anti_affinity_scope": Setting("choice", "Where anti-affinity members must differ.", choices=("gpu", "host")),
     "weights": Setting("weights", "Objective weights, non-negative (docs/model.md, 'Objective').",
                        minimum=0.0, maximum=MAX_WEIGHT),
@@ -180,6 +184,58 @@ REPLAN_SETTINGS: dict[str, Setting] = {
     "time_limit_s": Setting("number", "Solver time limit of one run, seconds (planner.time_limit wins).",
                             minimum=0.1, maximum=86400.0),
 }
+
+
+# The `sizing:` section (docs/profiles.md, "Sizing rules" and "sizing: auto"): `sizing: RULE`, `sizing: auto`, or a
+# mapping with `rule` and, for auto, what it calibrates from and how often.
+SIZING_SETTINGS: dict[str, Setting] = {
+    "target_oom": Setting("number", "sizing auto: the share of workloads that may run out of memory (mean over the "
+                                    "backtest's splits), 0.01 = 1%.", minimum=0.0, maximum=1.0),
+    "cooldown_h": Setting("number", "sizing auto: recalibrate at most once per this many hours.", minimum=0.0,
+                          maximum=24.0 * 365),
+    "splits": Setting("int", "sizing auto: the backtest's split points (rolling origin).", minimum=1, maximum=50),
+}
+_SIZING_TEXT = ("rule", "history", "train", "test")
+
+
+def read_sizing(node: Node) -> dict[str, object]:
+    """`sizing: RULE | auto` or a mapping {rule, target_oom, history, cooldown_h, train, test, splits}; the rule is
+    checked with the one parser of sizing rules (planner/sizing.py, imported only when the key is there)."""
+    if node.is_null:
+        return {}
+    if node.is_scalar:
+        return {"rule": _sizing_rule(node)}
+    if not node.is_map:
+        node.fail(f"expected a sizing rule, 'auto' or a mapping, got {_shown(node)}",
+                  hint="e.g. sizing: max+1spread, or sizing: {rule: auto, target_oom: 0.01}")
+    out: dict[str, object] = {}
+    for key, n in node.items():
+        if key == "rule":
+            out[key] = _sizing_rule(n)
+        elif key == "history":
+            v = n.str()
+            out[key] = v if v.startswith(("http://", "https://")) else _path_text(n)
+        elif key in ("train", "test"):
+            out[key] = n.str()
+        elif key in SIZING_SETTINGS:
+            out[key] = SIZING_SETTINGS[key].read(n)
+        else:
+            raise InputError(f"unknown sizing setting {key!r}", source=n.source, line=n.line, key=n.path,
+                             hint="known: " + ", ".join(sorted([*SIZING_SETTINGS, *_SIZING_TEXT])))
+    return out
+
+
+def _sizing_rule(node: Node) -> str:
+    from migplan.planner.sizing import parse_rule
+
+    text = node.str() if node.is_scalar and not isinstance(node.value(), bool) else ""
+    if not text:
+        node.fail(f"expected a sizing rule or 'auto', got {_shown(node)}", hint="e.g. max+10%, max+1spread, auto")
+    try:
+        parse_rule(text, key="")  # the node names the file, line and key
+    except InputError as err:
+        node.fail(err.message, hint=err.hint)
+    return text.strip()
 
 
 def read_replan(node: Node) -> dict[str, object]:
@@ -240,9 +296,10 @@ class Config:
     planner: dict[str, object] = field(default_factory=dict)  # checked against PLANNER_SETTINGS
     source: str | None = None
     replan: dict[str, object] = field(default_factory=dict)  # checked against REPLAN_SETTINGS
+    sizing: dict[str, object] = field(default_factory=dict)  # `sizing:` (read_sizing): rule, target_oom, ...
 
 
-_KEYS = {"version", "inventory", "profiles", "catalog", "output", "snapshot", "planner", "replan"}
+_KEYS = {"version", "inventory", "profiles", "catalog", "output", "snapshot", "planner", "replan", "sizing"}
 
 
 def _path_text(node: Node) -> str:
@@ -288,5 +345,9 @@ def load_config(path: str | None) -> Config:
         v = replan.get(key)
         if isinstance(v, str) and not os.path.isabs(v):
             replan[key] = str(rel / v)
+    sizing = read_sizing(f["sizing"]) if "sizing" in f else {}
+    history = sizing.get("history")
+    if isinstance(history, str) and not history.startswith(("http://", "https://")) and not os.path.isabs(history):
+        sizing["history"] = str(rel / history)
     return Config(inventory=_path("inventory"), profiles=_path("profiles"), catalog=catalog, output=output,
-                  snapshot=_path("snapshot"), planner=planner, source=str(file), replan=replan)
+                  snapshot=_path("snapshot"), planner=planner, source=str(file), replan=replan, sizing=sizing)

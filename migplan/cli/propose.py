@@ -200,6 +200,11 @@ def propose(
                                                    help="Memory headroom fraction; need = the larger of statistic x (1 "
                                                         "+ headroom) and statistic + --headroom-min-mib [default: "
                                                         f"planner.headroom, else {_P.headroom:.2f}].")] = None,
+    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE",
+                                               help="The whole memory rule, STAT[+PCT%][+Kspread][+FLOORMiB]"
+                                                    "[,cap=CAPMiB], e.g. max+1spread (docs/profiles.md); replaces "
+                                                    "the other memory options [default: sizing in the config, else "
+                                                    "the options below: max+10%].")] = None,
     headroom_min_mib: Annotated[int | None, typer.Option("--headroom-min-mib", min=0, metavar="MIB",
                                                          help="Least memory headroom; applies even with --headroom 0; "
                                                               "0 turns it off [default: planner.headroom_min_mib, else "
@@ -228,7 +233,7 @@ def propose(
     """Propose a MIG layout per GPU and an instance per workload (an integer program)."""
     req = ProposeRequest(
         inventory=inventory, profiles=profiles, snapshot=snapshot, out=out, solver=solver, time_limit=time_limit,
-        pods=pods,
+        pods=pods, sizing=sizing,
         gap=gap, policy={"allow_disrupt": allow_disrupt, "keep_free": keep_free, "headroom": headroom,
                          "consolidate": consolidate, "max_moves": max_moves,
                          "memory_percentile": memory_percentile, "compute_percentile": compute_percentile,

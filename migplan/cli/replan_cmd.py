@@ -57,6 +57,11 @@ def replan(
                                              "-A -o json' (a file, or 'kubectl': read live) merged with the profiles, "
                                              "as 'propose --pods' (docs/kubernetes.md); --via gpu-operator reads "
                                              "them live.", show_default=False)] = None,
+    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE",
+                                               help="The whole memory rule, STAT[+PCT%][+Kspread][+FLOORMiB]"
+                                                    "[,cap=CAPMiB], e.g. max+1spread (docs/profiles.md) [default: "
+                                                    "sizing in the config, else planner's memory settings: "
+                                                    "max+10%].")] = None,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
                                         "from now (e.g. 7d, 24h).", metavar="DURATION")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
@@ -107,7 +112,7 @@ def replan(
     span = parse_duration(window, "--window")  # None: 'all'
     span = float("inf") if span is None else span
     req = ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where, metrics_file=metrics_file,
-                        dry_run=dry_run, history=store, window_s=span, collect=collect, pods=pods)
+                        dry_run=dry_run, history=store, window_s=span, collect=collect, pods=pods, sizing=sizing)
     if via is Via.gpu_operator:  # nodes and pods read live, applied through the MIG manager (docs/kubernetes.md)
         from migplan.commands.replan_k8s import K8sReplan, replan_gpu_operator
 

@@ -36,11 +36,12 @@ from migplan.commands.context import Context
 from migplan.commands.profiles_dir import check_out_dir, write_profiles
 from migplan.errors import InputError
 from migplan.history import csv_series
-from migplan.history.backtest import Backtest, SizingRule, backtest, parse_rule
+from migplan.history.backtest import Backtest, backtest, parse_rule
 from migplan.history.csv_series import CsvSeries, CsvStats, RowError
 from migplan.history.rollup import Rollup, Window, iso, last_timestamp, rollup
 from migplan.history.samples import Sample
 from migplan.planner import Policy
+from migplan.planner.sizing import SizingRule
 
 if TYPE_CHECKING:  # imported when --prometheus is given
     from migplan.commands.collect_prometheus import PromRequest

@@ -18,10 +18,12 @@ from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
 from migplan.commands.pods import check_stdin, demand_from_pods
 from migplan.config import check_planner_overrides
+from migplan.errors import InputError
 from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
+from migplan.planner.sizing import is_auto, parse_rule
 from migplan.profiles import ProfileSet
 
 if TYPE_CHECKING:
@@ -73,11 +75,40 @@ class ProposeRequest:
     gap: float | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)  # Policy field -> value (None: not given)
     pods: str | None = None  # `kubectl get pods -A -o json` (a file, or `-`): their demand (commands/pods.py)
+    sizing: str | None = None  # `--sizing RULE` (planner/sizing.py): the whole memory rule, over the config's
 
 
-def planner_policy(ctx: Context, overrides: Mapping[str, Any]) -> Policy:
+# The Policy fields a sizing rule sets (planner/sizing.py): `--sizing` and `sizing:` state them all at once
+MEMORY_KEYS = ("memory_percentile", "headroom", "headroom_min_mib", "headroom_spread", "headroom_max_mib")
+
+
+def planner_policy(ctx: Context, overrides: Mapping[str, Any], sizing: str | None = None) -> Policy:
+    """The planner policy: the config's `planner:` section, its `sizing:` rule (or `sizing`, the command's
+    `--sizing RULE`, which replaces every memory setting), then the command's other flags."""
     base = policy_from_mapping(dict(ctx.config.planner), source=ctx.config.source or "config")
-    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if sizing is not None:
+        clash = [k for k in MEMORY_KEYS if k in given]
+        if clash:
+            raise InputError(f"--sizing states the whole memory rule: leave out --{clash[0].replace('_', '-')}",
+                             key="--sizing", hint="e.g. --sizing max+10%+1024MiB instead of --headroom-min-mib 1024")
+        base = parse_rule(sizing, base.headroom_min_mib, key="--sizing").policy(base)
+    else:
+        base = _configured_rule(ctx, base)
+    return dataclasses.replace(base, **given)
+
+
+def _configured_rule(ctx: Context, base: Policy) -> Policy:
+    """The config file's `sizing: RULE` applied to `base` (`sizing: auto` is resolved by commands/sizing.py)."""
+    rule = ctx.config.sizing.get("rule")
+    if not isinstance(rule, str) or is_auto(rule):
+        return base
+    clash = [k for k in MEMORY_KEYS if k in ctx.config.planner]
+    if clash:
+        raise InputError(f"sizing: {rule} and planner.{clash[0]} both state the memory rule: keep one",
+                         source=ctx.config.source, key="sizing",
+                         hint="sizing: RULE states it all (docs/profiles.md, 'Sizing rules')")
+    return parse_rule(rule, base.headroom_min_mib, key="sizing").policy(base)
 
 
 def planner_solver(ctx: Context, req: ProposeRequest, policy: Policy,
@@ -146,7 +177,7 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
     # and reads the inventory (errors still come in the sequential order: the profiles' last)
     with ctx.start_profiles(req.profiles) as pending:
         check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
-        policy = planner_policy(ctx, req.policy)
+        policy = planner_policy(ctx, req.policy, req.sizing)
         solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
         check_stdin(req.pods, req.inventory)
         state, inventory = _planner_state(ctx, req.inventory, req.snapshot, report)

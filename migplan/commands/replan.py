@@ -64,6 +64,7 @@ class ReplanRequest:
     collect: bool = False
     remote_history: str | None = None  # the store's path on the hosts (None: collect's default)
     pods: str | None = None  # `kubectl get pods -A -o json`: their demand merged in (commands/pods.py)
+    sizing: str | None = None  # `--sizing RULE` (planner/sizing.py): the whole memory rule, over the config's
 
 
 @dataclass(frozen=True)
@@ -279,18 +280,19 @@ class Planned:
 
 
 def plan_and_decide(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles: ProfileSet, catalog: Catalog,
-                    cooling: set[GpuKey], now: dt.datetime, *, source: str, exclude_held: bool = False) -> Planned:
+                    cooling: set[GpuKey], now: dt.datetime, *, source: str, exclude_held: bool = False,
+                    sizing: str | None = None) -> Planned:
     """Plan `state` for `profiles` with the GPUs in `cooling` held as they are, and decide (hysteresis) whether the
     plan is worth applying; when the held GPUs keep demand left out or outgrown, the plan without the cool-down is
     used if it is urgent and serves more ("(cool-down overridden)"). The same rules for every replan (SSH and
     `--via gpu-operator`). `exclude_held`: the GPUs in use now are counted, as a plan counts them, without the GPUs
     the plan holds (a plan's `gpus_used` leaves held GPUs out; counted now, every held GPU with a workload on it
-    would read as a GPU the plan frees)."""
+    would read as a GPU the plan frees). `sizing`: the memory rule (`--sizing`), else the config's."""
     disrupt = rp.may_disrupt(now)
     # moving running work is allowed only inside a window: then the planner consolidates within the budget
     overrides: dict[str, Any] = {"allow_disrupt": disrupt, "consolidate": disrupt,
                                  "max_moves": rp.max_moves if disrupt else None}
-    policy = planner_policy(ctx, overrides)
+    policy = planner_policy(ctx, overrides, sizing)
     limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
     solver = planner_solver(ctx, ProposeRequest(time_limit=limit), policy)
     now_problem = build_problem(state, profiles, catalog, policy)
@@ -348,7 +350,7 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if req.pods:
         profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
-    made = plan_and_decide(ctx, rp, state, profiles, catalog, cooling, now, source="discovery")
+    made = plan_and_decide(ctx, rp, state, profiles, catalog, cooling, now, source="discovery", sizing=req.sizing)
     report_orphans(made.orphans, report)
     chosen, decision, disrupt, idle, solve_s = made.plan, made.decision, made.disrupt, made.orphans, made.solve_s
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")

@@ -170,7 +170,8 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     measured = _profiles(ctx, dataclasses.replace(req, pods=LIVE), now, report)
     profiles = demand_from_pods(pods, state, catalog, measured, inventory, report)
     cooling_nodes = sorted({h for h, _ in in_cooldown(sd.last_changed(), now.timestamp(), rp)} & nodes)
-    made, later = _plan(ctx, rp, state, profiles, catalog, inventory, set(held), set(cooling_nodes), now, report)
+    made, later = _plan(ctx, rp, state, profiles, catalog, inventory, set(held), set(cooling_nodes), now, report,
+                        sizing=req.sizing)
     chosen, decision = made.plan, made.decision
     report_orphans(made.orphans, report)
     changing = holds.changing_nodes(chosen.gpus)
@@ -268,7 +269,7 @@ def _rolled_back(sd: StateDir, now: dt.datetime, rp: ReplanPolicy) -> dict[str, 
 
 def _plan(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles: ProfileSet, catalog: Catalog,
           inventory: Inventory, held: set[str], cooling: set[str], now: dt.datetime,
-          report: Report) -> tuple[Planned, dict[str, str]]:
+          report: Report, *, sizing: str | None = None) -> tuple[Planned, dict[str, str]]:
     """Plan with the held nodes (and the cooling ones) kept as they are; again, with more nodes held, while the plan
     changes a node only where the labels cannot tell or into a layout its MIG strategy does not advertise. Returns
     the plan and the nodes held after planning, with why."""
@@ -278,7 +279,7 @@ def _plan(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles: ProfileSe
         keep: set[GpuKey] = {g.key for g in state.gpus if g.host in held or g.host in later}
         cool = {g.key for g in state.gpus if g.host in cooling} - keep
         made = plan_and_decide(ctx, rp, _hold(state, keep), profiles, catalog, cool, now, source=SOURCE,
-                               exclude_held=True)
+                               exclude_held=True, sizing=sizing)
         more = {n: "the plan moves its instances between GPUs or slots only, its MIG devices per profile the same: "
                    "the labels cannot tell that apart, so it is no change" for n in holds.labels_only(made.plan.gpus)}
         more.update(holds.unadvertised(made.plan.gpus, kinds))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from array import array
 from collections import Counter
@@ -41,43 +40,19 @@ from migplan.errors import InputError
 from migplan.history.rollup import Rollup, Window, place_sm, rollup
 from migplan.history.samples import Place, Sample
 from migplan.model.state import FleetState, GpuState
-from migplan.planner import Plan, Policy, Solver, plan
-from migplan.planner.demand import MEMORY_PERCENTILES, headroom_rule, sm_per_slice
+from migplan.planner import Plan, Policy, Solver, plan, sizing
+from migplan.planner.demand import headroom_rule, sm_per_slice
+from migplan.planner.sizing import SizingRule
 from migplan.profiles import Observation, Pin, ProfileSet, Workload
 
 DEFAULT_RULES = ("max+10%", "max+25%", "p99+10%")
 DEFAULT_INTERVAL_S = 60.0  # a workload with one test sample: it stands for a minute
-_RULE = re.compile(r"(?a)(p50|p95|p99|max)(?:\+([0-9]+(?:\.[0-9]+)?)%)?(?:\+([0-9]+)MiB)?")
-
-
-@dataclass(frozen=True)
-class SizingRule:
-    """`STAT[+PCT%][+MIB MiB]`: the memory statistic, headroom and MiB floor (default the planner's 512)."""
-
-    text: str
-    memory_percentile: str
-    headroom: float
-    headroom_min_mib: int
-
-    def policy(self, base: Policy) -> Policy:
-        return dataclasses.replace(base, memory_percentile=self.memory_percentile, headroom=self.headroom,
-                                   headroom_min_mib=self.headroom_min_mib)
 
 
 def parse_rule(text: str, base: Policy | None = None) -> SizingRule:
-    """`max+10%`, `p99+25%`, `max+0%+0MiB`, `p95` (headroom 0, the floor of `base`) -> SizingRule."""
-    m = _RULE.fullmatch(text.strip())
-    if m is None:
-        raise InputError(f"sizing rule {text!r} is not STAT[+PCT%][+MIBMiB]",
-                         key="--policy", hint=f"for example max+10%, p99+25%, max+0%+0MiB; STAT is one of "
-                                              f"{', '.join(MEMORY_PERCENTILES)}")
-    floor = int(m.group(3)) if m.group(3) is not None else (base or Policy()).headroom_min_mib
-    headroom = float(m.group(2)) / 100 if m.group(2) is not None else 0.0
-    try:
-        Policy(memory_percentile=m.group(1), headroom=headroom, headroom_min_mib=floor)
-    except InputError as err:
-        raise InputError(f"sizing rule {text!r}: {err.message}", key="--policy") from None
-    return SizingRule(text.strip(), m.group(1), headroom, floor)
+    """`max+10%`, `p99+25%`, `max+0%+0MiB`, `max+1spread`, `p95` (headroom 0, the floor of `base`) -> SizingRule
+    (the one grammar: planner/sizing.py)."""
+    return sizing.parse_rule(text, (base or Policy()).headroom_min_mib, key="--policy")
 
 
 @dataclass(frozen=True)
@@ -145,7 +120,7 @@ class Backtest:
 
 # --- sizing: the planner on a fleet of one GPU per workload ------------------------------------
 
-def _measured(rolled: Rollup, default_model: str | None, catalog: Catalog) -> list[Workload]:
+def measured(rolled: Rollup, default_model: str | None, catalog: Catalog) -> list[Workload]:
     """The training profiles as new workloads (no running place) on the model they were measured on."""
     fallback = catalog.get(default_model).id if default_model else None
     out, unknown = [], []
@@ -219,7 +194,7 @@ class _Given:
     reason: str | None
 
 
-def _given(p: Plan, state: FleetState, catalog: Catalog) -> dict[str, _Given]:
+def given_instances(p: Plan, state: FleetState, catalog: Catalog) -> dict[str, _Given]:
     models = {g.host: catalog.get(g.model) for g in state.gpus}
     out = {}
     for w in p.workloads:
@@ -337,7 +312,7 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
         raise InputError("no sizing rule given", key="--policy", hint="give --policy max+10% (repeatable)")
     fallback = catalog.get(default_model).id if default_model else None
     rolled = rollup(with_model(train, fallback), catalog, train_window)
-    workloads = _measured(rolled, default_model, catalog)
+    workloads = measured(rolled, default_model, catalog)
     if not workloads:
         raise InputError("no workload has a memory sample in the training window",
                          hint="check --train/--test against the history's time span")
@@ -347,7 +322,7 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
     for rule in rules:
         policy = rule.policy(base or Policy())
         p = plan(state, profiles, catalog, policy, solver)
-        given[rule.text] = _given(p, state, catalog)
+        given[rule.text] = given_instances(p, state, catalog)
         totals_plans[rule.text] = (policy, p)
     series, others = collect_test(with_model(test, fallback), test_window, {w.name for w in workloads}, catalog)
     out_w: list[WorkloadResult] = []

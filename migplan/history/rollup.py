@@ -39,6 +39,7 @@ from typing import Any
 from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.history.samples import Place, Sample
+from migplan.history.series import Series, SeriesStore
 from migplan.profiles import PROFILES_VERSION, UNKNOWN_COMPUTE, ComputeStats, MemoryStats, Observation, Workload
 
 DAY_S = 86_400.0
@@ -447,6 +448,65 @@ def rollup(samples: Iterable[Sample], catalog: Catalog, window: Window | None = 
     out = Rollup([], win, seen, kept)
     for name in sorted(accs):
         acc = accs[name]
+        if acc.memory.total == 0:
+            out.skipped.append(name)
+            continue
+        out.profiles.append(profile_of(name, acc, catalog, win, models))
+    return out
+
+
+def _acc_of(ser: Series, lo: int, hi: int, models: _Models) -> _Acc:
+    """The accumulator `accumulate` makes from the samples lo..hi-1 of a time-ordered series, in bulk: the same
+    counts, places, first/last and latest place (the last of the samples with the latest time, as a pass in that
+    order sees it)."""
+    acc = _Acc()
+    acc.samples = hi - lo
+    ts, where, places = ser.ts, ser.where, ser.places
+    acc.first, acc.last = ts[lo], ts[hi - 1]
+    acc.latest_place = places[where[hi - 1]]
+    mem = [math.ceil(m) for m in ser.mem[lo:hi] if m == m]
+    if mem:
+        acc.memory = Counts.of(Counter(mem))
+    idx = where[lo:hi]
+    utils = ser.util[lo:hi]
+    single = len(places) == 1 or min(idx) == max(idx)
+    by_place: dict[int, list[int]] = {idx[0]: list(range(hi - lo))} if single else {}
+    if not single:
+        for k, i in enumerate(idx):
+            by_place.setdefault(i, []).append(k)
+    compute: dict[str, Counter[int]] = {}
+    for i, ks in by_place.items():
+        place = places[i]
+        acc.places[place] = _PlaceAcc(len(ks), ts[lo + ks[0]], ts[lo + ks[-1]])
+        known = [utils[k] for k in ks if utils[k] == utils[k]]
+        acc.compute_unknown += len(ks) - len(known)
+        if not known:
+            continue
+        where_sm = models(place)
+        if where_sm is None:
+            acc.compute_unconverted += len(known)
+            if place.gpu_model is not None:
+                acc.unknown_models[place.gpu_model] += len(known)
+            continue
+        model, sms = where_sm
+        grid = compute.setdefault(model.id, Counter())
+        grid.update(math.ceil(round(u / 100 * sms * SM_GRID, 6)) for u in known)
+    acc.compute = {mid: Counts.of(c) for mid, c in compute.items()}
+    return acc
+
+
+def rollup_store(store: SeriesStore, catalog: Catalog, window: Window | None = None) -> Rollup:
+    """`rollup` of the store's samples in the window, from the time-ordered series in bulk (the same profiles)."""
+    win = window or Window()
+    models = _Models(catalog)
+    out = Rollup([], win, store.samples, 0)
+    for name in store.names():
+        ser = store.series[name]
+        lo, hi = ser.bounds(win.start, win.end, win.end_open)
+        if hi <= lo:
+            continue
+        out.samples_in_window += hi - lo
+        acc = _acc_of(ser, lo, hi, models)
         if acc.memory.total == 0:
             out.skipped.append(name)
             continue

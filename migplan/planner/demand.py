@@ -2,7 +2,9 @@
 
 Memory is a hard limit (an out-of-memory error on a MIG instance kills the workload):
 
-    need_mib = max(ceil(m_q * (1 + headroom)), m_q + headroom_min_mib)      m_q = memory statistic q
+    need_mib = max(ceil(m_q * (1 + headroom) + k x spread), m_q + headroom_min_mib)      m_q = memory statistic q
+               (at most m_q + headroom_max_mib; spread = max - p50; k 0 and no cap unless a rule sets them:
+               planner/sizing.py, the one grammar of sizing rules)
 
 q defaults to `max`, the observed peak: by definition 1% of the samples lie above p99, and a workload
 sized from p99 had already used more than its instance in the history it was sized from. p50/p95/p99
@@ -30,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 from migplan.catalog.geometry import GiProfile, GpuModel
 from migplan.errors import InputError
 from migplan.names import profile_size
+from migplan.planner.sizing import MAX_MIB, MAX_SPREAD, MEMORY_PERCENTILES, headroom_words, need_mib
 from migplan.profiles import WHOLE_GPU, Workload
 
-MEMORY_PERCENTILES = ("p50", "p95", "p99", "max")
 COMPUTE_PERCENTILES = ("p50", "p95", "p99", "max")
 
 
@@ -91,6 +93,10 @@ class Policy:
     # of a profile in the targets, per PROFILE (every model with it) or MODEL/PROFILE: ((key, N), ...), sorted
     reclaim_idle: bool = False
     spare: tuple[tuple[str, int], ...] = ()
+    # the sizing rule's other parts (planner/sizing.py): headroom K x spread (max - p50), and the most headroom in
+    # MiB (None: no cap). Written in a plan's policy only when set, so a plan without them reads as before
+    headroom_spread: float = 0.0
+    headroom_max_mib: int | None = None
 
     @property
     def movable_running(self) -> bool:
@@ -107,6 +113,15 @@ class Policy:
             raise InputError(f"headroom {self.headroom} must be a fraction between 0 and 10 (0.1 = 10%)")
         if self.headroom_min_mib < 0 or self.keep_free < 0:
             raise InputError("headroom_min_mib and keep_free must not be negative")
+        spread = self.headroom_spread
+        if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 <= spread <= MAX_SPREAD:
+            raise InputError(f"headroom_spread {spread!r} must be a number from 0 to {MAX_SPREAD:g} (a multiple of "
+                             "max - p50)")
+        cap = self.headroom_max_mib
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not
+                                self.headroom_min_mib <= cap <= MAX_MIB):
+            raise InputError(f"headroom_max_mib {cap!r} must be a whole number of MiB from headroom_min_mib "
+                             f"({self.headroom_min_mib}) to {MAX_MIB}")
         if self.max_moves is not None and (isinstance(self.max_moves, bool) or not isinstance(self.max_moves, int)
                                            or self.max_moves < 0):
             raise InputError(f"max_moves {self.max_moves!r} must be a whole number, at least 0")
@@ -118,6 +133,10 @@ class Policy:
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["spare"] = dict(self.spare)
+        if not self.headroom_spread:
+            del d["headroom_spread"]
+        if self.headroom_max_mib is None:
+            del d["headroom_max_mib"]
         return d
 
 
@@ -152,18 +171,13 @@ def spare_rule(policy: Policy) -> str:
     return base + ("; spare " + ", ".join(f"{k}: {n}" for k, n in policy.spare) if policy.spare else "")
 
 
-def _percent(fraction: float) -> str:
-    return f"{round(fraction * 100, 4):g}%"
-
-
 def headroom_rule(policy: Policy) -> str:
-    """The memory headroom rule in words, as the plan and the table show it: "+10%, at least 512 MiB".
+    """The memory headroom rule in words, as the plan and the table show it: "+10%, at least 512 MiB"
+    (planner/sizing.py: "+1 x spread (max - p50), at least 512 MiB, at most 8192 MiB" with a spread and a cap).
 
     Both parts always apply together (need = the larger of the two), so "+0%, at least 512 MiB" is what
     `--headroom 0` means while `--headroom-min-mib` keeps its default."""
-    if policy.headroom_min_mib == 0:
-        return "none" if policy.headroom == 0 else f"+{_percent(policy.headroom)}"
-    return f"+{_percent(policy.headroom)}, at least {policy.headroom_min_mib} MiB"
+    return headroom_words(policy.headroom, policy.headroom_spread, policy.headroom_min_mib, policy.headroom_max_mib)
 
 
 def memory_warning(policy: Policy, below_peak: int) -> str | None:
@@ -189,8 +203,9 @@ class Demand:
 def demand_of(workload: Workload, policy: Policy, measured: GpuModel | None, fallback: GpuModel) -> Demand:
     """need_mib and need_sm as in the module docstring; `fallback` is used when the measured model is unknown."""
     m_q = workload.memory.percentile(policy.memory_percentile)
-    # round first: 900000 * 1.1 is 990000.0000000001 in binary floating point, not a MiB more
-    need = max(math.ceil(round(m_q * (1 + policy.headroom), 6)), m_q + policy.headroom_min_mib)
+    # planner/sizing.py: max(ceil(m_q x (1 + headroom) + k x spread), m_q + floor), at most m_q + cap
+    need = need_mib(m_q, workload.memory.max - workload.memory.p50, policy.headroom, policy.headroom_spread,
+                    policy.headroom_min_mib, policy.headroom_max_mib)
     if workload.requested is not None:  # an unmeasured pod: its memory is the instance it asked for, not a peak
         need = m_q
     try:
@@ -300,7 +315,8 @@ def misfit_reason(demand: Demand, models: list[GpuModel]) -> str:
 
 MAX_WEIGHT = 1e9  # as config.MAX_WEIGHT: far above the defaults (10,000 at most); beyond it, a typo
 _POLICY_KEYS = {"memory_percentile", "compute_percentile", "headroom", "headroom_min_mib", "allow_disrupt",
-                "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves", "reclaim_idle", "spare"}
+                "keep_free", "anti_affinity_scope", "weights", "consolidate", "max_moves", "reclaim_idle", "spare",
+                "headroom_spread", "headroom_max_mib"}
 
 
 def policy_from_mapping(doc: dict[str, object], base: Policy | None = None, *, source: str = "config") -> Policy:
