@@ -174,10 +174,10 @@ def test_bad_data_is_refused_with_its_file_and_line(tmp_path: Path, old: str, ne
     bad.write_text(TEXT.replace(old, new))
     with pytest.raises(InputError) as err:
         load_vgpu_file(bad)
-    assert isinstance(err.value, CatalogError) or err.value.line is not None
     text = str(err.value)
     assert message in text and str(bad) in text, text
-    assert err.value.line is not None
+    assert err.value.line is not None and err.value.source == str(bad)
+    assert err.value.key is None or err.value.key.startswith(("models[", "version", "sources"))
 
 
 def test_the_shipped_file_loads_from_a_copy() -> None:
