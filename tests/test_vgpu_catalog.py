@@ -180,9 +180,12 @@ def test_bad_data_is_refused_with_its_file_and_line(tmp_path: Path, old: str, ne
     assert err.value.key is None or err.value.key.startswith(("models[", "version", "sources"))
 
 
-def test_the_shipped_file_loads_from_a_copy() -> None:
-    """The same text from another path is the same catalog (the tests above edit a copy)."""
-    assert load_vgpu_file(BUILTIN_PATH) == VCAT
+def test_reading_the_file_again_gives_the_same_catalog(tmp_path: Path) -> None:
+    """The shipped text read from another path is the catalog `builtin_vgpu_catalog` holds (the tests above edit
+    such a copy)."""
+    copy = tmp_path / "vgpu.yaml"
+    copy.write_text(TEXT)
+    assert load_vgpu_file(copy) == VCAT
 
 
 # --- names ---------------------------------------------------------------------------------------------
