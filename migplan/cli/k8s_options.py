@@ -43,7 +43,7 @@ MigConfigMapOpt = Annotated[str | None, typer.Option(
          "json', or 'kubectl' to read it live (kubectl:NAMESPACE/NAME when it is not gpu-operator/"
          "default-mig-parted-config). A node whose applied config (nvidia.com/mig.config, state success) is in it "
          "gets each GPU's MIG devices from that config instead of a split inferred from the labels' counts "
-         "[default: with -i kubectl, 'kubectl' where it exists; else none].")]
+         "[default: with -i kubectl, 'kubectl' where it exists and may be read; else none].")]
 DrainOpt = Annotated[Drain, typer.Option("--drain", help="With --via gpu-operator, where work may be disrupted "
                                          "(apply --allow-disrupt; replan: replan.allow_disrupt in a maintenance "
                                          "window): cordon and evict a node's GPU pods (PodDisruptionBudgets honoured) "

@@ -35,12 +35,13 @@ LIVE = "kubectl"  # `--mig-configmap kubectl[:NAMESPACE/NAME]`: read it from the
 
 @dataclass(frozen=True)
 class LiveConfigMap:
-    """The MIG manager's ConfigMap, to be read from the cluster. `required`: one that is not there, or that RBAC does
-    not let this user read, is an error (named by the operator); else a note and every node's GPUs inferred."""
+    """The MIG manager's ConfigMap, to be read from the cluster. `missing`: what one that is not there, or that RBAC
+    does not let this user read, is: `error` (named by the operator), `note` (replan's own: a note, every node's GPUs
+    inferred) or `quiet` (the default `-i kubectl` looks for: inferred, as without a ConfigMap)."""
 
     namespace: str = DEFAULT_NAMESPACE
     name: str = DEFAULT_CONFIGMAP
-    required: bool = False
+    missing: str = "quiet"
 
     @property
     def shown(self) -> str:
@@ -57,13 +58,13 @@ def mig_configmap(value: str | None, *, live: bool) -> ConfigMapSource:
     if value is None:
         return LiveConfigMap() if live else None
     if value == LIVE:
-        return LiveConfigMap(required=True)
+        return LiveConfigMap(missing="error")
     if value.startswith(LIVE + ":"):
         ns, sep, name = value[len(LIVE) + 1:].partition("/")
         try:
             if not sep:
                 raise MigplanError(f"{value[:80]!r} names no namespace")
-            return LiveConfigMap(check_namespace(ns), check_name(name, "ConfigMap"), required=True)
+            return LiveConfigMap(check_namespace(ns), check_name(name, "ConfigMap"), missing="error")
         except MigplanError as err:
             raise InputError(f"--mig-configmap: {err.message}",
                              hint="write kubectl:NAMESPACE/NAME, e.g. kubectl:gpu-operator/default-mig-parted-config, "
@@ -74,7 +75,7 @@ def mig_configmap(value: str | None, *, live: bool) -> ConfigMapSource:
 def read_configmap(source: ConfigMapSource, options: KubectlOptions | None, *,
                    kube: Kubectl | None = None) -> tuple[ConfigMapConfigs | None, str | None]:
     """The ConfigMap's configs (read live through the adapter for a `LiveConfigMap`), or None with a note saying
-    why where one that is not required is not there or not readable. Its contents are untrusted: an error names
+    why (`LiveConfigMap.missing`) where one is not there or not readable. Its contents are untrusted: an error names
     the ConfigMap and the key."""
     if not isinstance(source, LiveConfigMap):
         return source, None
@@ -83,11 +84,13 @@ def read_configmap(source: ConfigMapSource, options: KubectlOptions | None, *,
     except KubectlError as err:
         if err.reason not in ("not-found", "forbidden"):
             raise
-        if source.required:
+        if source.missing == "error":
             raise InputError(f"kubectl get configmap -n {source.namespace} {source.name}: {err.message}",
                              hint="pass the ConfigMap the ClusterPolicy's spec.migManager.config.name names, as "
                                   "--mig-configmap kubectl:NAMESPACE/NAME (or --configmap/-n with --via "
                                   "gpu-operator)") from None
+        if source.missing == "quiet":
+            return None, None
         why = "does not exist" if err.reason == "not-found" else "cannot be read (Forbidden)"
         return None, (f"the MIG manager's {source.shown} {why}: which GPU of a node holds which MIG device is "
                       "inferred from the labels' counts")

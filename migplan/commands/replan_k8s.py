@@ -143,7 +143,8 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     rp = replan_policy(ctx)
     r = _Run(_run_id(now), now, {}, {"via": VIA})
     r.record = {"id": r.run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "via": VIA, "dry_run": req.dry_run}
-    configmap = LiveConfigMap(k8s.namespace, k8s.configmap)  # the one the apply writes: it tells each GPU's devices
+    # the ConfigMap the apply writes tells each GPU's MIG devices (a note where it is missing)
+    configmap = LiveConfigMap(k8s.namespace, k8s.configmap, missing="note")
     try:
         views, inventory = read_nodes(None, ctx.catalog, kube=kube, configmap=configmap)
         pods, pod_views = read_pods_live(None, kube=kube)
