@@ -152,11 +152,21 @@ def test_each_gpu_holds_what_the_applied_config_gives_it_not_what_the_inference_
     assert counts(load_inventory(nodes, CAT)) == {0: {"1g.5gb": 7}, 1: {"3g.20gb": 2}}  # the inference: the other way
 
 
-def test_without_a_configmap_the_inventory_is_as_before() -> None:
-    """Every fixture read with no ConfigMap: the same hosts and layouts as the reader gives them (byte-identical plans
-    are the golden tests'; this pins the reader's side)."""
-    for name in ("nodes.json", "mixed-nodes.json"):
-        assert load_inventory(DATA / name, CAT) == load_inventory(DATA / name, CAT, None)
+def test_a_fallback_is_the_inference_and_an_agreeing_config_places_as_it_does() -> None:
+    """A ConfigMap without the nodes' configs gives exactly the inventory read without one (less the notes); one whose
+    config gives each GPU what the inference guessed gives the same layouts, placements included (each GPU placed as
+    `split_counts` places it), so plans stay as they were."""
+    for name, noted in (("nodes.json", 1), ("mixed-nodes.json", 2)):  # the mixed nodes in state success
+        alone = load_inventory(DATA / name, CAT)
+        other = load_inventory(DATA / name, CAT, mig_parted.ConfigMapConfigs(WHO, {}))
+        added = [n for n in other.notes if n not in alone.notes]
+        assert other.hosts == alone.hosts and len(added) == noted
+        assert all("is not a config of " + WHO in n for n in added)
+    agreeing = mig_parted.ConfigMapConfigs(WHO, {"custom-a100": (  # tests/data/k8s/mixed-nodes.json's a100-mixed
+        mig_parted.Entry((0,), True, (("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1))), mig_parted.Entry((1,), False)),
+        "all-disabled": (mig_parted.Entry(None, False),)})
+    with_it = load_inventory(DATA / "mixed-nodes.json", CAT, agreeing)
+    assert with_it.hosts == load_inventory(DATA / "mixed-nodes.json", CAT).hosts and with_it.notes == ()
 
 
 # --- the plan and the export: one GPU changes, the other's entry is as it is ---------------------------------
