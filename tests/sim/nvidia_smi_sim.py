@@ -148,6 +148,11 @@ def next_gi_id(model: Model, gpu: dict[str, Any], size: int) -> int:
 
 
 def busy(gpu: dict[str, Any], gi: int | None = None, ci: int | None = None) -> bool:
+    """A process on the GPU (or GPU instance, compute instance); or a vGPU there: `vgpu_holds`, written by the vGPU
+    simulator (tests/sim_vgpu), lists the GPU instances MIG-backed vGPUs sit on and "gpu" while any vGPU exists."""
+    held = gpu.get("vgpu_holds") or []
+    if ci is None and (gi in held if gi is not None else bool(held)):
+        return True
     return any((gi is None or p.get("gi") == gi) and (ci is None or p.get("ci") == ci) for p in gpu["processes"])
 
 
