@@ -35,13 +35,17 @@ from migplan.commands import Report, quiet
 from migplan.commands.context import Context
 from migplan.commands.profiles_dir import check_out_dir, write_profiles
 from migplan.errors import InputError
+from migplan.files import write_atomic
 from migplan.history import csv_series
-from migplan.history.backtest import Backtest, backtest, parse_rule
+from migplan.history.backtest import DEFAULT_RULES, Backtest, backtest
 from migplan.history.csv_series import CsvSeries, CsvStats, RowError
 from migplan.history.rollup import Rollup, Window, iso, last_timestamp, rollup
 from migplan.history.samples import Sample
+from migplan.history.series import SeriesStore
+from migplan.history.sweep import DEFAULT_FAMILIES, DEFAULT_SPLITS, DEFAULT_TARGET, Sweep, rules_of, sweep
+from migplan.history.sweep import load as sweep_load
 from migplan.planner import Policy
-from migplan.planner.sizing import SizingRule
+from migplan.planner.sizing import SizingRule, parse_share
 
 if TYPE_CHECKING:  # imported when --prometheus is given
     from migplan.commands.collect_prometheus import PromRequest
@@ -340,7 +344,7 @@ def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet,
         span = (end_at - test - train, end_at)
     h = open_history(req.history, req.csv, report, prometheus=req.prometheus, span=span, catalog=ctx.catalog)
     base: Policy = planner_policy(ctx, {"compute_percentile": req.compute_percentile})
-    rules: list[SizingRule] = [parse_rule(p, base) for p in (req.policies or ("max+10%", "max+25%", "p99+10%"))]
+    rules: list[SizingRule] = rules_of(req.policies or DEFAULT_RULES, base.headroom_min_mib)
     end = parse_time(req.until, "--until") if req.until else _latest(h, report)
     if end is None:
         raise InputError("the history has no samples", source=h.label)
@@ -357,6 +361,93 @@ def run_backtest(ctx: Context, req: BacktestRequest, *, report: Report = quiet,
         report(f"{h.label} is not in time order: reading it again with the windows ending at its latest row")
         return run_backtest(ctx, dataclasses.replace(req, until=repr(last)), report=report)
     return result
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """`backtest --sweep`: rule families over a grid at several split points (history/sweep.py)."""
+
+    history: str | None = None
+    csv: str | None = None
+    train: str = "7d"
+    test: str = "1d"  # each split's test window
+    splits: int = DEFAULT_SPLITS
+    until: str | None = None
+    policies: tuple[str, ...] = ()  # rule families (`max+{5,10}%`); none: DEFAULT_FAMILIES
+    gpu_model: str | None = None
+    compute_percentile: str | None = None
+    target_oom: str | float = DEFAULT_TARGET
+    prometheus: PromRequest | None = None
+
+
+def sweep_windows(req: SweepRequest) -> tuple[float, float, float]:
+    """(train, test, all the windows together) in seconds; InputError for 'all' or a bad duration."""
+    train = parse_duration(req.train, "--train")
+    test = parse_duration(req.test, "--test")
+    if train is None or test is None:
+        raise InputError("--train and --test need a length, not 'all'", key="--train/--test")
+    if isinstance(req.splits, bool) or not 1 <= req.splits <= 50:
+        raise InputError(f"--splits {req.splits!r}: give 1 to 50 split points", key="--splits")
+    return train, test, train + req.splits * test
+
+
+def load_store(h: History, need_s: float, until: float | None, report: Report, default_model: str | None,
+               hint: float | None = None) -> SeriesStore:
+    """The history in memory (history/series.py), one pass: only the samples the windows can use, those from
+    `need_s` before the end (--until, else the file's tail where it has one) to --until. A row later than the tail
+    (a file not in time order) moves the end later, so the samples kept still hold every window."""
+    end = until if until is not None else hint
+    start = None if end is None else end - need_s
+
+    def wanted() -> Iterator[Sample]:
+        for s in h.passes():
+            t = s.timestamp
+            if (start is None or t >= start) and (until is None or t <= until):
+                yield s
+
+    report(f"reading {h.label}")
+    with yamldoc.paused_gc():
+        return sweep_load(wanted(), default_model)
+
+
+def run_sweep(ctx: Context, req: SweepRequest, *, report: Report = quiet,
+              now: Callable[[], float] = time.time) -> Sweep:
+    from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
+
+    check_one_source(req.history, req.csv, req.prometheus)
+    train, test, need = sweep_windows(req)
+    target = parse_share(req.target_oom, key="--target-oom")
+    until = parse_time(req.until, "--until") if req.until else None
+    span = None
+    if req.prometheus is not None:  # only the windows are asked for, ending at --until or now
+        until = until if until is not None else now()
+        span = (until - need, until)
+    h = open_history(req.history, req.csv, report, prometheus=req.prometheus, span=span, catalog=ctx.catalog)
+    base: Policy = planner_policy(ctx, {"compute_percentile": req.compute_percentile})
+    rules = rules_of(req.policies or DEFAULT_FAMILIES, base.headroom_min_mib)
+    if req.gpu_model is not None:
+        ctx.catalog.get(req.gpu_model)
+    hint = None
+    if until is None and h.latest_hint is not None:
+        try:
+            hint = h.latest_hint()
+        except InputError:
+            hint = None
+    store = load_store(h, need, until, report, req.gpu_model, hint)
+    solver = planner_solver(ctx, ProposeRequest(), base)
+    report(f"sweeping {len(rules)} rule(s) at {req.splits} split point(s) of {h.label}")
+    return sweep(store, ctx.catalog, rules, solver, train_s=train, test_s=test, splits=req.splits, target=target,
+                 base=base, default_model=req.gpu_model, end=until, report=report)
+
+
+def write_sweep_page(sw: Sweep, out: str, *, source: str = "", forbid: Iterable[str | None] = (),
+                     report: Report = quiet) -> None:
+    """`backtest --sweep --report FILE`: the frontier page (report_html/frontier.py), written atomically; never over
+    a file this run reads (`forbid`)."""
+    from migplan.report_html.frontier import sweep_page
+
+    write_atomic(out, sweep_page(sw.to_dict(), source=source, iso=iso), forbid=[f for f in forbid if f])
+    report(f"report written to {out}")
 
 
 class _Lazy:

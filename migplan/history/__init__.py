@@ -12,6 +12,10 @@
                container, systemd unit, else the executable (facts from /proc in, a workload name out)
   backtest.py  sizing rules compared: size from a training window with the planner, replay the test window
                (OOM samples and minutes, unused memory, compute slices short, GPUs used)
+  series.py    a history held in memory, each workload's samples in time order (28 bytes a sample), cut into
+               windows by binary search; rollup.rollup_store rolls a window up from it in bulk
+  sweep.py     rule families over a grid at rolling-origin split points: per rule OOMs and GPUs (mean, worst),
+               the frontier, the cheapest rule meeting a target, the correlated-burst indicator
 
 Pure: no files, clock, NVML, SQLite, HTTP or processes; the stores and sources that read the outside
 world live in `migplan.adapters` and hand `Sample`s in. May import: names, errors, text, catalog,

@@ -183,6 +183,20 @@ def parse_rule(text: str, default_floor: int = DEFAULT_FLOOR_MIB, *, key: str = 
     return SizingRule(rule, m["stat"], pct, floor, k, cap)
 
 
+def parse_share(value: object, *, key: str) -> float:
+    """A share of workloads: `1%`, `0.5%` or a fraction such as 0.01 -> 0.01; InputError naming `key` unless it is
+    from 0 to 1 (100%)."""
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        share = math.nan
+    if not math.isfinite(share) or not 0 <= share <= 1:
+        raise InputError(f"{value!r} is not a share of workloads", key=key,
+                         hint="write a percentage such as 1% or 0.5%, or a fraction such as 0.01")
+    return share
+
+
 def is_auto(text: object) -> bool:
     return isinstance(text, str) and text.strip() == AUTO
 

@@ -26,6 +26,7 @@ square per compute slice it owns (compute slices have no fixed positions, NVIDIA
 
   __init__.py  the page: the summary, the overview and the data block
   assets.py    its stylesheet and script
+  frontier.py  `backtest --sweep --report`: the sizing sweep's page, its frontier drawn as SVG (no script)
 
 Pure: no files, processes or clock. May import: catalog, model, planner, fleet (steps.py: the commands), smi (the
 read-only `-lgi` named where ids are not known).
