@@ -20,6 +20,14 @@ quietly using another statistic. Percentiles must not decrease (p50 <= p95 <= p9
 A workload without `compute` has compute that was never measured (`UNKNOWN_COMPUTE`): never an invented
 number; the planner then sizes it by memory alone (a compute floor of one slice).
 
+`kind: vm` (default `process`) is a virtual machine on NVIDIA vGPU (issue 26, docs/vgpu.md "Demand"): its memory
+is the frame buffer it used, its compute the vGPU's share of the GPU it ran on, measured in the guest or on the host
+(`nvidia-smi vgpu -q`). `observed.vgpu_type` is the type it ran on (`A100X-3-20C`) and `observed.vm_uuid` the VM's
+UUID; the owner may pin a type (`vgpu_type`) or a smallest type (`min_vgpu_type`). A type must be a name of
+NVIDIA's grammar here; whether the vGPU catalog has it is checked when a plan is made (`planner.vm_demand`). A VM
+has no `min_profile`, and only a VM has the vGPU keys. The document version stays 1: a profile without these keys is
+read as before, and a reader older than them refuses the new keys by name.
+
 Bounds: memory 0..`names.MAX_MEMORY_MIB` MiB; compute shares are finite, 0..1; GPU indices
 0..`names.MAX_GPU_INDEX`; `mig_start` 0..`names.MAX_MIG_SLICES`-1; `priority` 0..`MAX_PRIORITY`;
 `replicas` 1..`MAX_REPLICAS`; `samples` 0..`MAX_SAMPLES`. Window times are ISO 8601; a time
@@ -33,13 +41,15 @@ import decimal
 import itertools
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from migplan import names, yamldoc
 from migplan.catalog import Catalog
-from migplan.errors import InputError
+from migplan.catalog.vgpu import parse_type_name, smi_type_name
+from migplan.errors import CatalogError, InputError
 from migplan.yamldoc import Node
 
 PROFILES_VERSION = 1
@@ -104,6 +114,8 @@ class ObservedPlace:
     samples: int = 0
     first_seen: str | None = None
     last_seen: str | None = None
+    vgpu_type: str | None = None  # a VM's vGPU type there (kind: vm)
+    vm_uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,8 @@ class Observation:
     places: tuple[ObservedPlace, ...] = ()
     compute_samples: int | None = None
     notes: tuple[str, ...] = ()
+    vgpu_type: str | None = None  # kind: vm: the vGPU type it runs on (`A100X-3-20C`)
+    vm_uuid: str | None = None  # kind: vm: the VM's UUID, as the hypervisor gives it
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,13 @@ class Workload:
     # same request (a pod's `nvidia.com/gpu` is a whole GPU on one node, a MIG device of the node's profile on
     # another), offered as exactly as `requested` is.
     eligible: tuple[Eligible, ...] = ()
+    kind: str = "process"  # KIND_PROCESS or KIND_VM (a virtual machine on NVIDIA vGPU)
+    vgpu_type: str | None = None  # kind: vm: exactly this vGPU type (a pin, checked against the vGPU catalog)
+    min_vgpu_type: str | None = None  # kind: vm: no vGPU type with less frame buffer than this one
+
+    @property
+    def is_vm(self) -> bool:
+        return self.kind == KIND_VM
 
 
 @dataclass(frozen=True)
@@ -309,8 +330,35 @@ def _gpu_index(node: Node) -> int:
     return i
 
 
-def _place(node: Node) -> ObservedPlace:
-    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "samples", "first_seen", "last_seen"})
+def _vgpu_type(node: Node) -> str:
+    """A vGPU type name of NVIDIA's grammar (`A100-3-20C`, `L4-8C`; `GRID `/`NVIDIA ` as nvidia-smi prints it is
+    dropped). Whether a board has it is the vGPU catalog's to say, at plan time."""
+    raw = node.str()
+    name = smi_type_name(raw)
+    try:
+        parse_type_name(name)
+    except CatalogError as err:
+        node.fail(f"{raw!r} is not a vGPU type name", hint=err.hint)
+    return name
+
+
+def _vm_uuid(node: Node) -> str:
+    text = node.str()
+    if not _UUID.fullmatch(text):
+        node.fail(f"{text!r} is not a VM UUID such as 10a12241-1e83-4b70-bc59-a33d7c6d063c")
+    return text.lower()
+
+
+def _opt(f: dict[str, Node], key: str) -> Node | None:
+    node = f.get(key)
+    return None if node is None or node.is_null else node
+
+
+def _place(node: Node, *, vm: bool = False) -> ObservedPlace:
+    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "samples", "first_seen", "last_seen",
+                     "vgpu_type", "vm_uuid"})
+    _vm_keys(f, vm)
+    vgpu_type, vm_uuid = _opt(f, "vgpu_type"), _opt(f, "vm_uuid")
     return ObservedPlace(
         host=_host(f["host"]) if "host" in f and not f["host"].is_null else None,
         gpu=_gpu_index(f["gpu"]) if "gpu" in f and not f["gpu"].is_null else None,
@@ -321,12 +369,22 @@ def _place(node: Node) -> ObservedPlace:
                    if "mig_start" in f and not f["mig_start"].is_null else None),
         samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
         first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
-        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None)
+        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None,
+        vgpu_type=_vgpu_type(vgpu_type) if vgpu_type is not None else None,
+        vm_uuid=_vm_uuid(vm_uuid) if vm_uuid is not None else None)
 
 
-def _observation(node: Node) -> Observation:
+def _vm_keys(f: dict[str, Node], vm: bool) -> None:
+    for key in ("vgpu_type", "vm_uuid"):
+        if key in f and not vm:
+            f[key].fail_key(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
+
+
+def _observation(node: Node, *, vm: bool = False) -> Observation:
     f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples",
-                     "first_seen", "last_seen", "places", "compute_samples", "notes"})
+                     "first_seen", "last_seen", "places", "compute_samples", "notes", "vgpu_type", "vm_uuid"})
+    _vm_keys(f, vm)
+    vgpu_type, vm_uuid = _opt(f, "vgpu_type"), _opt(f, "vm_uuid")
     has_profile = "mig_profile" in f and not f["mig_profile"].is_null
     profile = _profile_name(f["mig_profile"], "3g.20gb") if has_profile else None
     start, end = None, None
@@ -347,15 +405,22 @@ def _observation(node: Node) -> Observation:
         samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
         first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
         last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None,
-        places=tuple(_place(n) for n in f["places"].list()) if "places" in f else (),
+        places=tuple(_place(n, vm=vm) for n in f["places"].list()) if "places" in f else (),
         compute_samples=(f["compute_samples"].int(minimum=0, maximum=MAX_SAMPLES)
                          if "compute_samples" in f else None),
         notes=tuple(n.str() for n in f["notes"].list()) if "notes" in f else (),
+        vgpu_type=_vgpu_type(vgpu_type) if vgpu_type is not None else None,
+        vm_uuid=_vm_uuid(vm_uuid) if vm_uuid is not None else None,
     )
 
 
 _WORKLOAD_KEYS = {"name", "observed", "memory_mib", "compute", "priority", "pin", "anti_affinity",
-                  "min_profile", "replicas", "movable"}
+                  "min_profile", "replicas", "movable", "kind", "vgpu_type", "min_vgpu_type"}
+KIND_PROCESS = "process"  # processes on a bare-metal host (MIG instances or whole GPUs): the default
+KIND_VM = "vm"  # a virtual machine on NVIDIA vGPU (issue 26)
+KINDS = (KIND_PROCESS, KIND_VM)
+_VM_ONLY = ("vgpu_type", "min_vgpu_type")
+_UUID = re.compile(r"(?a)[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # `min_profile: whole`: the workload needs a whole GPU with MIG disabled (NVLink, profiling tools and
 # other features MIG instances do not offer; NVIDIA MIG User Guide, "Application Considerations")
 WHOLE_GPU = "whole"
@@ -374,13 +439,31 @@ def _workload(node: Node) -> Workload:
                   gpu=_gpu_index(pf["gpu"]) if "gpu" in pf else None)
         if pin.gpu is not None and pin.host is None:
             f["pin"].fail("a GPU pin needs a host too", hint="write pin: {host: NAME, gpu: INDEX}")
+    kind = KIND_PROCESS
+    if "kind" in f:
+        kind = f["kind"].str()
+        if kind not in KINDS:
+            f["kind"].fail(f"kind {kind!r} is not one of {', '.join(KINDS)}",
+                           hint="process: processes on a bare-metal host (the default); vm: a virtual machine on vGPU")
+    observed = _observation(f["observed"], vm=kind == KIND_VM) if "observed" in f else Observation()
+    if kind == KIND_VM:
+        if "min_profile" in f:
+            f["min_profile"].fail("a VM is given a vGPU type, not a MIG instance",
+                                  hint="write min_vgpu_type: (a vGPU type such as A100-2-10C) instead")
+        if "vgpu_type" in f and "min_vgpu_type" in f:
+            f["min_vgpu_type"].fail("give vgpu_type (exactly this type) or min_vgpu_type (at least this one), "
+                                    "not both")
+    else:
+        for key in _VM_ONLY:
+            if key in f:
+                f[key].fail(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
     min_profile = None
     if "min_profile" in f:
         min_profile = (WHOLE_GPU if f["min_profile"].str() == WHOLE_GPU
                        else _profile_name(f["min_profile"], "2g.10gb (or 'whole' for a whole MIG-disabled GPU)"))
     return Workload(
         name=name,
-        observed=_observation(f["observed"]) if "observed" in f else Observation(),
+        observed=observed,
         memory=_memory(f["memory_mib"]),
         compute=_compute(f["compute"]) if "compute" in f else UNKNOWN_COMPUTE,
         priority=f["priority"].int(minimum=0, maximum=MAX_PRIORITY) if "priority" in f else 1,
@@ -390,6 +473,9 @@ def _workload(node: Node) -> Workload:
         replicas=f["replicas"].int(minimum=1, maximum=MAX_REPLICAS) if "replicas" in f else 1,
         source=f"{node.source}:{node.line}",
         movable=f["movable"].bool() if "movable" in f else True,
+        kind=kind,
+        vgpu_type=_vgpu_type(f["vgpu_type"]) if "vgpu_type" in f else None,
+        min_vgpu_type=_vgpu_type(f["min_vgpu_type"]) if "min_vgpu_type" in f else None,
     )
 
 
@@ -401,12 +487,19 @@ def parse_profiles(root: Node) -> list[Workload]:
     return [_workload(n) for n in f["workloads"].list()]
 
 
+def _vgpu_gpu(model: str) -> bool:
+    """Whether `model` is the GPU of a vGPU board migplan knows (a VM may run on a GPU without MIG: L4, T4)."""
+    from migplan.catalog import builtin_vgpu_catalog  # read only for a VM on a GPU the MIG catalog lacks
+
+    return any(b.gpu.lower() == model.strip().lower() for b in builtin_vgpu_catalog())
+
+
 def check_models(profiles: ProfileSet, catalog: Catalog) -> None:
     """Every `observed.gpu_model` must be a catalog model: its SM count converts the measured compute
     share to slices of another model, so a misspelt name would silently change the demand."""
     for w in profiles:
         model = w.observed.gpu_model
-        if model is not None and catalog.find(model) is None:
+        if model is not None and catalog.find(model) is None and not (w.is_vm and _vgpu_gpu(model)):
             src, _, line = w.source.rpartition(":")
             raise InputError(f"unknown GPU model {model!r}", source=src or None,
                              line=int(line) if line.isascii() and line.isdigit() else None,

@@ -12,10 +12,14 @@ Layout (compact: names and places are stored once and referenced by id):
 
     runs(id, started, finished, source, few, notes)    one row per collect run
     names(id, name)                                     workload names
-    places(id, key, host, gpu, gpu_model, mig_profile, mig_start)
+    places(id, key, host, gpu, gpu_model, mig_profile, mig_start, vgpu_type, vm_uuid)
     samples(ts, run, workload, place, memory_mib, util_pct, util_peak, util_n, source)
     device_util(ts, run, gpu, util_pct, util_peak, util_n)
     state(key, value)                                   JSON the collector carries from run to run
+
+`vgpu_type` and `vm_uuid` (a VM's vGPU, `collect --local --vgpu`, issue 26) were added after the first stores:
+a store without them gets them on its next run (`ALTER TABLE ... ADD COLUMN`, NULL for every place it has), and
+a copy without them (fetched from a host running an older migplan) is read with both None.
 
 Retention (default 14 days) and a size cap (default 256 MiB) are applied after each run: the oldest
 samples go first, and freed pages are returned to the file system (auto_vacuum=INCREMENTAL).
@@ -65,6 +69,13 @@ CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+_VM_COLUMNS = {"vgpu_type", "vm_uuid"}
+_QUERY = ("SELECT s.ts, n.name, s.memory_mib, s.util_pct, p.host, p.gpu, p.gpu_model, p.mig_profile, p.mig_start, "
+          "s.source, s.util_peak, s.util_n, p.vgpu_type, p.vm_uuid FROM samples s JOIN names n ON n.id = s.workload "
+          "JOIN places p ON p.id = s.place WHERE s.ts >= ? AND s.ts < ? ORDER BY s.ts, s.rowid")
+_QUERY_V1 = _QUERY.replace("p.vgpu_type, p.vm_uuid", "NULL, NULL")  # a store written before the VM columns
+_VGPU_TYPE = re.compile(r"(?a)[A-Z0-9][A-Za-z0-9-]{1,60}")  # checked again by the profile reader (NVIDIA's grammar)
+_UUID = re.compile(r"(?a)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_MIB = float(1 << 20)  # migplan.names.MAX_MEMORY_MIB: more is not a real reading
 
 
@@ -148,9 +159,18 @@ class HistoryStore:
                                     hint="put the history on a local file system (--history DIR)")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
+        for column in sorted(_VM_COLUMNS - self._place_columns()):
+            try:
+                db.execute(f"ALTER TABLE places ADD COLUMN {column} TEXT")
+            except sqlite3.OperationalError as err:  # a run opening the store at the same time added it first
+                if "duplicate column" not in str(err):
+                    raise
         db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
         with contextlib.suppress(OSError):  # not ours to change (a copy read by someone else): keep what it has
             os.chmod(self.path, 0o640)
+
+    def _place_columns(self) -> set[str]:
+        return {str(r[1]) for r in self.db.execute("PRAGMA table_info(places)")}
 
     def _check_version(self) -> None:
         try:
@@ -227,13 +247,18 @@ class HistoryStore:
         return self._names[name]
 
     def _place_id(self, p: Place) -> int:
-        key = json.dumps([p.host, p.gpu, p.gpu_model, p.mig_profile, p.mig_start])
+        parts: list[object] = [p.host, p.gpu, p.gpu_model, p.mig_profile, p.mig_start]
+        if p.vgpu_type is not None or p.vm_uuid is not None:  # a process's key is as it always was
+            parts += [p.vgpu_type, p.vm_uuid]
+        key = json.dumps(parts)
         if key not in self._places:
             row = self.db.execute("SELECT id FROM places WHERE key=?", (key,)).fetchone()
             if row is None:
                 row = (self.db.execute(
-                    "INSERT INTO places(key, host, gpu, gpu_model, mig_profile, mig_start) VALUES (?,?,?,?,?,?)",
-                    (key, p.host, p.gpu, p.gpu_model, p.mig_profile, p.mig_start)).lastrowid,)
+                    "INSERT INTO places(key, host, gpu, gpu_model, mig_profile, mig_start, vgpu_type, vm_uuid) "
+                    "VALUES (?,?,?,?,?,?,?,?)",
+                    (key, p.host, p.gpu, p.gpu_model, p.mig_profile, p.mig_start, p.vgpu_type,
+                     p.vm_uuid)).lastrowid,)
             self._places[key] = int(row[0])
         return self._places[key]
 
@@ -249,24 +274,23 @@ class HistoryStore:
             yield stored.sample
 
     def iter_stored(self, since: float | None = None, until: float | None = None) -> Iterator[StoredSample]:
-        query = ("SELECT s.ts, n.name, s.memory_mib, s.util_pct, p.host, p.gpu, p.gpu_model, p.mig_profile, "
-                 "p.mig_start, s.source, s.util_peak, s.util_n FROM samples s JOIN names n ON n.id = s.workload "
-                 "JOIN places p ON p.id = s.place WHERE s.ts >= ? AND s.ts < ? ORDER BY s.ts, s.rowid")
         try:
+            query = _QUERY if self._place_columns() >= _VM_COLUMNS else _QUERY_V1
             rows = self.db.execute(query, (-1e300 if since is None else since, 1e300 if until is None else until))
             names: dict[str, str] = {}
             places: dict[tuple[Any, ...], Place] = {}
-            for ts, name, mem, util, host, gpu, model, profile, start, source, peak, n in rows:
+            for ts, name, mem, util, host, gpu, model, profile, start, source, peak, n, vtype, vm_uuid in rows:
                 # a store fetched from a host is untrusted: SQLite columns take any type, so check each value
                 t = _number(ts)
                 if t is None or not isinstance(name, str):
                     self.skipped += 1
                     continue
-                key = (host, gpu, model, profile, start)
+                key = (host, gpu, model, profile, start, vtype, vm_uuid)
                 place = places.get(key)
                 if place is None:
                     place = places[key] = Place(self.host or _text(host, HOST_NAME), _count(gpu), _text(model),
-                                                _text(profile, PROFILE_NAME), _count(start))
+                                                _text(profile, PROFILE_NAME), _count(start), _text(vtype, _VGPU_TYPE),
+                                                _text(vm_uuid, _UUID))
                 workload = names.get(name) or names.setdefault(name, clean(name))
                 yield StoredSample(Sample(t, workload, _number(mem, 0.0, MAX_MIB), _number(util, 0.0, 100.0),
                                           place, _text(source) or ""), _number(peak, 0.0, 100.0), _count(n))

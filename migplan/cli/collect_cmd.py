@@ -65,6 +65,9 @@ def collect(
     workload_rules: Annotated[_S, typer.Option("--workload-rules", help="YAML file of rules naming workloads "
                                                "from their command line (docs/collect.md).",
                                                show_default=False, metavar="FILE")] = None,
+    vgpu: Annotated[bool, typer.Option("--vgpu", help="--local on a vGPU host: also record each VM's vGPU "
+                                       "(frame buffer used, utilisation, type) from 'nvidia-smi vgpu -q' as workload "
+                                       "vm:<VM name> (docs/vgpu.md, 'Demand').")] = False,
     quiet_run: Annotated[bool, typer.Option("--quiet", "-q", help="--local: print nothing unless it fails "
                                             "(for cron and timers).")] = False,
     sample_seconds: Annotated[int, typer.Option("--sample-seconds", min=1, max=60, metavar="SECONDS",
@@ -80,6 +83,9 @@ def collect(
     """Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or Prometheus."""
     if ctx.invoked_subcommand is not None:
         return
+    if vgpu and not local:
+        raise InputError("--vgpu goes with --local (it samples this host's vGPUs)",
+                         hint="run 'migplan collect --local --vgpu' on the vGPU host (from cron)")
     chosen = [n for n, on in (("--local", local), ("--inventory", inventory is not None),
                               ("--prometheus", prom.prometheus is not None)) if on]
     if len(chosen) != 1:
@@ -93,7 +99,7 @@ def collect(
     rules = run.load_rules(workload_rules)
     if local:
         settings = run.LocalSettings(history=history, host=host_name, retention_days=retention_days, max_mb=max_mb,
-                                     rules=rules)
+                                     rules=rules, vgpu=vgpu)
         result = run.collect_local(settings, cctx.catalog, report=quiet if quiet_run else info)
         if quiet_run:
             return

@@ -5,6 +5,11 @@
   sample per workload and place appended to the host's history store in one transaction with the state
   the next run needs (NVML cursors, accounting records read, which pid was which workload), then
   retention and the size cap.
+* `--vgpu` (a vGPU host, issue 26): also `nvidia-smi vgpu -q` (`migplan.smi.vgpu_usage`), one sample per active
+  vGPU: the VM is the workload (`identity.vm_workload`: `vm:<VM name>`), its frame buffer used the memory, the
+  vGPU's utilisation the compute, and the place carries the vGPU type and the VM's UUID, so that `profiles build`
+  writes `kind: vm` profiles. The GPU's model is the vGPU board's (from the type's name), its index from
+  `nvidia-smi --query-gpu` by PCI bus id.
 * `collect_fleet`: per host in parallel, the host's store fetched (SFTP) and kept as `<out>/<host>.sqlite`;
   a host without one gets a short sample with nvidia-smi (processes and memory by instance, `pmon` SM %,
   accounted apps' peak memory), written as a run marked `few` whose samples have source `nvidia-smi`.
@@ -36,15 +41,18 @@ from migplan.text import printable
 if TYPE_CHECKING:  # the fleet side is imported where it is used: `collect --local` (cron, every minute) starts lean
     from migplan.adapters.pool import HostResult
     from migplan.adapters.runner import CommandRunner
+    from migplan.catalog import VgpuCatalog
     from migplan.commands.context import Context
     from migplan.commands.fleet import FleetRequest
     from migplan.commands.results import HostOutcome
     from migplan.inventory import Host
+    from migplan.smi.vgpu_usage import VgpuGpu
 
 # How long a pid's workload is remembered after it was last seen running, to name its accounting record once
 # it has exited: that record is read by the next run, so hours cover missed runs; the map stays small.
 PID_MEMORY_S = 6 * 3600
 SOURCE_NVML, SOURCE_ACCOUNTING, SOURCE_SMI = "nvml", "nvml-accounting", "nvidia-smi"
+SOURCE_VGPU = "nvidia-smi-vgpu"
 
 
 # --- on this host ------------------------------------------------------------------------------------
@@ -57,6 +65,8 @@ class LocalSettings:
     max_mb: int = hs.DEFAULT_MAX_MB
     rules: tuple[Rule, ...] = ()
     gpm_interval_s: float = 1.0
+    vgpu: bool = False  # a vGPU host: also each VM's vGPU from `nvidia-smi vgpu -q`
+    smi_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,14 @@ def load_rules(path: str | None) -> tuple[Rule, ...]:
 
 def collect_local(settings: LocalSettings, catalog: Catalog, *, nvml: Any = None,
                   facts: Callable[[int], ProcessFacts] = local_facts, now: Callable[[], float] = time.time,
-                  sleep: Callable[[float], None] = time.sleep, report: Report = quiet) -> LocalResult:
-    """One sampling run on this host (see the module notes); `nvml` is the pynvml module or a fake."""
+                  sleep: Callable[[float], None] = time.sleep, report: Report = quiet,
+                  runner: CommandRunner | None = None) -> LocalResult:
+    """One sampling run on this host (see the module notes); `nvml` is the pynvml module or a fake, `runner` what
+    runs `nvidia-smi` for `--vgpu` (default: this machine's processes)."""
     cpu0 = time.process_time()
     check_ancestors(settings.history, "--history")  # run as root from cron: nobody else may swap a directory above it
     module = nvml if nvml is not None else nv.load_pynvml()
+    vms: Built | None = None
     host = settings.host or os.uname().nodename
     path = hs.store_path(settings.history)
     with hs.HistoryStore(path) as store:
@@ -112,6 +125,10 @@ def collect_local(settings: LocalSettings, catalog: Catalog, *, nvml: Any = None
             names = {p.pid: identify(facts(p.pid), settings.rules).workload
                      for g in reading.gpus for p in g.processes}
             built = build_samples(reading, names, pids, catalog, host, ts)
+            if settings.vgpu:
+                vms = read_vgpus(runner, host, ts, settings.smi_timeout_s)
+                built.samples.extend(vms.samples)
+                built.notes.extend(vms.notes)
             run.add(built.samples)
             for gpu, window in built.device:
                 run.add_device(ts, gpu, window.mean, window.peak, window.samples)
@@ -127,9 +144,89 @@ def collect_local(settings: LocalSettings, catalog: Catalog, *, nvml: Any = None
         pruned = store.prune(ts, retention_days=settings.retention_days, max_bytes=settings.max_mb * 1024 * 1024)
     for note in built.notes:
         report(f"note: {note}")
+    workloads = set(names.values()) | {s.sample.workload for s in vms.samples} if vms else set(names.values())
     return LocalResult(str(path), run_id, written, len(reading.gpus), len(names),
-                       tuple(sorted(set(names.values()))), tuple(built.notes), pruned.deleted, pruned.size_bytes,
+                       tuple(sorted(workloads)), tuple(built.notes), pruned.deleted, pruned.size_bytes,
                        time.process_time() - cpu0)
+
+
+def read_vgpus(runner: CommandRunner | None, host: str, ts: float, timeout: float) -> Built:
+    """`nvidia-smi --query-gpu` and `nvidia-smi vgpu -q` on this host, as samples (`vgpu_samples`). A failure of
+    either is an error of the run (a host given --vgpu that answers no vGPU query is misconfigured, not idle)."""
+    from migplan.adapters.runner import LocalRunner
+    from migplan.smi import parse_query_gpus, query_gpus
+    from migplan.smi.errors import SmiError
+    from migplan.smi.vgpu_usage import parse_vgpu_query, query_vgpus
+
+    local = runner if runner is not None else LocalRunner()
+    gpus = local.run(query_gpus(), timeout=timeout)
+    query = local.run(query_vgpus(), timeout=timeout) if gpus.ok else gpus
+    for done in (gpus, query):
+        if not done.ok:
+            why = printable((done.stdout + " " + done.stderr).strip(), 200)
+            raise InputError(f"--vgpu: '{' '.join(done.argv)}' failed (exit {done.exit_code}): {why}",
+                             hint="run --vgpu on a host with NVIDIA's vGPU manager (nvidia-smi vgpu answers), "
+                                  "or leave --vgpu out")
+    try:
+        rows = parse_query_gpus(gpus.stdout)
+        active = parse_vgpu_query(query.stdout)
+    except SmiError as err:
+        raise InputError(f"--vgpu: {err.message}") from None
+    index = {r.pci_bus_id.lower(): (r.index, r.name) for r in rows}
+    return vgpu_samples(active, index, host, ts)
+
+
+def vgpu_samples(active: Sequence[VgpuGpu], index: Mapping[str, tuple[int, str]], host: str, ts: float) -> Built:
+    """One sample per active vGPU (`index`: PCI bus id -> GPU index and name)."""
+    from migplan.catalog import builtin_vgpu_catalog
+    from migplan.history.identity import vm_workload
+
+    vcat = builtin_vgpu_catalog()
+    out = Built()
+    per_vm: dict[str, list[int]] = {}
+    for g in active:
+        for v in g.vgpus:
+            per_vm.setdefault(v.vm_name or v.vm_uuid or f"#{v.vgpu_id}", []).append(v.vgpu_id)
+    unknown: set[str] = set()
+    for g in active:
+        at = index.get(g.pci_bus_id.lower())
+        if at is None:
+            out.notes.append(f"vGPU GPU {g.pci_bus_id} is not in nvidia-smi --query-gpu: its samples carry no GPU "
+                             "index")
+        for v in g.vgpus:
+            model, profile = _vgpu_model(vcat, v.type_name)
+            if model is None and v.type_name not in unknown:
+                unknown.add(v.type_name)
+                out.notes.append(f"vGPU type {v.type_name} is not in migplan's vGPU catalog: its samples carry no "
+                                 "gpu_model")
+            ids = sorted(per_vm[v.vm_name or v.vm_uuid or f"#{v.vgpu_id}"])
+            nth = ids.index(v.vgpu_id) + 1 if len(ids) > 1 else 0
+            place = Place(host, at[0] if at else None, model, profile, None, v.type_name, v.vm_uuid)
+            name = vm_workload(v.vm_name, v.vm_uuid, v.vgpu_id, nth=nth)
+            if not v.vm_name and not v.vm_uuid:
+                out.notes.append(f"vGPU {v.vgpu_id}: the VM has neither a name nor a UUID; recorded as {name}, which "
+                                 "changes when the VM restarts")
+            memory = float(v.fb_used_mib) if v.fb_used_mib is not None else None
+            util = float(v.util_pct) if v.util_pct is not None else None
+            out.samples.append(hs.StoredSample(Sample(ts, name, memory, util, place, SOURCE_VGPU),
+                                               None, 1 if util is not None else None))
+    return out
+
+
+def _vgpu_model(vcat: VgpuCatalog, type_name: str) -> tuple[str | None, str | None]:
+    """The catalog GPU model a vGPU type's board is (`A100X-3-20C` -> A100-SXM4-40GB) and, for a MIG-backed type,
+    its MIG profile (3g.20gb); (None, None) for a type the vGPU catalog does not have."""
+    from migplan.catalog.vgpu import parse_type_name
+
+    board = parse_type_name(type_name).board
+    for m in vcat.find(board):
+        if m.board == board:
+            try:
+                t = m.vgpu_type(type_name)
+            except CatalogError:
+                continue
+            return m.gpu, t.mig_profile or None
+    return None, None
 
 
 @dataclass

@@ -138,6 +138,20 @@ def _paths(cgroup: str) -> list[str]:
     return v2 + [p[2] for p in lines if not (p[0] == "0" and p[1] == "")]
 
 
+def vm_workload(vm_name: str | None, vm_uuid: str | None, vgpu_id: int, *, nth: int = 0) -> str:
+    """A virtual machine's workload name from `nvidia-smi vgpu -q` (issue 26): `vm:<VM name>`, else `vm:<VM UUID>`,
+    else `vm:vgpu-<vGPU ID>` (a vGPU ID is not stable across VM restarts: the note of the collector says so).
+
+    The name is the hypervisor's: QEMU's `-name guest=NAME,debug-threads=on` shows as `NAME,debug-threads=on`, so
+    what follows the first comma (QEMU's options; `,,` is a comma in the name) is dropped. `nth` (1, 2, ...)
+    numbers the vGPUs of a VM that holds several (`vm:NAME:vgpu2`), each its own workload."""
+    base = ""
+    if vm_name:
+        base = vm_name.replace(",,", "\0").split(",", 1)[0].replace("\0", ",").removeprefix("guest=").strip()
+    name = f"vm:{base}" if base else f"vm:{vm_uuid}" if vm_uuid else f"vm:vgpu-{vgpu_id}"
+    return clean(f"{name}:vgpu{nth}" if nth else name)
+
+
 def pod_workload(name: str) -> str:
     """A pod's name without the suffix its controller generated (`chat-7d9f8c6b5-x2x4z` -> `chat`)."""
     for pattern in (_RS_SUFFIX, _JOB_SUFFIX):

@@ -40,7 +40,16 @@ from migplan.catalog import Catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.history.samples import Place, Sample
 from migplan.history.series import Series, SeriesStore
-from migplan.profiles import PROFILES_VERSION, UNKNOWN_COMPUTE, ComputeStats, MemoryStats, Observation, Workload
+from migplan.profiles import (
+    KIND_PROCESS,
+    KIND_VM,
+    PROFILES_VERSION,
+    UNKNOWN_COMPUTE,
+    ComputeStats,
+    MemoryStats,
+    Observation,
+    Workload,
+)
 
 DAY_S = 86_400.0
 DEFAULT_WINDOW_S = 7 * DAY_S
@@ -211,11 +220,12 @@ class Profile:
                           mig_profile=o.get("mig_profile"), mig_start=o.get("mig_start"),
                           window_start=o["window"]["start"], window_end=o["window"]["end"], samples=o["samples"],
                           first_seen=o["first_seen"], last_seen=o["last_seen"], compute_samples=o["compute_samples"],
-                          notes=self.notes)
+                          notes=self.notes, vgpu_type=o.get("vgpu_type"), vm_uuid=o.get("vm_uuid"))
         memory = MemoryStats(p50=mem["p50"], p95=mem["p95"], p99=mem["p99"], max=mem["max"])
         compute = UNKNOWN_COMPUTE if cpu is None else ComputeStats(p50=cpu["p50"], p95=cpu["p95"], p99=cpu["p99"],
                                                                    max=cpu["max"])
-        return Workload(name=self.name, observed=obs, memory=memory, compute=compute, source="rollup")
+        return Workload(name=self.name, observed=obs, memory=memory, compute=compute, source="rollup",
+                        kind=doc.get("kind", KIND_PROCESS))
 
 
 @dataclass
@@ -385,7 +395,8 @@ def _place_doc(place: Place, pa: _PlaceAcc, models: _Models) -> dict[str, object
     model = models.find(place.gpu_model)
     doc: dict[str, object] = {k: v for k, v in (
         ("host", place.host), ("gpu", place.gpu), ("gpu_model", model.id if model else place.gpu_model),
-        ("mig_profile", place.mig_profile), ("mig_start", place.mig_start)) if v is not None}
+        ("mig_profile", place.mig_profile), ("mig_start", place.mig_start), ("vgpu_type", place.vgpu_type),
+        ("vm_uuid", place.vm_uuid)) if v is not None}
     doc.update(samples=pa.samples, first_seen=iso(pa.first), last_seen=iso(pa.last))
     return doc
 
@@ -418,9 +429,11 @@ def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _
     model_id = lp_model.id if lp_model else (ref.id if ref else None)
     start = window.start if window.start is not None else acc.first
     end = window.end if window.end is not None else acc.last
+    if model_id is None and lp.vgpu_type is not None:  # a VM on a GPU without MIG (L4): the vGPU board's GPU
+        model_id = lp.gpu_model
     observed: dict[str, object] = {k: v for k, v in (
         ("host", lp.host), ("gpu", lp.gpu), ("gpu_model", model_id), ("mig_profile", lp.mig_profile),
-        ("mig_start", lp.mig_start)) if v is not None}
+        ("mig_start", lp.mig_start), ("vgpu_type", lp.vgpu_type), ("vm_uuid", lp.vm_uuid)) if v is not None}
     observed.update(window={"start": iso(start), "end": iso(end)}, samples=acc.memory.total,
                     compute_samples=compute_n, first_seen=iso(acc.first), last_seen=iso(acc.last),
                     places=[_place_doc(p, pa, models) for p, pa in
@@ -428,8 +441,10 @@ def profile_of(name: str, acc: _Acc, catalog: Catalog, window: Window, models: _
                              sorted(acc.places.items(), key=lambda kv: (-kv[1].last, _place_key(kv[0]))))])
     if notes:
         observed["notes"] = notes
-    doc: dict[str, object] = {"name": name, "observed": observed,
-                              "memory_mib": {"p50": p50, "p95": p95, "p99": p99, "max": acc.memory.max()}}
+    doc: dict[str, object] = {"name": name}
+    if any(p.vgpu_type is not None for p in acc.places):  # a VM on vGPU (`collect --local --vgpu`): issue 26
+        doc["kind"] = KIND_VM
+    doc.update(observed=observed, memory_mib={"p50": p50, "p95": p95, "p99": p99, "max": acc.memory.max()})
     if compute is not None:
         doc["compute"] = compute
     return Profile(name, lp.host or NO_HOST, doc, tuple(notes))

@@ -13,13 +13,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where a workload ran: host, GPU index and model, and the MIG profile/start (None: whole GPU)."""
+    """Where a workload ran: host, GPU index and model, the MIG profile/start (None: whole GPU), and for a VM its
+    vGPU type and UUID."""
 
     host: str | None = None
     gpu: int | None = None
     gpu_model: str | None = None
     mig_profile: str | None = None  # e.g. "3g.20gb"; None: MIG disabled (the whole GPU) or unknown
     mig_start: int | None = None
+    # a virtual machine's vGPU (`collect --local --vgpu`): its type (`A100X-3-20C`; a MIG-backed type's profile is
+    # also `mig_profile`) and the VM's UUID; None for a process
+    vgpu_type: str | None = None
+    vm_uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
