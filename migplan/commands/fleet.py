@@ -102,7 +102,7 @@ def discover_hosts(ctx: Context, inventory: Inventory, req: FleetRequest, report
     with SshFleet(req.ssh) as ssh:
         return discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.parallel,
                               timeout=req.timeout,
-                              on_done=_progress(report))
+                              on_done=_progress(report), vgpu=True)
 
 
 def discover(ctx: Context, req: FleetRequest, report: Report = quiet) -> Snapshot:

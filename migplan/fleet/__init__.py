@@ -8,6 +8,7 @@ in `migplan.model`).
   steps.py     `to_commands`: a GPU's actions as the exact nvidia-smi commands, batched, in
                order; the one place MIG-changing commands are built                         pure
   discover.py  discovery over an injected `CommandRunner` (one `SmiSession` per host)
+  vgpu_discover.py the vGPUs of a vGPU host (nvidia-smi vgpu, SR-IOV VFs, mdev devices), for discover.py
   apply.py     apply one host's part of a plan: re-read, refuse stale GPUs, checkpoint, change,
                verify, roll back (over an injected runner); what it uses:
   outcomes.py    the results, options and move events of an apply
@@ -16,7 +17,7 @@ in `migplan.model`).
   repair.py      the in-flight record of an apply and the repair of one left half-done
   devices.py     the MIG devices (UUIDs) read after an apply
 
-May import: model, catalog, inventory, smi, names, errors, yamldoc, files, adapters (discover.py and apply.py
-with the modules it uses: the runner protocol, the nvidia-smi session, the host pool). Never paramiko, pulp,
+May import: model, catalog, inventory, smi, names, errors, yamldoc, files, text, adapters (discover.py,
+vgpu_discover.py and apply.py with the modules it uses: the runner protocol, the nvidia-smi session, the host pool). Never paramiko, pulp,
 typer or pynvml: transports are passed in.
 """

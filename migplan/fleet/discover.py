@@ -55,6 +55,7 @@ from migplan.fleet.snapshot import (
     HostFailure,
     Snapshot,
 )
+from migplan.fleet.vgpu_discover import read_vgpu
 from migplan.inventory import Host, Inventory
 from migplan.model.assigned import (
     ASSIGNMENTS_FILE,
@@ -79,10 +80,12 @@ class UnknownModelError(HostError):
 # --- one host ---------------------------------------------------------------------------------
 
 def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
-                  timeout: float = DEFAULT_TIMEOUT, assignments: bool = True) -> DiscoveredHost:
+                  timeout: float = DEFAULT_TIMEOUT, assignments: bool = True, vgpu: bool = False,
+                  sysfs_root: str = "/") -> DiscoveredHost:
     """Everything discovery reports about one host; raises a HostError/SmiError when it cannot. With
     `assignments`, also the host's `assignments.json` (what the last apply placed there: `model.assigned`);
-    apply's own re-read does without it (its checks depend on the GPUs alone)."""
+    apply's own re-read does without it (its checks depend on the GPUs alone). With `vgpu`, also each GPU's vGPUs
+    where the host is a vGPU host (`vgpu_discover.read_vgpu`; `sysfs_root` is for tests only: module notes there)."""
     s, infos = _first_reads(runner, timeout)
     listing = {g.index: g for g in s.gpu_listing()}
     apps = s.compute_apps()
@@ -105,6 +108,8 @@ def discover_host(runner: CommandRunner, host: Host, catalog: Catalog, *,
             instances = _instances(host, info.index, own, gi_rows, ci_rows, devices, notes)
         gpu = _discovered_gpu(host, info, model, instances, apps, notes, processes)
         gpus.append(dataclasses.replace(gpu, driver_version=drivers.get(info.index), table=table))
+    if vgpu and gpus:
+        gpus = read_vgpu(runner, host.name, gpus, notes, timeout=timeout, sysfs_root=sysfs_root)
     placed = read_assignments(runner, host, notes, timeout) if assignments else None
     inflight = read_inflight(runner, host, notes, timeout)  # before the notes are taken: it may add one
     return DiscoveredHost(host.name, host.address, tuple(gpus), notes=tuple(notes), assignments=placed,
@@ -385,11 +390,15 @@ def discover_fleet(
     timeout: float = DEFAULT_TIMEOUT,
     on_done: Callable[[int, int, HostResult[DiscoveredHost]], None] | None = None,
     now: dt.datetime | None = None,
+    vgpu: bool = False,
+    sysfs_root: str = "/",
 ) -> Snapshot:
-    """Discover every inventory host (at most `parallel` at once); failed hosts carry their error."""
+    """Discover every inventory host (at most `parallel` at once); failed hosts carry their error. `vgpu`: also
+    the vGPUs of vGPU hosts (`migplan discover` and `status` ask for them); `sysfs_root`: tests only."""
     taken = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     results = for_each_host(list(inventory.hosts),
-                            lambda h: discover_host(connect(h), h, catalog, timeout=timeout),
+                            lambda h: discover_host(connect(h), h, catalog, timeout=timeout, vgpu=vgpu,
+                                                    sysfs_root=sysfs_root),
                             parallel=parallel, on_done=on_done)
     records = []
     for host, res in zip(inventory.hosts, results, strict=True):

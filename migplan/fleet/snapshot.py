@@ -2,8 +2,11 @@
 
 A snapshot records, per host, every GPU with its model, MIG mode (current and pending), GPU
 instances with their placements, compute instances, MIG device UUIDs and processes; or the error
-that host failed with. `Snapshot.fleet_state` turns it into the `FleetState` that `propose` plans
-from, in place of the layouts an inventory declares. `snapshot_to_dict` and `parse_snapshot` are
+that host failed with; on a vGPU host (`nvidia-smi vgpu` answers) each GPU in vGPU mode also carries its vGPUs
+(`GpuVgpu`: supported and creatable types, SR-IOV virtual functions or mdev devices, active vGPUs with their VM and
+frame-buffer use). A snapshot with vGPU records is version 2 (`SNAPSHOT_VERSION_VGPU`); one without is written
+as version 1, byte for byte as before, and both are read. `Snapshot.fleet_state` turns it into the `FleetState`
+that `propose` plans from, in place of the layouts an inventory declares. `snapshot_to_dict` and `parse_snapshot` are
 the document's two directions; reading and writing files is `migplan.documents`.
 """
 
@@ -25,6 +28,9 @@ from migplan.model.state import FleetState, GpuState
 from migplan.yamldoc import Node
 
 SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION_VGPU = 2  # a snapshot with any GPU's `vgpu` record; a migplan that reads only version 1 refuses it
+VGPU_DEVICE_KINDS = ("vf", "mdev")
+HOST_VGPU_MODES = ("sr-iov", "non-sr-iov")
 SNAPSHOT_KIND = "migplan/snapshot"
 LEGACY_KINDS = ("migplan-snapshot",)  # written by migplan 0.1 before document kinds were unified
 
@@ -58,6 +64,51 @@ class DiscoveredInstance:
 
 
 @dataclass(frozen=True)
+class VgpuDevice:
+    """What carries a vGPU on a KVM host: an SR-IOV virtual function (`vf`, its PCI address; `type_id` 0 when it
+    holds none) or an mdev device (`mdev`, its UUID)."""
+
+    kind: str
+    address: str
+    type_id: int = 0
+    type_name: str | None = None  # NVIDIA's name without the nvidia-smi prefix: A100X-2-10C
+    gpu_instance_id: int | None = None  # a MIG-backed vGPU's GPU instance
+
+
+@dataclass(frozen=True)
+class ActiveVgpu:
+    """A vGPU a running VM holds (`nvidia-smi vgpu -q`)."""
+
+    vgpu_id: int
+    type_name: str  # without the prefix: A100X-2-10C
+    type_id: int | None = None
+    vm_name: str | None = None
+    vm_uuid: str | None = None
+    device: str | None = None  # the VF address or mdev UUID that carries it, where that is known
+    gpu_instance_id: int | None = None
+    fb_total_mib: int | None = None
+    fb_used_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuVgpu:
+    """One GPU in vGPU mode. `board` is the vGPU catalog's board (None: its types are not in the catalog)."""
+
+    host_mode: str  # sr-iov (virtual functions) | non-sr-iov (mdev devices)
+    board: str | None = None
+    supported: tuple[str, ...] = ()
+    creatable: tuple[str, ...] = ()
+    total_vfs: int | None = None
+    devices: tuple[VgpuDevice, ...] = ()
+    vgpus: tuple[ActiveVgpu, ...] = ()
+
+    @property
+    def held(self) -> tuple[VgpuDevice, ...]:
+        """The devices that hold a vGPU (a VF with a type, every mdev device)."""
+        return tuple(d for d in self.devices if d.type_id)
+
+
+@dataclass(frozen=True)
 class DiscoveredGpu:
     """One GPU of a host. `model` is None only for a GPU without MIG that the catalog does not know."""
 
@@ -76,6 +127,7 @@ class DiscoveredGpu:
     excluded: bool = False
     driver_version: str | None = None
     table: HostTable | None = None  # the host's own -lgip/-lgipp (read for MIG-enabled GPUs)
+    vgpu: GpuVgpu | None = None  # a GPU in vGPU mode on a vGPU host
 
     @property
     def layout(self) -> Layout | None:
@@ -193,7 +245,18 @@ def _gpu_dict(g: DiscoveredGpu) -> dict[str, Any]:
         "processes": [_process(p) for p in g.processes],
         "driver_version": g.driver_version,
         "profile_table": None if g.table is None else [_row_dict(r) for r in g.table.rows],
+        **({} if g.vgpu is None else {"vgpu": vgpu_dict(g.vgpu)}),
     }
+
+
+def vgpu_dict(v: GpuVgpu) -> dict[str, Any]:
+    return {"host_mode": v.host_mode, "board": v.board, "supported": list(v.supported),
+            "creatable": list(v.creatable), "total_vfs": v.total_vfs,
+            "devices": [{"kind": d.kind, "address": d.address, "type_id": d.type_id, "type_name": d.type_name,
+                         "gpu_instance_id": d.gpu_instance_id} for d in v.devices],
+            "vgpus": [{"vgpu_id": a.vgpu_id, "type_name": a.type_name, "type_id": a.type_id, "vm_name": a.vm_name,
+                       "vm_uuid": a.vm_uuid, "device": a.device, "gpu_instance_id": a.gpu_instance_id,
+                       "fb_total_mib": a.fb_total_mib, "fb_used_mib": a.fb_used_mib} for a in v.vgpus]}
 
 
 def _row_dict(r: TableRow) -> dict[str, Any]:
@@ -217,8 +280,9 @@ def host_dict(h: DiscoveredHost) -> dict[str, Any]:
 
 
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
-    return {"version": SNAPSHOT_VERSION, "kind": SNAPSHOT_KIND, "taken_at": s.taken_at, "inventory": s.inventory,
-            "hosts": [host_dict(h) for h in s.hosts]}
+    vgpu = any(g.vgpu is not None for h in s.hosts for g in h.gpus)
+    return {"version": SNAPSHOT_VERSION_VGPU if vgpu else SNAPSHOT_VERSION, "kind": SNAPSHOT_KIND,
+            "taken_at": s.taken_at, "inventory": s.inventory, "hosts": [host_dict(h) for h in s.hosts]}
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -260,7 +324,16 @@ def _instance(node: Node) -> DiscoveredInstance:
 
 
 _GPU_KEYS = {"index", "model", "name", "uuid", "pci_bus_id", "memory_total_mib", "mig", "reserved", "excluded",
-             "instances", "processes", "driver_version", "profile_table"}
+             "instances", "processes", "driver_version", "profile_table", "vgpu"}
+_VGPU_KEYS = {"host_mode", "board", "supported", "creatable", "total_vfs", "devices", "vgpus"}
+_DEVICE_KEYS = {"kind", "address", "type_id", "type_name", "gpu_instance_id"}
+_ACTIVE_KEYS = {"vgpu_id", "type_name", "type_id", "vm_name", "vm_uuid", "device", "gpu_instance_id", "fb_total_mib",
+                "fb_used_mib"}
+_VGPU_TYPE = re.compile(r"(?a)[A-Za-z0-9][A-Za-z0-9 .]{0,60}-[0-9][A-Za-z0-9-]{0,20}")
+_DEVICE_ADDRESS = re.compile(r"(?a)[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+                             r"|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+_VM_UUID = re.compile(r"(?a)[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+MAX_VGPU_DEVICES = 1024
 _GIB = re.compile(r"(?a)[0-9]{1,5}\.[0-9]{2}")
 _DRIVER = re.compile(r"(?a)[0-9]{2,4}(?:\.[0-9]{1,4}){1,3}")
 _ROW_KEYS = {"name", "id", "memory_gib", "max_count", "sm_count", "starts", "size", "engines"}
@@ -292,7 +365,60 @@ def _table(node: Node | None) -> HostTable | None:
     return HostTable(rows)
 
 
-def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
+def _type_name(node: Node) -> str:
+    v = node.str()
+    if not _VGPU_TYPE.fullmatch(v):
+        node.fail(f"{v[:60]!r} is not a vGPU type name")
+    return v
+
+
+def _opt_type(f: dict[str, Node], key: str) -> str | None:
+    n = _opt(f, key)
+    return None if n is None else _type_name(n)
+
+
+def _matching(f: dict[str, Node], key: str, pattern: re.Pattern[str], what: str) -> str | None:
+    v = _opt_str(f, key)
+    if v is not None and not pattern.fullmatch(v):
+        f[key].fail(f"{v[:60]!r} is not {what}")
+    return v
+
+
+def _vgpu(node: Node) -> GpuVgpu:
+    f = node.fields(_VGPU_KEYS, {"host_mode"})
+    mode = f["host_mode"].str()
+    if mode not in HOST_VGPU_MODES:
+        f["host_mode"].fail(f"host_mode must be one of {', '.join(HOST_VGPU_MODES)}, not {mode!r}")
+    devices = []
+    for n in (f["devices"].list() if _opt(f, "devices") else []):
+        df = n.fields(_DEVICE_KEYS, {"kind", "address"})
+        kind = df["kind"].str()
+        if kind not in VGPU_DEVICE_KINDS:
+            df["kind"].fail(f"kind must be vf or mdev, not {kind!r}")
+        address = _matching(df, "address", _DEVICE_ADDRESS, "a PCI address or an mdev UUID")
+        assert address is not None  # required
+        tid = _opt_int(df, "type_id")
+        devices.append(VgpuDevice(kind, address, tid or 0, _opt_type(df, "type_name"),
+                                  _opt_int(df, "gpu_instance_id")))
+    if len(devices) > MAX_VGPU_DEVICES or len({d.address for d in devices}) != len(devices):
+        f["devices"].fail("a device is listed twice, or there are too many")
+    vgpus = []
+    for n in (f["vgpus"].list() if _opt(f, "vgpus") else []):
+        af = n.fields(_ACTIVE_KEYS, {"vgpu_id", "type_name"})
+        vgpus.append(ActiveVgpu(af["vgpu_id"].int(minimum=0, maximum=2**32 - 1), _type_name(af["type_name"]),
+                                _opt_int(af, "type_id"), _opt_str(af, "vm_name"),
+                                _matching(af, "vm_uuid", _VM_UUID, "a VM UUID"),
+                                _matching(af, "device", _DEVICE_ADDRESS, "a PCI address or an mdev UUID"),
+                                _opt_int(af, "gpu_instance_id"), _opt_int(af, "fb_total_mib"),
+                                _opt_int(af, "fb_used_mib")))
+    if len({a.vgpu_id for a in vgpus}) != len(vgpus):
+        f["vgpus"].fail("a vGPU ID is listed twice")
+    names = {k: tuple(_type_name(n) for n in f[k].list()) if _opt(f, k) else () for k in ("supported", "creatable")}
+    return GpuVgpu(mode, _opt_str(f, "board"), names["supported"], names["creatable"], _opt_int(f, "total_vfs"),
+                   tuple(devices), tuple(vgpus))
+
+
+def _gpu(node: Node, catalog: Catalog, version: int = SNAPSHOT_VERSION) -> DiscoveredGpu:
     f = node.fields(_GPU_KEYS, {"index", "model", "name", "mig"})
     mf = f["mig"].fields({"capable", "current", "pending"}, {"capable", "current", "pending"})
     model = _opt_str(f, "model")
@@ -326,7 +452,16 @@ def _gpu(node: Node, catalog: Catalog) -> DiscoveredGpu:
         processes=_processes(_opt(f, "processes")),
         reserved=f["reserved"].bool() if "reserved" in f else False,
         excluded=f["excluded"].bool() if "excluded" in f else False,
-        driver_version=_driver(_opt(f, "driver_version")), table=table)
+        driver_version=_driver(_opt(f, "driver_version")), table=table, vgpu=_vgpu_of(f, version))
+
+
+def _vgpu_of(f: dict[str, Node], version: int) -> GpuVgpu | None:
+    node = _opt(f, "vgpu")
+    if node is None:
+        return None
+    if version < SNAPSHOT_VERSION_VGPU:
+        f["vgpu"].fail(f"a version {version} snapshot has no vGPU records (they are version {SNAPSHOT_VERSION_VGPU})")
+    return _vgpu(node)
 
 
 def _driver(node: Node | None) -> str | None:
@@ -338,7 +473,7 @@ def _driver(node: Node | None) -> str | None:
     return v
 
 
-def _host(node: Node, catalog: Catalog) -> DiscoveredHost:
+def _host(node: Node, catalog: Catalog, version: int = SNAPSHOT_VERSION) -> DiscoveredHost:
     f = node.fields({"name", "address", "error", "notes", "gpus", "assignments"}, {"name"})
     name = f["name"].str()
     if not names.HOST_NAME.match(name):
@@ -349,7 +484,7 @@ def _host(node: Node, catalog: Catalog) -> DiscoveredHost:
         error = HostFailure(ef["code"].str(), ef["message"].str(), _opt_str(ef, "hint"))
     gpus: list[DiscoveredGpu] = []
     for n in (f["gpus"].list() if _opt(f, "gpus") else []):
-        g = _gpu(n, catalog)
+        g = _gpu(n, catalog, version)
         if any(x.index == g.index for x in gpus):
             n.fail(f"GPU index {g.index} listed twice")
         gpus.append(g)
@@ -379,12 +514,14 @@ def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
     if not root.is_map:
         root.fail("a snapshot is a mapping with 'version: 1' and 'hosts:' (written by 'migplan discover')")
     f = root.fields({"version", "kind", "taken_at", "inventory", "hosts"}, {"hosts"})
-    yamldoc.check_version(f, root, SNAPSHOT_VERSION, "snapshot")
+    version = f["version"].int() if "version" in f else SNAPSHOT_VERSION
+    yamldoc.check_version(f, root, SNAPSHOT_VERSION_VGPU if version == SNAPSHOT_VERSION_VGPU else SNAPSHOT_VERSION,
+                          "snapshot")
     if "kind" in f and f["kind"].str() not in (SNAPSHOT_KIND, *LEGACY_KINDS):
         f["kind"].fail(f"this is a {f['kind'].str()!r} document, not a {SNAPSHOT_KIND}")
     hosts: list[DiscoveredHost] = []
     for n in f["hosts"].list():
-        h = _host(n, catalog)
+        h = _host(n, catalog, version)
         if any(x.name == h.name for x in hosts):
             n.fail(f"host {h.name!r} listed twice")
         hosts.append(h)
@@ -392,6 +529,7 @@ def parse_snapshot(root: Node, catalog: Catalog) -> Snapshot:
 
 
 __all__ = [
-    "SNAPSHOT_KIND", "SNAPSHOT_VERSION", "ComputeInstance", "DiscoveredGpu", "DiscoveredHost", "DiscoveredInstance",
+    "SNAPSHOT_KIND", "SNAPSHOT_VERSION", "SNAPSHOT_VERSION_VGPU", "ActiveVgpu", "ComputeInstance", "GpuVgpu",
+    "VgpuDevice", "DiscoveredGpu", "DiscoveredHost", "DiscoveredInstance",
     "GpuProcess", "HostFailure", "Snapshot", "host_dict", "parse_snapshot", "snapshot_to_dict",
 ]
