@@ -31,7 +31,7 @@ app = typer.Typer(help="Workload profiles.", no_args_is_help=True)
 
 def workload_data(w: Workload) -> dict[str, Any]:
     o = w.observed
-    return {
+    data: dict[str, Any] = {
         "name": w.name,
         "observed": {"host": o.host, "gpu": o.gpu, "gpu_model": o.gpu_model, "mig_profile": o.mig_profile,
                      "mig_start": o.mig_start, "window": {"start": o.window_start, "end": o.window_end},
@@ -46,6 +46,10 @@ def workload_data(w: Workload) -> dict[str, Any]:
         "replicas": w.replicas,
         "source": w.source,
     }
+    if w.is_vm:  # issue 26: a VM's keys, only for a VM (a process's output is as it was)
+        data.update(kind=w.kind, vgpu_type=w.vgpu_type, min_vgpu_type=w.min_vgpu_type)
+        data["observed"].update(vgpu_type=o.vgpu_type, vm_uuid=o.vm_uuid)
+    return data
 
 
 @app.command("show")
@@ -63,10 +67,15 @@ def show(profiles: ProfilesOpt = None, output: OutputOpt = None, config: ConfigO
             o = w.observed
             where = f"{o.host or '?'}/{o.gpu if o.gpu is not None else '?'}"
             inst = o.mig_profile + (f"@{o.mig_start}" if o.mig_start is not None else "") if o.mig_profile else "-"
+            if w.is_vm:
+                inst = f"vGPU {o.vgpu_type or '?'}"
             extra = " ".join(x for x in (
                 f"pin={w.pin.host}{'/' + str(w.pin.gpu) if w.pin.gpu is not None else ''}" if w.pin else "",
                 f"anti={w.anti_affinity}" if w.anti_affinity else "",
                 f"min={w.min_profile}" if w.min_profile else "",
+                "vm" if w.is_vm else "",
+                f"vgpu={w.vgpu_type}" if w.vgpu_type else "",
+                f"min={w.min_vgpu_type}" if w.min_vgpu_type else "",
                 f"x{w.replicas}" if w.replicas > 1 else "") if x)
             rows.append([w.name, where, o.gpu_model or "?", inst, w.memory.p50, w.memory.p99, w.memory.max,
                          f"{w.compute.p95:.2f}" if w.compute.known else "?", w.priority, extra])
