@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,13 +190,12 @@ REPLAN_SETTINGS: dict[str, Setting] = {
 # The `sizing:` section (docs/profiles.md, "Sizing rules" and "sizing: auto"): `sizing: RULE`, `sizing: auto`, or a
 # mapping with `rule` and, for auto, what it calibrates from and how often.
 SIZING_SETTINGS: dict[str, Setting] = {
-    "target_oom": Setting("number", "sizing auto: the share of workloads that may run out of memory (mean over the "
-                                    "backtest's splits), 0.01 = 1%.", minimum=0.0, maximum=1.0),
     "cooldown_h": Setting("number", "sizing auto: recalibrate at most once per this many hours.", minimum=0.0,
                           maximum=24.0 * 365),
     "splits": Setting("int", "sizing auto: the backtest's split points (rolling origin).", minimum=1, maximum=50),
 }
-_SIZING_TEXT = ("rule", "history", "train", "test")
+_LENGTH = re.compile(r"(?a)[0-9]+(?:\.[0-9]+)?\s*[smhdw]")  # as commands.history.parse_duration
+_SIZING_TEXT = ("rule", "history", "train", "test", "target_oom")  # target_oom: 0.01 or 1% (planner/sizing.py)
 
 
 def read_sizing(node: Node) -> dict[str, object]:
@@ -216,7 +216,17 @@ def read_sizing(node: Node) -> dict[str, object]:
             v = n.str()
             out[key] = v if v.startswith(("http://", "https://")) else _path_text(n)
         elif key in ("train", "test"):
-            out[key] = n.str()
+            v = n.str()
+            if not _LENGTH.fullmatch(v.strip().lower()) or not float(re.sub("[smhdw ]", "", v.lower()) or 0) > 0:
+                n.fail(f"{v!r} is not a length of time", hint="write a number and a unit: 90s, 30m, 12h, 7d, 2w")
+            out[key] = v
+        elif key == "target_oom":  # 0.01 or 1%
+            from migplan.planner.sizing import parse_share
+
+            try:
+                out[key] = parse_share(n.value() if n.is_scalar else None, key="")
+            except InputError as err:
+                n.fail(err.message, hint=err.hint)
         elif key in SIZING_SETTINGS:
             out[key] = SIZING_SETTINGS[key].read(n)
         else:
@@ -226,11 +236,13 @@ def read_sizing(node: Node) -> dict[str, object]:
 
 
 def _sizing_rule(node: Node) -> str:
-    from migplan.planner.sizing import parse_rule
+    from migplan.planner.sizing import is_auto, parse_rule
 
     text = node.str() if node.is_scalar and not isinstance(node.value(), bool) else ""
     if not text:
         node.fail(f"expected a sizing rule or 'auto', got {_shown(node)}", hint="e.g. max+10%, max+1spread, auto")
+    if is_auto(text):
+        return text.strip()
     try:
         parse_rule(text, key="")  # the node names the file, line and key
     except InputError as err:

@@ -222,7 +222,9 @@ def test_config_sizing_rule_is_the_plans_rule(cli, tmp_path: Path) -> None:  # t
     ("version: 1\nsizing: {rule: p90}\n", "config.yaml:2: sizing.rule: sizing rule 'p90' is not STAT"),
     ("version: 1\nsizing: {rules: max}\n", "unknown sizing setting 'rules'"),
     ("version: 1\nsizing: [max+10%]\n", "expected a sizing rule, 'auto' or a mapping"),
-    ("version: 1\nsizing: {rule: max, target_oom: 2}\n", "sizing.target_oom"),
+    ("version: 1\nsizing: {rule: max, target_oom: 2}\n", "config.yaml:2: sizing.target_oom: 2 is not a share"),
+    ("version: 1\nsizing: {rule: auto, train: forever}\n", "sizing.train: 'forever' is not a length of time"),
+    ("version: 1\nsizing: {rule: auto, splits: 0}\n", "sizing.splits"),
 ])
 def test_bad_config_sizing_names_the_line_and_key(cli, tmp_path: Path, body: str, match: str) -> None:  # type: ignore[no-untyped-def]
     r = cli("propose", "--config", _config(tmp_path, body), "-i", INV, "-p", PROF)

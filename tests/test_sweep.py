@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers.sizing_fleets import DAY, MODEL, SPIKES, STEP, T0, truth_history, write_csv
 from typer.testing import CliRunner
 
 from migplan.adapters.solver import PulpSolver
@@ -31,28 +32,11 @@ from migplan.history.samples import Place, Sample
 from migplan.history.sweep import DEFAULT_FAMILIES, TooShort, burst, load, rules_of, split_points, sweep
 
 CAT = builtin_catalog()
-MODEL = "A100-SXM4-80GB"
 SIZES = (9728, 19968, 40192, 80384)
-T0 = 1_790_000_000.0
-DAY = 86_400.0
-STEP = 600.0
-SPIKES = [14000.0] * 7 + [21000.0, 15000.0, 26000.0]
 
 
 def _truth_history() -> list[Sample]:
-    out = []
-    n = int(10 * DAY / STEP)
-    for w in range(8):
-        place = Place(host=f"h{w // 4}", gpu=w % 4, gpu_model=MODEL)
-        for i in range(n):
-            t = T0 + i * STEP
-            if w < 4:
-                mem = 17000.0
-            else:
-                day, noon = divmod(i * STEP, DAY)
-                mem = SPIKES[int(day)] if noon == 12 * 3600 else 8000.0
-            out.append(Sample(t, f"{'steady' if w < 4 else 'volatile'}-{w}", mem, 5.0, place))
-    return out
+    return truth_history()
 
 
 @pytest.fixture(scope="module")
@@ -203,11 +187,7 @@ def test_the_recommendation_meets_its_target_out_of_sample() -> None:
 # --- the command ---------------------------------------------------------------------------------------------------
 
 def _csv(tmp_path: Path) -> Path:
-    path = tmp_path / "h.csv"
-    rows = ["timestamp,workload,memory_used_mib,util_pct,gpu_model"]
-    rows += [f"{s.timestamp:.0f},{s.workload},{s.memory_mib:g},{s.util_pct:g},{MODEL}" for s in _truth_history()]
-    path.write_text("\n".join(rows) + "\n")
-    return path
+    return write_csv(tmp_path / "h.csv", _truth_history())
 
 
 @pytest.mark.slow  # a CLI run of 6 plans

@@ -6,6 +6,7 @@
     plans/RUN.json       the plan document of that run (same N)
     gpu-changes.json     {"host:index": unix time of the last change migplan made to that GPU}
     workload-hosts.json  {"workload": the host whose assignments named it when that host last answered}
+    sizing.json          `sizing: auto`'s calibration: the last sweep's figures per rule (history/sweep.py `record`)
     k8s-inflight.json    `replan --via gpu-operator`: {"node": {"previous", "config", "cordoned"}} for each node
                          whose change has begun and not ended (a run killed mid-change leaves it for the next)
     journal/, fetched/   apply journals of each run; the histories `replan --collect` fetched
@@ -208,6 +209,18 @@ class StateDir:
         else:
             doc[node] = dict(entry)
         self._write(self.path / "k8s-inflight.json", json.dumps(dict(sorted(doc.items())), indent=1) + "\n")
+
+    # --- sizing: auto's calibration ------------------------------------------------------------------------------
+
+    def sizing_record(self) -> Any:
+        """The calibration `sizing: auto` last wrote (a JSON document, checked by its reader), or None."""
+        if not self.check():
+            return None
+        return self._read("sizing.json")
+
+    def set_sizing_record(self, doc: Mapping[str, Any]) -> None:
+        self.prepare()
+        self._write(self.path / "sizing.json", json.dumps(dict(doc), indent=1) + "\n")
 
     # --- where each workload was last assigned (hosts that answered) -------------------------------------------
 

@@ -121,6 +121,10 @@ def backtest(
     target_oom: Annotated[str, typer.Option("--target-oom", metavar="SHARE",
                                             help="With --sweep: the share of workloads that may run out of memory, "
                                                  "mean over the splits (1% or 0.01).")] = "1%",
+    state_dir: Annotated[_S, typer.Option("--state-dir", metavar="DIR",
+                                          help="With --sweep: keep it as the calibration 'sizing: auto' uses, in "
+                                               "this state directory (replan's; docs/profiles.md).",
+                                          show_default=False)] = None,
     report_html: Annotated[_S, typer.Option("--report", metavar="FILE",
                                             help="With --sweep: also write the frontier (an SVG), the rules and the "
                                                  "splits as one self-contained HTML page.",
@@ -141,7 +145,7 @@ def backtest(
     ctx = build_context(config, catalog, output)
     if not sweep:
         for name, given in (("--splits", splits != 3), ("--target-oom", target_oom != "1%"),
-                            ("--report", report_html is not None)):
+                            ("--report", report_html is not None), ("--state-dir", state_dir is not None)):
             if given:
                 raise typer.BadParameter("goes with --sweep", param_hint=name)
         req = BacktestRequest(history=history, csv=csv, train=train, test=test or "7d", until=until,
@@ -156,8 +160,14 @@ def backtest(
                         policies=tuple(policy or ()), gpu_model=gpu_model, compute_percentile=compute_percentile,
                         target_oom=target_oom, prometheus=prometheus_cmd.history_request(prom))
     sw = run_sweep(ctx, sreq, report=info)
+    source = csv or history or prom.prometheus or ""
     if report_html:
-        write_sweep_page(sw, report_html, source=csv or history or prom.prometheus or "", forbid=[csv, history],
-                         report=info)
+        write_sweep_page(sw, report_html, source=source, forbid=[csv, history], report=info)
+    if state_dir:
+        import time
+
+        from migplan.commands.sizing import keep_sweep
+
+        keep_sweep(ctx, sw, state_dir, source=source, families=tuple(policy or ()), now=time.time(), report=info)
     _burst_warnings(sw)
     emit(sw.to_dict(), ctx.output, lambda: _sweep_table(sw))

@@ -72,6 +72,7 @@ def _table(p: Plan, catalog: Any) -> str:
         f"disrupted {s.workloads_disrupted}"
         + (f" (+{s.busy_disrupted} busy without a profile)" if s.busy_disrupted else "") + "\n"
         f"memory sized from {stat}, headroom {s.headroom_rule}; below peak {s.below_peak}, least margin {least}\n"
+        + (f"{p.sizing.line()}\n" if p.sizing is not None else "")
         + (f"warning: {s.memory_warning}\n" if s.memory_warning else "")
         + f"GPUs changed {s.gpus_changed}, instances destroyed {s.instances_destroyed}, created {s.instances_created}\n"
         + _idle_line(p)
@@ -200,11 +201,25 @@ def propose(
                                                    help="Memory headroom fraction; need = the larger of statistic x (1 "
                                                         "+ headroom) and statistic + --headroom-min-mib [default: "
                                                         f"planner.headroom, else {_P.headroom:.2f}].")] = None,
-    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE",
+    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE|auto",
                                                help="The whole memory rule, STAT[+PCT%][+Kspread][+FLOORMiB]"
-                                                    "[,cap=CAPMiB], e.g. max+1spread (docs/profiles.md); replaces "
+                                                    "[,cap=CAPMiB], e.g. max+1spread, or auto: the rule 'backtest "
+                                                    "--sweep' recommends for this fleet (docs/profiles.md); replaces "
                                                     "the other memory options [default: sizing in the config, else "
                                                     "the options below: max+10%].")] = None,
+    target_oom: Annotated[str | None, typer.Option("--target-oom", metavar="SHARE",
+                                                   help="With --sizing auto: the share of workloads that may run out "
+                                                        "of memory in the backtest, 1% or 0.01 [default: "
+                                                        "sizing.target_oom, else 1%].")] = None,
+    sizing_history: Annotated[str | None, typer.Option("--sizing-history", metavar="PATH|FILE.csv|URL",
+                                                       help="With --sizing auto: the history to calibrate from: a "
+                                                            "history store, a CSV file or a Prometheus URL [default: "
+                                                            "sizing.history, else none: the calibration kept in "
+                                                            "--state-dir].")] = None,
+    state_dir: Annotated[str | None, typer.Option("--state-dir", metavar="DIR",
+                                                  help="With --sizing auto: where its calibration is kept (replan's "
+                                                       "state directory) [default: replan.state_dir, else "
+                                                       "/var/lib/migplan].")] = None,
     headroom_min_mib: Annotated[int | None, typer.Option("--headroom-min-mib", min=0, metavar="MIB",
                                                          help="Least memory headroom; applies even with --headroom 0; "
                                                               "0 turns it off [default: planner.headroom_min_mib, else "
@@ -240,15 +255,24 @@ def propose(
                          "headroom_min_mib": headroom_min_mib, "anti_affinity_scope": anti_affinity_scope,
                          "reclaim_idle": reclaim_idle, "spare": _spare_option(spare)})
     live = KubectlOptions(kubeconfig=kubeconfig, context=context)  # -i kubectl, --pods kubectl
+    from migplan.commands.sizing import AutoRequest
+
+    auto = AutoRequest(sizing=sizing, target_oom=target_oom, history=sizing_history, state_dir=state_dir)
     with progress_reporter(quiet, progress) as rep:  # migplan/cli/progress.py: who sees what
-        _propose(rep, config, catalog, output, report_html, req, live, mig_configmap)
+        _propose(rep, config, catalog, output, report_html, req, live, mig_configmap, auto)
 
 
 def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, output: str | None,
              report_html: str | None, req: ProposeRequest, live: KubectlOptions | None = None,
-             mig_configmap: str | None = None) -> None:
+             mig_configmap: str | None = None, auto: Any = None) -> None:
     ctx = build_context(config, catalog, output, live, mig_configmap)
     check_output_options((req.out, "--out", "file"), (report_html, "--report", "file"))  # before the solve
+    if auto is not None:  # sizing: auto resolved into its rule (commands/sizing.py; nothing when not auto)
+        import time
+
+        from migplan.commands.sizing import prepare_propose
+
+        req = prepare_propose(ctx, req, auto, now=time.time(), report=rep.note)
     result = run_propose(ctx, req, report=rep.note, progress=rep)
     rep.phase(WRITING)
     if report_html:  # migplan/commands/report.py

@@ -57,11 +57,21 @@ def replan(
                                              "-A -o json' (a file, or 'kubectl': read live) merged with the profiles, "
                                              "as 'propose --pods' (docs/kubernetes.md); --via gpu-operator reads "
                                              "them live.", show_default=False)] = None,
-    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE",
+    sizing: Annotated[str | None, typer.Option("--sizing", metavar="RULE|auto",
                                                help="The whole memory rule, STAT[+PCT%][+Kspread][+FLOORMiB]"
-                                                    "[,cap=CAPMiB], e.g. max+1spread (docs/profiles.md) [default: "
-                                                    "sizing in the config, else planner's memory settings: "
-                                                    "max+10%].")] = None,
+                                                    "[,cap=CAPMiB], e.g. max+1spread, or auto: the rule 'backtest "
+                                                    "--sweep' recommends, recalibrated at most once per "
+                                                    "sizing.cooldown_h (docs/profiles.md) [default: sizing in the "
+                                                    "config, else planner's memory settings: max+10%].")] = None,
+    target_oom: Annotated[str | None, typer.Option("--target-oom", metavar="SHARE",
+                                                   help="With --sizing auto: the share of workloads that may run out "
+                                                        "of memory in the backtest, 1% or 0.01 [default: "
+                                                        "sizing.target_oom, else 1%].")] = None,
+    sizing_history: Annotated[str | None, typer.Option("--sizing-history", metavar="PATH|FILE.csv|URL",
+                                                       help="With --sizing auto: the history to calibrate from: a "
+                                                            "history store, a CSV file or a Prometheus URL [default: "
+                                                            "sizing.history, else the --history-store or --collect "
+                                                            "history].")] = None,
     window: Annotated[str, typer.Option("--window", help="With --history-store: the history to roll up, back "
                                         "from now (e.g. 7d, 24h).", metavar="DURATION")] = "7d",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide and show the commands; change nothing.")] = False,
@@ -112,7 +122,8 @@ def replan(
     span = parse_duration(window, "--window")  # None: 'all'
     span = float("inf") if span is None else span
     req = ReplanRequest(fleet=fleet.request(inventory), profiles=profiles, state_dir=where, metrics_file=metrics_file,
-                        dry_run=dry_run, history=store, window_s=span, collect=collect, pods=pods, sizing=sizing)
+                        dry_run=dry_run, history=store, window_s=span, collect=collect, pods=pods, sizing=sizing,
+                        target_oom=target_oom, sizing_history=sizing_history)
     if via is Via.gpu_operator:  # nodes and pods read live, applied through the MIG manager (docs/kubernetes.md)
         from migplan.commands.replan_k8s import K8sReplan, replan_gpu_operator
 

@@ -11,6 +11,8 @@ returns; a cron-driven `replan` (or any other caller) uses the same functions wi
   collect.py   `collect`: samples from NVML on this host (cron) or from every host over SSH
   collect_prometheus.py  samples from a Prometheus that scrapes dcgm-exporter, pass by pass
   history.py   profiles from history (CSV, on-host store, Prometheus) and backtests of a sizing rule
+  sizing.py    `sizing: auto`: the rule `backtest --sweep` recommends, calibrated at most once per cool-down and
+               kept in the state directory, for propose and replan
   profiles_dir.py  the profiles directory writer (one document per host), below collect and history
   pods.py      `--pods FILE|-`: the pods' demand (migplan/pods.py) merged into the profiles propose and replan plan
   replan.py    one unattended run: lock, read, plan, decide, apply when worth it, record

@@ -17,12 +17,14 @@ from migplan.catalog import Catalog
 from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
 from migplan.commands.pods import check_stdin, demand_from_pods
+from migplan.commands.vms import without_vms
 from migplan.config import check_planner_overrides
 from migplan.errors import InputError
 from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
+from migplan.planner.plan import SizingChoice
 from migplan.planner.sizing import is_auto, parse_rule
 from migplan.profiles import ProfileSet
 
@@ -76,6 +78,7 @@ class ProposeRequest:
     policy: Mapping[str, Any] = field(default_factory=dict)  # Policy field -> value (None: not given)
     pods: str | None = None  # `kubectl get pods -A -o json` (a file, or `-`): their demand (commands/pods.py)
     sizing: str | None = None  # `--sizing RULE` (planner/sizing.py): the whole memory rule, over the config's
+    sizing_choice: SizingChoice | None = None  # what `sizing: auto` chose (commands/sizing.py), recorded in the plan
 
 
 # The Policy fields a sizing rule sets (planner/sizing.py): `--sizing` and `sizing:` state them all at once
@@ -196,12 +199,13 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         profiles = ctx.profiles_result(pending) if measured else ProfileSet(())
         if req.pods:
             profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
+        profiles, _ = without_vms(profiles, policy, catalog, report)  # kind: vm is not planned yet (commands/vms.py)
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),
                   phase=progress.phase if progress is not None else None)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result = dataclasses.replace(result, created_at=stamp)
+    result = dataclasses.replace(result, created_at=stamp, sizing=req.sizing_choice)
     if req.out:
         if progress is not None:
             progress.phase(WRITING)

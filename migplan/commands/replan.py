@@ -27,6 +27,7 @@ from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
 from migplan.commands.pods import demand_from_pods
 from migplan.commands.propose import ProposeRequest, planner_policy, planner_solver
+from migplan.commands.vms import without_vms
 from migplan.errors import EXIT_FAILURE, EXIT_OK
 from migplan.files import check_output_option, write_atomic
 from migplan.fleet.apply import GpuOutcome, half_done
@@ -35,6 +36,7 @@ from migplan.fleet.snapshot import Snapshot
 from migplan.inventory import Host
 from migplan.model.state import FleetState, GpuKey
 from migplan.planner import Plan, plan_problem, plan_to_dict
+from migplan.planner.plan import SizingChoice
 from migplan.planner.problem import build_problem
 from migplan.profiles import ProfileSet, check_models
 from migplan.replan import metrics
@@ -64,7 +66,9 @@ class ReplanRequest:
     collect: bool = False
     remote_history: str | None = None  # the store's path on the hosts (None: collect's default)
     pods: str | None = None  # `kubectl get pods -A -o json`: their demand merged in (commands/pods.py)
-    sizing: str | None = None  # `--sizing RULE` (planner/sizing.py): the whole memory rule, over the config's
+    sizing: str | None = None  # `--sizing RULE|auto` (planner/sizing.py): the whole memory rule, over the config's
+    target_oom: str | None = None  # --sizing auto: the target (commands/sizing.py)
+    sizing_history: str | None = None  # --sizing auto: the history to calibrate from (default: `history`)
 
 
 @dataclass(frozen=True)
@@ -323,6 +327,21 @@ def plan_and_decide(ctx: Context, rp: ReplanPolicy, state: FleetState, profiles:
     return Planned(chosen, decision, disrupt, idle, solve_s)
 
 
+def replan_sizing(ctx: Context, req: ReplanRequest, sd: StateDir, now: dt.datetime,
+                  report: Report) -> tuple[str | None, SizingChoice | None]:
+    """The memory rule of this run: `--sizing RULE`, or with `sizing: auto` the rule commands/sizing.py resolves from
+    the state directory's calibration (recalibrated from --sizing-history, sizing.history or the history this run
+    plans from, at most once per cool-down), and what the plan records of that choice."""
+    from migplan.commands.sizing import AutoRequest, check_options, resolve, wanted
+
+    auto = AutoRequest(sizing=req.sizing, target_oom=req.target_oom, history=req.sizing_history,
+                       state_dir=str(sd.path), default_history=req.history)
+    check_options(ctx, auto, {})
+    if not wanted(ctx, req.sizing):
+        return req.sizing, None
+    return resolve(ctx, auto, now=now.timestamp(), report=report)
+
+
 def report_orphans(idle: list[str], report: Report) -> None:
     if idle:
         report(f"info: event=orphans instances={len(idle)} {' '.join(idle[:10])}{' ...' if len(idle) > 10 else ''}"
@@ -347,17 +366,22 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if req.collect:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
     profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
+    profiles = without_vms(profiles, None, catalog, report)[0]  # kind: vm is not planned yet (commands/vms.py)
     if req.pods:
         profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
-    made = plan_and_decide(ctx, rp, state, profiles, catalog, cooling, now, source="discovery", sizing=req.sizing)
+    rule, choice = replan_sizing(ctx, req, sd, now, report)
+    made = plan_and_decide(ctx, rp, state, profiles, catalog, cooling, now, source="discovery", sizing=rule)
     report_orphans(made.orphans, report)
     chosen, decision, disrupt, idle, solve_s = made.plan, made.decision, made.disrupt, made.orphans, made.solve_s
+    chosen = dataclasses.replace(chosen, sizing=choice)
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
     run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
                            "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),
                            "disrupt_allowed": disrupt, "dry_run": req.dry_run, "orphans": idle,
                            "summary": dataclasses.asdict(chosen.summary)}
+    if choice is not None:
+        run["sizing"] = dataclasses.asdict(choice)
     if repaired.gpus or repaired.failed:
         run["repaired"] = [{"host": h, "gpu": i, "reason": why} for h, i, why in (*repaired.gpus, *repaired.failed)]
     if not decision.apply:

@@ -59,6 +59,7 @@ from migplan.commands.replan import (
     plan_and_decide,
     replan,
     replan_policy,
+    replan_sizing,
     report_orphans,
 )
 from migplan.errors import EXIT_FAILURE, EXIT_OK, InputError, MigplanError
@@ -171,8 +172,11 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     measured = _profiles(ctx, dataclasses.replace(req, pods=LIVE), now, report)
     profiles = demand_from_pods(pods, state, catalog, measured, inventory, report)
     cooling_nodes = sorted({h for h, _ in in_cooldown(sd.last_changed(), now.timestamp(), rp)} & nodes)
+    rule, choice = replan_sizing(ctx, req, sd, now, report)
     made, later = _plan(ctx, rp, state, profiles, catalog, inventory, set(held), set(cooling_nodes), now, report,
-                        sizing=req.sizing)
+                        sizing=rule)
+    if choice is not None:
+        made = dataclasses.replace(made, plan=dataclasses.replace(made.plan, sizing=choice))
     chosen, decision = made.plan, made.decision
     report_orphans(made.orphans, report)
     changing = holds.changing_nodes(chosen.gpus)
@@ -180,6 +184,8 @@ def _run(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt
     r.record.update({"line": decision.line, "reasons": list(decision.reasons), "cooling": cooling_nodes,
                      "held": r.via["held"], "disrupt_allowed": disrupt, "orphans": made.orphans,
                      "nodes_to_change": changing, "summary": dataclasses.asdict(chosen.summary)})
+    if choice is not None:
+        r.record["sizing"] = dataclasses.asdict(choice)
     if not decision.apply or not changing:
         line = decision.line if not decision.apply else (
             "nothing to do: the plan changes no node's MIG devices (what it would do, " + "; ".join(decision.reasons)

@@ -33,7 +33,7 @@ import math
 import random
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from migplan.history.samples import Sample
 from migplan.history.series import Series, SeriesStore
 from migplan.planner import Policy, Solver, plan
 from migplan.planner.demand import headroom_rule
-from migplan.planner.sizing import DEFAULT_FLOOR_MIB, SizingRule, expand
+from migplan.planner.sizing import DEFAULT_FLOOR_MIB, SizingRule, expand, parse_rule
 from migplan.profiles import ProfileSet
 
 # The default grid: fixed percentages, headroom in proportion to each workload's spread, p99 with headroom, and
@@ -299,6 +299,77 @@ class Sweep:
                 "correlated_bursts": [r.rule.text for r in self.correlated], "notes": list(self.notes)}
 
 
+# --- the calibration record `sizing: auto` keeps (its state directory's sizing.json) ---------------------------------
+
+RECORD_KIND = "migplan/sizing-calibration"
+RECORD_MAX_RULES = 10_000
+
+
+def record(s: Sweep, *, calibrated_at: float, source: str, families: list[str]) -> dict[str, Any]:
+    """What `sizing: auto` keeps of a sweep: enough to choose again for another target without sweeping again."""
+    return {"kind": RECORD_KIND, "version": 1, "calibrated_at": calibrated_at, "source": source,
+            "train_s": s.train_s, "test_s": s.test_s, "splits": len(s.splits), "families": list(families),
+            "first": s.first, "last": s.last, "workloads": s.splits[-1].sized if s.splits else 0,
+            "correlated_bursts": [r.rule.text for r in s.correlated],
+            "rules": [{"rule": r.rule.text, "oom_rate": r.oom_rate, "whole_gpu_ratio": r.ratio} for r in s.rules]}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration record read back (`read_record`)."""
+
+    calibrated_at: float
+    source: str
+    train_s: float
+    test_s: float
+    splits: int
+    families: tuple[str, ...]
+    figures: tuple[Figures, ...]
+    correlated: tuple[str, ...]
+
+
+def _num(doc: Mapping[str, Any], key: str, lo: float, hi: float) -> float:
+    v = doc.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise InputError(f"{key}: expected a number from {lo:g} to {hi:g}, got {v!r}")
+    return float(v)
+
+
+def _text(v: object, what: str) -> str:
+    if not isinstance(v, str) or len(v) > 2000 or not v.isprintable():
+        raise InputError(f"{what}: expected one printable line of text")
+    return v
+
+
+def read_record(doc: object) -> Calibration:
+    """A calibration record, every field checked (InputError naming the first that is not right): the state
+    directory is trusted only so far."""
+    if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("version") != 1:
+        raise InputError(f"not a version 1 {RECORD_KIND} document")
+    rules = doc.get("rules")
+    if not isinstance(rules, list) or not 0 < len(rules) <= RECORD_MAX_RULES:
+        raise InputError("rules: expected a list of rules")
+    splits = int(_num(doc, "splits", 1, 50))
+    out = []
+    for i, r in enumerate(rules):
+        if not isinstance(r, dict) or not isinstance(r.get("oom_rate"), dict) or not isinstance(
+                r.get("whole_gpu_ratio"), dict):
+            raise InputError(f"rules[{i}]: expected {{rule, oom_rate, whole_gpu_ratio}}")
+        text = _text(r.get("rule"), f"rules[{i}].rule")
+        parse_rule(text, key=f"rules[{i}].rule")
+        oom, ratio = r["oom_rate"], r["whole_gpu_ratio"]
+        out.append(Figures(text, _num(oom, "mean", 0, 1), _num(oom, "worst", 0, 1), _num(ratio, "mean", 0, 1e6),
+                           _num(ratio, "worst", 0, 1e6), splits))
+    fams = doc.get("families")
+    corr = doc.get("correlated_bursts", [])
+    if not isinstance(fams, list) or not isinstance(corr, list):
+        raise InputError("families, correlated_bursts: expected lists")
+    return Calibration(_num(doc, "calibrated_at", 0, 1e12), _text(doc.get("source"), "source"),
+                       _num(doc, "train_s", 1, 1e9), _num(doc, "test_s", 1, 1e9), splits,
+                       tuple(_text(f, "families[]") for f in fams), tuple(out),
+                       tuple(_text(c, "correlated_bursts[]") for c in corr))
+
+
 # --- the frontier and the recommendation ---------------------------------------------------------------------------
 
 def _point(r: RuleResult) -> tuple[float, float]:
@@ -312,22 +383,46 @@ def mark_frontier(rules: list[RuleResult]) -> None:
                              for o, c in points)
 
 
+@dataclass(frozen=True)
+class Figures:
+    """What the recommendation reads of a rule: its mean and worst OOM share and GPU ratio over the splits (from a
+    sweep, or from a calibration record that `sizing: auto` kept)."""
+
+    rule: str
+    oom_mean: float
+    oom_worst: float
+    ratio_mean: float
+    ratio_worst: float
+    splits: int
+
+
+def choose(figures: list[Figures], target: float) -> tuple[Figures | None, str]:
+    """The cheapest rule whose mean OOM share is at most `target` (module notes), and why, in words; None (and which
+    rule came closest) when none is."""
+    ok = [f for f in figures if f.oom_mean <= target + EPS]
+    if not ok:
+        if not figures:
+            return None, "no rule was swept"
+        best = min(figures, key=lambda f: (f.oom_mean, f.ratio_mean, f.rule))
+        return None, (f"no rule keeps the mean share of workloads out of memory at or below {_pct(target)}; the "
+                      f"least, {best.rule}, has {_pct(best.oom_mean)}")
+    pick = min(ok, key=lambda f: (f.ratio_mean, f.oom_mean, f.oom_worst, len(f.rule), f.rule))
+    return pick, (f"the cheapest rule with at most {_pct(target)} of workloads out of memory (mean over {pick.splits} "
+                  f"split(s)): {_pct(pick.oom_mean)} mean, {_pct(pick.oom_worst)} worst, {pick.ratio_mean:.2f}x the "
+                  "GPUs of one whole GPU per workload")
+
+
+def figures(r: RuleResult) -> Figures:
+    return Figures(r.rule.text, r.oom_rate["mean"], r.oom_rate["worst"], r.ratio["mean"], r.ratio["worst"],
+                   len(r.splits))
+
+
 def recommend(rules: list[RuleResult], target: float) -> tuple[RuleResult | None, str]:
-    """The cheapest rule meeting the target (module notes), and why, in words."""
+    """`choose` over the swept rules; marks each rule that meets the target."""
     for r in rules:
         r.meets = r.oom_rate["mean"] <= target + EPS
-    ok = [r for r in rules if r.meets]
-    if not ok:
-        if not rules:
-            return None, "no rule was swept"
-        best = min(rules, key=lambda r: (r.oom_rate["mean"], r.ratio["mean"], r.rule.text))
-        return None, (f"no rule keeps the mean share of workloads out of memory at or below {_pct(target)}; the "
-                      f"least, {best.rule.text}, has {_pct(best.oom_rate['mean'])}")
-    best = min(ok, key=lambda r: (r.ratio["mean"], r.oom_rate["mean"], r.oom_rate["worst"], len(r.rule.text),
-                                  r.rule.text))
-    return best, (f"the cheapest rule with at most {_pct(target)} of workloads out of memory (mean over "
-                  f"{len(best.splits)} split(s)): {_pct(best.oom_rate['mean'])} mean, {_pct(best.oom_rate['worst'])} "
-                  f"worst, {best.ratio['mean']:.2f}x the GPUs of one whole GPU per workload")
+    pick, reason = choose([figures(r) for r in rules], target)
+    return next((r for r in rules if pick is not None and r.rule.text == pick.rule), None), reason
 
 
 def _pct(share: float) -> str:

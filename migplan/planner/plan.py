@@ -17,12 +17,18 @@
     freed_gpus: [{host, index}]                                       # version 4
     consolidation: {max_moves, moves, gpus_in_use, gpus_used, gpus_freed, gpus_freeable, curve} | null
     eligibility: [{rules: [{profile, hosts, why}], workloads: [name]}]   # only when a workload has rules
+    sizing: {mode, rule, recommended, target_oom, reason, calibrated_at, source, splits, train_s, test_s,
+             oom_rate_mean, oom_rate_worst, whole_gpu_ratio_mean}     # only when sized by `sizing: auto`
 
 Rules (written only where there are any, so a plan without them is as before; a reader that does not know them
 refuses the unknown key rather than ignoring a rule): a GPU's `allowed` (what its target may hold:
 `GpuState.allowed`, in its fingerprint) and `eligibility`, the workloads that may use some profiles on some hosts
 only (`Item.eligible`), grouped by their rules. The reader checks each target against its GPU's rule and each
 placed workload against its rules, as the validator did (docs/kubernetes.md, "MIG strategies").
+
+`sizing` (written only for `sizing: auto`, so every other plan is as before): the rule auto chose and why, with its
+backtest figures. The reader checks that the rule is one (planner/sizing.py) and is the plan's own memory rule (its
+policy), and that every figure is in range.
 
 Migrations (version 4): the ordered moves of running workloads. The reader checks each against the
 workloads and GPUs and re-derives the whole order with `migration.order` from the file's own moves,
@@ -67,6 +73,7 @@ from migplan.model.state import FleetState, GpuKey, GpuState
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
 from migplan.planner.milp import LEGACY_STATUSES, SolveStatus
+from migplan.planner.sizing import parse_rule, rule_text
 from migplan.profiles import ANY_MIG, MAX_PRIORITY, WHOLE_GPU, Eligible, may_use
 from migplan.yamldoc import Node
 
@@ -79,6 +86,34 @@ _SUMMARY_SINCE_5 = frozenset({"workloads_at_risk", "idle_kept", "idle_removed", 
 PLAN_KIND = "migplan/plan"
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _REPLICA = re.compile(r"#[0-9]{1,4}")
+
+
+@dataclass(frozen=True)
+class SizingChoice:
+    """What `sizing: auto` chose for this plan (commands/sizing.py): the rule, whether it is the sweep's
+    recommendation (else the default rule, and `reason` says why), the target and the chosen rule's backtest
+    figures (None where no sweep ran)."""
+
+    rule: str
+    recommended: bool
+    target_oom: float
+    reason: str
+    calibrated_at: str | None = None  # ISO 8601 UTC
+    source: str | None = None  # the history it was calibrated from
+    splits: int | None = None
+    train_s: float | None = None
+    test_s: float | None = None
+    oom_rate_mean: float | None = None
+    oom_rate_worst: float | None = None
+    whole_gpu_ratio_mean: float | None = None
+    mode: str = "auto"
+
+    def line(self) -> str:
+        """The plan's summary line for it."""
+        if not self.recommended:
+            return f"sizing auto: {self.rule}, the default rule: {self.reason}"
+        when = f", calibrated {self.calibrated_at}" if self.calibrated_at else ""
+        return f"sizing auto: {self.rule}, {self.reason}{when}" + (f" from {self.source}" if self.source else "")
 
 
 class PlanError(MigplanError):
@@ -188,6 +223,7 @@ class Plan:
     freed: tuple[GpuKey, ...] = ()  # GPUs in use before that the plan leaves empty
     consolidation: Consolidation | None = None  # set by --consolidate
     eligibility: tuple[Eligibility, ...] = ()  # workloads with rules (written only when there are any)
+    sizing: SizingChoice | None = None  # `sizing: auto`'s choice (written only when set)
 
     @functools.cached_property
     def _by_key(self) -> dict[GpuKey, GpuPlan]:
@@ -288,6 +324,7 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
         "gpus": [gpu_to_dict(g) for g in plan.gpus],
         "workloads": [_workload_dict(w) for w in plan.workloads],
         **({"eligibility": eligibility_to_list(plan.eligibility)} if plan.eligibility else {}),
+        **({"sizing": asdict(plan.sizing)} if plan.sizing is not None else {}),
         **({} if plan.version < 4 else {
             "migrations": [migration_to_dict(m) for m in plan.migrations],
             "freed_gpus": [{"host": h, "index": i} for h, i in plan.freed],
@@ -831,7 +868,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
            "workloads"}
     moves = {"migrations", "freed_gpus", "consolidation"}
-    f = root.fields(top | moves | {"host_models", "eligibility"}, top)
+    f = root.fields(top | moves | {"host_models", "eligibility", "sizing"}, top)
     version = f["version"].int()
     if version not in READ_VERSIONS:
         f["version"].fail(f"plan version {version} is not supported (this migplan reads versions "
@@ -871,11 +908,45 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         freed = _read_freed(f["freed_gpus"], freed_gpus(before, after))  # = plan_freed
         consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations, before, after,
                                             version)
+    sizing = _read_sizing(f["sizing"], policy_obj) if "sizing" in f else None
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
                 version=version, migrations=migrations, freed=freed, consolidation=consolidation,
-                eligibility=eligibility)
+                eligibility=eligibility, sizing=sizing)
+
+
+def _read_sizing(n: Node, policy: Policy) -> SizingChoice:
+    """The `sizing` block: its rule must parse and be the policy's memory rule; figures in range."""
+    keys = {fl.name for fl in fields(SizingChoice)}
+    f = n.fields(keys, {"mode", "rule", "recommended", "target_oom", "reason"})
+    if f["mode"].str() != "auto":
+        f["mode"].fail("expected 'auto'", hint=_HINT)
+    text = f["rule"].str()
+    try:
+        rule = parse_rule(text, policy.headroom_min_mib, key="")
+    except InputError as err:
+        f["rule"].fail(err.message, hint=_HINT)
+    mine = {k: getattr(policy, k) for k in rule.fields()}
+    if rule.fields() != mine:
+        own = rule_text(policy.memory_percentile, policy.headroom, policy.headroom_spread, policy.headroom_min_mib,
+                        policy.headroom_max_mib)
+        f["rule"].fail(f"{text!r} is not the plan's memory rule ({own})", hint=_HINT)
+
+    def share(key: str, maximum: float = 1.0) -> float | None:
+        if key not in f or f[key].is_null:
+            return None
+        return f[key].number(minimum=0.0, maximum=maximum)
+
+    if not isinstance(f["recommended"].value(), bool):
+        f["recommended"].fail("expected true or false", hint=_HINT)
+    splits = f["splits"].int(minimum=1, maximum=50) if "splits" in f and not f["splits"].is_null else None
+    return SizingChoice(
+        rule=text, recommended=f["recommended"].bool(), target_oom=f["target_oom"].number(minimum=0.0, maximum=1.0),
+        reason=_opt_text(f["reason"]) or "", calibrated_at=_opt_stamp(f["calibrated_at"]) if "calibrated_at" in f else
+        None, source=_opt_text(f["source"]) if "source" in f else None, splits=splits,
+        train_s=share("train_s", 1e9), test_s=share("test_s", 1e9), oom_rate_mean=share("oom_rate_mean"),
+        oom_rate_worst=share("oom_rate_worst"), whole_gpu_ratio_mean=share("whole_gpu_ratio_mean", 1e6))
 
 
 _PROFILE_NAME = re.compile(r"[0-9]{1,2}g\.[0-9]{1,4}gb(?:[+-][a-z0-9.,]{1,16})?")

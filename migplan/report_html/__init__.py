@@ -250,6 +250,7 @@ def _summary(plan: Plan) -> str:
                     f"{s.instances_created} created"),
         ("memory", f"headroom {s.headroom_rule}; below peak {s.below_peak}"
                    + (f"; least margin {s.min_margin_mib} MiB" if s.min_margin_mib is not None else "")),
+        *([("sizing", plan.sizing.line())] if plan.sizing is not None else []),
         ("solver", f"{v.solver}: {v.status}, gap {gap}, {v.time_s:.2f} s" if v.fallback is None else
          f"{v.solver}: {v.status} in {v.time_s:.2f} s; plan: the {v.fallback} fallback"),
     ]
