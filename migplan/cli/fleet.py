@@ -116,6 +116,7 @@ def status_table(data: dict[str, Any]) -> str:
             rows.append([g["index"], model + flags, _mode_text(g), g["picture"], busy])
         head = f"{h['name']} ({printable(str(h['address']), 100)}): {len(h['gpus'])} GPU(s)"
         lines = [head, _indent(grid(rows, ["GPU", "MODEL", "MIG", "LAYOUT (memory slices)", "BUSY"]))]
+        lines += _vgpu_lines(h)
         lines += [f"  differs from inventory: {printable(d, 300)}" for d in h["drift"]]
         lines += [f"  differs from plan: {printable(d, 300)}" for d in h.get("plan_drift", ())]
         lines += [f"  note: {printable(n, 300)}" for n in h["notes"]]
@@ -126,7 +127,29 @@ def status_table(data: dict[str, Any]) -> str:
     return "\n\n".join([*parts, foot])
 
 
+def _vgpu_lines(h: dict[str, Any]) -> list[str]:
+    """Each vGPU GPU's vGPUs under the host's table: type, where it sits, VM and frame buffer used."""
+    out = []
+    for g in h["gpus"]:
+        if "vgpu_rows" not in g:
+            continue
+        v = g["vgpu"]
+        board = printable(str(v["board"]), 40) if v["board"] else "no catalog board"
+        how = "MIG-backed" if g["mig"]["current"] else "time-sliced"
+        head = (f"  GPU {g['index']}: vGPU ({how}, {'SR-IOV' if v['host_mode'] == 'sr-iov' else 'mdev'}, {board}): "
+                f"{len(v['vgpus'])} active, creatable {', '.join(printable(c, 40) for c in v['creatable']) or '-'}")
+        out.append(head)
+        for r in g["vgpu_rows"]:
+            where = " on ".join(printable(str(x), 40) for x in (r["device"], r["instance"]) if x) or "?"
+            fb = "" if r["fb_total_mib"] is None else f", FB {r['fb_used_mib']} of {r['fb_total_mib']} MiB used"
+            vm = f"VM {printable(str(r['vm']), 80)}" if r["vm"] else "no VM"
+            out.append(f"    {printable(r['type'], 40)} {where}: {vm}{fb}")
+    return out
+
+
 def _mode_text(g: dict[str, Any]) -> str:
+    if "vgpu_rows" in g and not g["mig"]["capable"]:
+        return "vGPU"
     m = g["mig"]
     if not m["capable"]:
         return "n/a"
@@ -136,12 +159,18 @@ def _mode_text(g: dict[str, Any]) -> str:
 
 def _busy_text(g: dict[str, Any]) -> list[str]:
     out = []
+    vgpu = {r["instance"]: r for r in g.get("vgpu_rows", ()) if r["instance"]}
     for i in g["instances"]:
+        where = f"{i['profile']}@{i['start']}"
         if i["processes"]:
-            out.append(f"{i['profile']}@{i['start']} (pid {','.join(str(p['pid']) for p in i['processes'])})")
+            out.append(f"{where} (pid {','.join(str(p['pid']) for p in i['processes'])})")
+        elif where in vgpu:
+            out.append(f"{where} (vGPU {printable(vgpu[where]['type'], 40)})")
     if g["processes"]:
         pids = ",".join(str(p["pid"]) for p in g["processes"])
         out.append(f"all instances (pid {pids}, not placed)" if g["instances"] else f"whole GPU (pid {pids})")
+    if not g["mig"]["current"] and g.get("vgpu_rows"):
+        out.append(f"whole GPU ({len(g['vgpu_rows'])} vGPU(s))")
     return out
 
 

@@ -17,12 +17,12 @@ from migplan.adapters.pool import HostResult
 from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, LocalRunner
 from migplan.adapters.smi_session import SmiSession
 from migplan.adapters.ssh_options import SshOptions
-from migplan.catalog import Catalog, GpuModel
+from migplan.catalog import Catalog, GpuModel, VgpuCatalog, VgpuModel, builtin_vgpu_catalog
 from migplan.catalog.catalog import pci_device
 from migplan.catalog.layout import picture
 from migplan.commands import DEFAULT_PARALLEL, Report, quiet
 from migplan.commands.context import Context
-from migplan.errors import InputError
+from migplan.errors import CatalogError, InputError
 from migplan.fleet.discover import discover_fleet, inventory_drift
 from migplan.fleet.snapshot import DiscoveredGpu, DiscoveredHost, Snapshot, host_dict
 from migplan.inventory import Host, Inventory, LeftOut
@@ -113,9 +113,84 @@ def discover(ctx: Context, req: FleetRequest, report: Report = quiet) -> Snapsho
 # --- status ------------------------------------------------------------------------------------
 
 def _picture(catalog: Catalog, g: DiscoveredGpu) -> str:
+    if g.vgpu is not None and not g.mig_current:
+        return vgpu_picture(vgpu_slices(g))
     if g.model is None or not g.mig_capable:
         return "(no MIG)"
     return picture(catalog.get(g.model), g.layout)
+
+
+VGPU_PICTURE_WIDTH = 47  # as wide as two 8-slice MIG pictures: a 4 GB vGPU of a 24 GB L4 still shows its type
+
+
+def vgpu_slices(g: DiscoveredGpu, vcat: VgpuCatalog | None = None) -> tuple[int, list[tuple[str, int]]]:
+    """A time-sliced vGPU GPU's frame buffer (the vGPU board's nominal one, else the GPU's memory) and each vGPU
+    that holds part of it (type, MiB): the devices holding a type, else (sysfs not read) the active vGPUs."""
+    assert g.vgpu is not None
+    v = g.vgpu
+    board: VgpuModel | None = None
+    if v.board is not None:
+        try:
+            board = (vcat or builtin_vgpu_catalog()).get(v.board)
+        except CatalogError:
+            board = None
+    fb_of = {a.type_name: a.fb_total_mib for a in v.vgpus if a.fb_total_mib}
+
+    def fb(name: str | None) -> int:
+        if name is None:
+            return 0
+        if board is not None:
+            try:
+                return board.vgpu_type(name).frame_buffer_mib
+            except CatalogError:
+                pass
+        return fb_of.get(name) or 0
+
+    held = [(d.type_name or f"id {d.type_id}", fb(d.type_name)) for d in v.held] or \
+        [(a.type_name, a.fb_total_mib or fb(a.type_name)) for a in v.vgpus]
+    capacity = board.capacity_mib if board is not None else (g.memory_total_mib or sum(m for _, m in held) or 1)
+    return capacity, held
+
+
+def vgpu_picture(slices: tuple[int, list[tuple[str, int]]], width: int = VGPU_PICTURE_WIDTH) -> str:
+    """Each vGPU as its share of the GPU's frame buffer, as a MIG picture draws instances: `|L4-8C        |   |`
+    (blank: frame buffer no vGPU holds). A vGPU of unknown size gets one narrow cell."""
+    capacity, held = slices
+    cells: list[str] = []
+    used = 0
+    for name, mib in held:
+        share = max(2, round(mib / capacity * (width + 1))) if capacity > 0 else 2
+        share = min(share, width + 1 - used) if used < width + 1 else 0
+        if share < 2:
+            break
+        cells.append(name[:share - 1].ljust(share - 1))
+        used += share
+    if used < width + 1:
+        cells.append(" " * (width - used))
+    return "|" + "|".join(cells) + "|"
+
+
+def vgpu_rows(g: DiscoveredGpu) -> list[dict[str, Any]]:
+    """Each vGPU of a GPU for `status`: its type, where it sits (VF or mdev device, GPU instance), its VM and the
+    frame buffer the VM uses (active vGPUs), or `no VM` (a device that holds a type no VM runs on)."""
+    assert g.vgpu is not None
+    by_gi = {i.gi_id: i.instance for i in g.instances}
+    out = []
+    seen = set()
+    for a in g.vgpu.vgpus:
+        seen.add(a.device)
+        inst = by_gi.get(a.gpu_instance_id) if a.gpu_instance_id is not None else None
+        out.append({"vgpu_id": a.vgpu_id, "type": a.type_name, "device": a.device,
+                    "instance": str(inst) if inst is not None else None, "vm": a.vm_name or a.vm_uuid,
+                    "fb_used_mib": a.fb_used_mib, "fb_total_mib": a.fb_total_mib})
+    for d in g.vgpu.held:
+        if d.address in seen:
+            continue
+        inst = by_gi.get(d.gpu_instance_id) if d.gpu_instance_id is not None else None
+        out.append({"vgpu_id": None, "type": d.type_name or f"id {d.type_id}", "device": d.address,
+                    "instance": str(inst) if inst is not None else None, "vm": None, "fb_used_mib": None,
+                    "fb_total_mib": None})
+    return out
 
 
 def status_data(snapshot: Snapshot, inventory: Inventory | None, catalog: Catalog) -> dict[str, Any]:
@@ -131,6 +206,8 @@ def status_data(snapshot: Snapshot, inventory: Inventory | None, catalog: Catalo
             gd["picture"] = _picture(catalog, g)
             gd["busy"] = [str(i) for i in g.busy_instances]
             gd["mode_change_pending"] = g.mode_change_pending
+            if g.vgpu is not None:
+                gd["vgpu_rows"] = vgpu_rows(g)
         hosts.append(entry)
     failed = [h.name for h in snapshot.hosts if not h.ok]
     return {"taken_at": snapshot.taken_at, "hosts": hosts,

@@ -18,6 +18,6 @@ in `migplan.model`).
   devices.py     the MIG devices (UUIDs) read after an apply
 
 May import: model, catalog, inventory, smi, names, errors, yamldoc, files, text, adapters (discover.py,
-vgpu_discover.py and apply.py with the modules it uses: the runner protocol, the nvidia-smi session, the host pool). Never paramiko, pulp,
-typer or pynvml: transports are passed in.
+vgpu_discover.py and apply.py with the modules it uses: the runner protocol, the nvidia-smi session, the host
+pool). Never paramiko, pulp, typer or pynvml: transports are passed in.
 """

@@ -135,10 +135,20 @@ class DiscoveredGpu:
 
     @property
     def busy_instances(self) -> tuple[Instance, ...]:
-        """Instances with processes; with unattributed processes on a MIG GPU, all of them (to be safe)."""
+        """Instances with processes, or that a vGPU sits on; with unattributed processes on a MIG GPU, all of them
+        (to be safe)."""
         if self.mig_current and self.processes:
             return tuple(sorted(i.instance for i in self.instances))
-        return tuple(sorted(i.instance for i in self.instances if i.busy))
+        held = self.vgpu_instances
+        return tuple(sorted(i.instance for i in self.instances if i.busy or i.gi_id in held))
+
+    @property
+    def vgpu_instances(self) -> frozenset[int]:
+        """The GPU instance ids MIG-backed vGPUs sit on (a device holding the type, or an active vGPU)."""
+        if self.vgpu is None:
+            return frozenset()
+        return frozenset({d.gpu_instance_id for d in self.vgpu.held if d.gpu_instance_id is not None}
+                         | {a.gpu_instance_id for a in self.vgpu.vgpus if a.gpu_instance_id is not None})
 
     @property
     def mode_change_pending(self) -> bool:
@@ -165,7 +175,13 @@ class DiscoveredGpu:
                         mig_enabled=self.mig_current,
                         mig_pending=self.mig_pending if self.mode_change_pending else None,
                         layout=self.layout, busy=self.busy_instances, reserved=self.reserved,
-                        excluded=self.excluded, whole_gpu_busy=not self.mig_current and bool(self.processes))
+                        excluded=self.excluded, whole_gpu_busy=not self.mig_current and (
+                            bool(self.processes) or self.holds_vgpus))
+
+    @property
+    def holds_vgpus(self) -> bool:
+        """Whether any vGPU exists on this GPU (held by a device, or active)."""
+        return self.vgpu is not None and bool(self.vgpu.held or self.vgpu.vgpus)
 
 
 @dataclass(frozen=True)
