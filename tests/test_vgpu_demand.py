@@ -366,3 +366,15 @@ def test_profiles_show_marks_vms(run, tmp_path: Path) -> None:  # type: ignore[n
     assert data["vm:infer-01"]["kind"] == "vm" and data["vm:infer-01"]["observed"]["vgpu_type"] == "A100X-3-20C"
     example = json.loads(run("profiles", "show", "-p", str(ROOT / "profiles" / "example"), "-o", "json").stdout)
     assert all("kind" not in d and "vgpu_type" not in d["observed"] for d in example)  # as it was
+
+
+def test_install_writes_the_sampler_with_vgpu() -> None:
+    from migplan.commands.collect import InstallRequest, sampler_files
+
+    [cron] = sampler_files(InstallRequest(vgpu=True)).values()
+    assert "collect --local --quiet --history /var/lib/migplan/history --vgpu 2>&1" in cron
+    [plain] = sampler_files(InstallRequest()).values()
+    assert "--vgpu" not in plain  # a bare-metal host's line is as it was
+    service = sampler_files(InstallRequest(vgpu=True, timer=True))["/etc/systemd/system/migplan-collect.service"]
+    assert ("ExecStart=/usr/local/bin/migplan collect --local --quiet --history /var/lib/migplan/history --vgpu\n"
+            in service)

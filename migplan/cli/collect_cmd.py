@@ -141,6 +141,8 @@ def install(
     systemd_dir: Annotated[str, typer.Option("--systemd-dir", metavar="DIR",
                                              help="Where the timer units go.")] = run.SYSTEMD_DIR,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be written; write nothing.")] = False,
+    vgpu: Annotated[bool, typer.Option("--vgpu", help="The hosts are vGPU hosts: the sampler also records each VM's "
+                                       "vGPU ('collect --local --vgpu').")] = False,
     output: OutputOpt = None,
     config: ConfigOpt = None,
     catalog: CatalogOpt = None,
@@ -150,7 +152,7 @@ def install(
     """Install the sampler on every host: a cron entry (or systemd timer) running 'migplan collect --local'."""
     cctx = build_context(config, catalog, output)
     req = run.InstallRequest(migplan=migplan_path, history=history, timer=timer, cron_file=cron_file,
-                             systemd_dir=systemd_dir, dry_run=dry_run)
+                             systemd_dir=systemd_dir, dry_run=dry_run, vgpu=vgpu)
     results = run.install(cctx, fleet.request(inventory), req, report=info)
     data = {"hosts": [{"host": r.host, "ok": True, "files": [{"path": p, "state": s} for p, s in r.value.files],
                        "commands": [list(c) for c in r.value.commands]} if r.value is not None else

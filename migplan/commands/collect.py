@@ -531,6 +531,7 @@ class InstallRequest:
     cron_file: str = CRON_FILE
     systemd_dir: str = SYSTEMD_DIR
     dry_run: bool = False
+    vgpu: bool = False  # the hosts are vGPU hosts: the sampler runs `collect --local --vgpu`
 
 
 @dataclass(frozen=True)
@@ -552,7 +553,7 @@ def sampler_files(req: InstallRequest) -> dict[str, str]:
     import shlex
 
     exe, history = _safe(req.migplan, "--migplan-path"), _safe(req.history, "--history")
-    argv = [exe, "collect", "--local", "--quiet", "--history", history]
+    argv = [exe, "collect", "--local", "--quiet", "--history", history, *(["--vgpu"] if req.vgpu else [])]
     if not req.timer:
         _safe(req.cron_file, "--cron-file")
         line = " ".join(shlex.quote(t) for t in ["flock", "-n", LOCK, *argv])
