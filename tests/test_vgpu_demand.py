@@ -378,3 +378,25 @@ def test_install_writes_the_sampler_with_vgpu() -> None:
     service = sampler_files(InstallRequest(vgpu=True, timer=True))["/etc/systemd/system/migplan-collect.service"]
     assert ("ExecStart=/usr/local/bin/migplan collect --local --quiet --history /var/lib/migplan/history --vgpu\n"
             in service)
+
+
+def test_backtest_leaves_vms_out_of_a_mixed_history(tmp_path: Path) -> None:
+    """A history with VMs (an L4, a GPU without MIG) and a process: the process is backtested, the VMs are named as
+    not backtested (a VM is given a vGPU type, not a MIG instance), never 'unknown GPU model L4'."""
+    from migplan.adapters.history_store import StoredSample
+
+    vm = Place("kvm01", 1, "L4", None, None, "L4-8C", None)
+    proc = Place("gpu01", 0, "A100-SXM4-40GB", "3g.20gb", 0)
+    with HistoryStore(tmp_path / "history.sqlite") as store:
+        for i in range(240):
+            with store.run(T0 + 60 * i, "nvml") as run_:
+                run_.add([StoredSample(Sample(T0 + 60 * i, "vm:chat", 4000.0 + i % 7, 20.0, vm)),
+                          StoredSample(Sample(T0 + 60 * i, "chat", 8000.0 + i % 5, None, proc))])
+    r = CliRunner().invoke(app, ["backtest", "--history", str(tmp_path), "--train", "2h", "--test", "2h",
+                                 "--policy", "max+10%"])
+    assert r.exit_code == 0, r.output
+    assert "not backtested (kind: vm, vGPU types are not planned yet): 1 workload(s): vm:chat" in r.stdout
+    assert "not sized (no sample in the training window)" not in r.stdout
+    doc = json.loads(CliRunner().invoke(app, ["backtest", "--history", str(tmp_path), "--train", "2h", "--test", "2h",
+                                              "--policy", "max+10%", "-o", "json"]).stdout)
+    assert doc["vms"] == ["vm:chat"] and {w["workload"] for w in doc["workloads"]} == {"chat"}

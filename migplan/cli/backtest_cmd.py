@@ -44,6 +44,9 @@ def _table(bt: Any, all_workloads: bool) -> str:
     if bt.untrained:
         out += ["", f"not sized (no sample in the training window): {len(bt.untrained)} workload(s): "
                 + ", ".join(sorted(bt.untrained)[:10]) + (" ..." if len(bt.untrained) > 10 else "")]
+    if bt.vms:  # issue 26: a VM is given a vGPU type, not a MIG instance
+        out += ["", f"not backtested (kind: vm, vGPU types are not planned yet): {len(bt.vms)} workload(s): "
+                + ", ".join(bt.vms[:10]) + (" ..." if len(bt.vms) > 10 else "")]
     return "\n".join(out)
 
 

@@ -108,9 +108,11 @@ class Backtest:
     workloads: list[WorkloadResult]
     untrained: dict[str, int] = field(default_factory=dict)  # workload -> test samples, no training history
     notes: list[str] = field(default_factory=list)
+    vms: list[str] = field(default_factory=list)  # kind: vm workloads, not backtested (vGPUs are not planned yet)
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": "migplan/backtest", "version": 1,
+        vms: dict[str, object] = {"vms": list(self.vms)} if self.vms else {}  # only with VMs: as it was without
+        return {"kind": "migplan/backtest", "version": 1, **vms,
                 "train": {"start": self.train.start, "end": self.train.end},
                 "test": {"start": self.test.start, "end": self.test.end},
                 "totals": [dataclasses.asdict(t) for t in self.totals],
@@ -121,11 +123,14 @@ class Backtest:
 # --- sizing: the planner on a fleet of one GPU per workload ------------------------------------
 
 def measured(rolled: Rollup, default_model: str | None, catalog: Catalog) -> list[Workload]:
-    """The training profiles as new workloads (no running place) on the model they were measured on."""
+    """The training profiles as new workloads (no running place) on the model they were measured on. VMs (`kind: vm`,
+    issue 26) are left out: a VM is given a vGPU type, not a MIG instance, and vGPUs are not planned yet."""
     fallback = catalog.get(default_model).id if default_model else None
     out, unknown = [], []
     for p in rolled.profiles:
         w = p.workload
+        if w.is_vm:
+            continue
         model = w.observed.gpu_model or fallback
         if model is None:
             unknown.append(w.name)
@@ -334,4 +339,7 @@ def backtest(train: Iterable[Sample], test: Iterable[Sample], catalog: Catalog, 
         policy, p = totals_plans[rule.text]
         totals.append(_totals(rule, policy, results, p))
     notes = [f"{name}: {', '.join(p.notes)}" for name, p in ((p.name, p) for p in rolled.profiles) if p.notes]
-    return Backtest(train_window, test_window, totals, out_w, dict(others), notes)
+    vms = [p.name for p in rolled.profiles if p.workload.is_vm]
+    for name in vms:
+        others.pop(name, None)  # trained, but not backtested: not "no sample in the training window"
+    return Backtest(train_window, test_window, totals, out_w, dict(others), notes, vms)
