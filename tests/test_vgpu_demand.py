@@ -400,3 +400,22 @@ def test_backtest_leaves_vms_out_of_a_mixed_history(tmp_path: Path) -> None:
     doc = json.loads(CliRunner().invoke(app, ["backtest", "--history", str(tmp_path), "--train", "2h", "--test", "2h",
                                               "--policy", "max+10%", "-o", "json"]).stdout)
     assert doc["vms"] == ["vm:chat"] and {w["workload"] for w in doc["workloads"]} == {"chat"}
+
+
+def test_replan_reads_profiles_without_vms_for_both_of_its_paths(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """replan (and replan --via gpu-operator, which reads its profiles through the same `_profiles`) never plans a
+    VM as a process."""
+    import datetime as dt
+
+    from migplan.commands.context import build_context
+    from migplan.commands.replan import ReplanRequest, _profiles
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("MIGPLAN_CONFIG", raising=False)
+    p = _write(tmp_path, VMS + "  - name: chat\n    memory_mib: {p50: 1, p95: 1, p99: 1, max: 1}\n")
+    lines: list[str] = []
+    got = _profiles(build_context(None, None, None), ReplanRequest(profiles=str(p)), dt.datetime.now(dt.timezone.utc),
+                    lines.append)
+    assert [w.name for w in got] == ["chat"]
+    assert "info: event=vms-not-planned workloads=3 vm:infer-01 vm:chat-02 vm:pinned" in lines

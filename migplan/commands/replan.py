@@ -184,6 +184,12 @@ def _collect(ctx: Context, req: ReplanRequest, inventory: Any, sd: StateDir, rep
 
 
 def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
+    """The measured profiles this run plans for, without VM workloads (kind: vm is not planned yet: commands/vms.py);
+    `replan --via gpu-operator` reads them here too."""
+    return without_vms(_measured(ctx, req, now, report), None, ctx.catalog, report)[0]
+
+
+def _measured(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
     if req.history is None:  # with --pods, profiles are optional: the pods' requests are demand on their own
         return ctx.profiles(req.profiles) if req.profiles or ctx.config.profiles or not req.pods else ProfileSet(())
     from migplan.adapters.history_store import read_samples
@@ -366,7 +372,6 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if req.collect:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
     profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
-    profiles = without_vms(profiles, None, catalog, report)[0]  # kind: vm is not planned yet (commands/vms.py)
     if req.pods:
         profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
