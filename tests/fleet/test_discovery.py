@@ -259,7 +259,7 @@ def test_snapshot_round_trip_and_strict_loading(fleet: Fleet, tmp_path: Path) ->
     text = (tmp_path / "snap.json").read_text()
     bad = {
         "unknown key": text.replace('"pci_bus_id"', '"pci_bus"', 1),
-        "unsupported snapshot version": text.replace('"version": 1', '"version": 2'),
+        "unsupported snapshot version": text.replace('"version": 1', '"version": 3'),  # 2: with vGPU records
         "invalid layout": text.replace('"start": 0', '"start": 1', 1),
         "unknown GPU model": text.replace('"model": "A100-SXM4-80GB"', '"model": "Z9"', 1),
     }
