@@ -11,9 +11,11 @@ Over the host's runner, after the GPUs are read (`discover.discover_host(..., vg
   cat VF/nvidia/current_vgpu_type, gpu_instance_id, creatable_vgpu_types; mdev type names
 
 Commands are argv from `migplan.smi.vgpu` and `migplan.smi.sysfs` builders; what the host prints is parsed by
-them (bounded; an `SmiParseError` names the command). A `nvidia-smi vgpu` that fails otherwise (the driver gone
-mid-read) fails the host with nvidia-smi's error; a sysfs read that fails is a note (the devices are then not
-known: status says so), since `nvidia-smi vgpu -q` alone says which vGPUs run.
+them (bounded; an `SmiParseError` names the command). Once the summary says the host is a vGPU host, output of
+`-q`, `-s` or `-c` that cannot be read, or a failure (the driver gone mid-read), fails the host with that error: a
+vGPU host is not planned from half its vGPUs. A summary that cannot be read is a note (the probe runs on every host,
+and a bare-metal host must not fail on it); a sysfs read that fails is a note (the devices are then not known:
+status says so), since `nvidia-smi vgpu -q` alone says which vGPUs run.
 
 `sysfs_root` is where `/sys` is: `/` on every real host. It is a keyword of the Python API only (no option, no
 inventory key, no environment variable): tests point it at the vGPU simulator's tree (tests/sim_vgpu, whose `ls`
@@ -47,7 +49,11 @@ def read_vgpu(runner: CommandRunner, host: str, gpus: Sequence[DiscoveredGpu], n
     done = runner.run(sv.vgpu_summary(), timeout=timeout)
     if not _answers(done):
         return list(gpus)
-    summary = sv.parse_vgpu_summary(done.stdout)
+    try:
+        summary = sv.parse_vgpu_summary(done.stdout)
+    except smi.SmiParseError as err:  # the probe itself: a host it cannot tell is read as a host without vGPUs
+        notes.append(f"'nvidia-smi vgpu' printed what is not its vGPU summary ({err.message}); vGPUs not read")
+        return list(gpus)
     by_bus = {sysfs.bdf(g.pci_bus_id): g for g in gpus if g.pci_bus_id}
     chosen: list[tuple[DiscoveredGpu, str]] = []
     for s in summary.gpus:

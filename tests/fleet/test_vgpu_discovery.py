@@ -153,6 +153,15 @@ def test_bad_output_is_one_clear_error_naming_the_host_and_command(fleet: Fleet,
         assert rec.error.code == "smi-parse"
 
 
+def test_a_summary_that_cannot_be_read_is_a_note_and_the_host_is_read_without_vgpus(fleet: Fleet) -> None:
+    p = kvm_host(fleet, faults=[{"match": "vgpu", "exit": 0, "stdout": "index, name\n0, NVIDIA L4\n", "times": 1}])
+    (rec,) = discover(fleet, {"kvm01": fleet.host_entry(fleet.host(0))}).hosts
+    assert rec.ok and all(g.vgpu is None for g in rec.gpus), rec
+    assert any(n.startswith("'nvidia-smi vgpu' printed what is not its vGPU summary") and "vGPUs not read" in n
+               for n in rec.notes), rec.notes
+    assert ["vgpu"] in vf.read_state(p)["log"] and ["vgpu", "-q"] not in vf.read_state(p)["log"]
+
+
 def test_an_unreadable_sysfs_is_a_note_and_the_active_vgpus_still_show(fleet: Fleet, tmp_path: Path) -> None:
     kvm_host(fleet)
     empty = tmp_path / "nosys"
