@@ -227,11 +227,12 @@ class _Layout:
             for tid in ids:
                 third.append(sysfs.read_file(sysfs.mdev_type_path(root, pf, tid, "name")))
                 keys.append(("name", pf, pf, tid))
+        unread: dict[str, list[tuple[str, str]]] = {}  # PF -> (VF, stderr) whose current_vgpu_type was not read
         for (attr, pf, dev, tid), argv, done in zip(keys, third, reader.batch(third), strict=True):
             what = argv[-1].rsplit("/sys/", 1)[-1]
             if not done.ok:
                 if attr == "current_vgpu_type":
-                    self._problem(pf, f"{what} not read ({printable(done.stderr, 120) or 'no output'})")
+                    unread.setdefault(pf, []).append((dev, done.stderr))
                 continue
             try:
                 if attr == "current_vgpu_type":
@@ -245,6 +246,21 @@ class _Layout:
                     self.names.setdefault(pf, {})[tid] = sysfs.parse_one_line(done.stdout, what)
             except smi.SmiError as err:
                 self._problem(pf, err.message)
+        for pf, missed in unread.items():
+            self._unread(pf, missed)
+
+    def _unread(self, pf: str, missed: list[tuple[str, str]]) -> None:
+        """One note for the VFs whose `nvidia/current_vgpu_type` could not be read: without that file (mdev
+        devices on each VF, vGPU 16 and earlier) their vGPUs are the mdev devices whose parent they are."""
+        absent = [vf for vf, err in missed if "No such file" in err]
+        if absent and len(absent) == len(missed):
+            if not any(self.mdev_parent.get(u) in absent for u in self.mdev_uuids):
+                self._problem(pf, f"{len(absent)} virtual function(s) have no nvidia/current_vgpu_type and hold no "
+                                  "mdev device; what they may hold is not known")
+            return
+        vf, err = next((m for m in missed if m[0] not in absent), missed[0])
+        self._problem(pf, f"nvidia/current_vgpu_type of {len(missed)} virtual function(s) not read ({vf}: "
+                          f"{printable(err.rsplit(': ', 1)[-1], 80) or 'no output'}); what they hold is not known")
 
 
 def _is_uuid(name: str) -> bool:

@@ -127,6 +127,24 @@ def test_a_host_without_the_vgpu_manager_and_a_mig_host_are_as_before(fleet: Fle
     assert [(h.gpus, h.notes) for h in without.hosts] == [(h.gpus, h.notes) for h in snap.hosts]
 
 
+def test_mdev_devices_on_virtual_functions(fleet: Fleet) -> None:
+    """vGPU 16 and earlier on SR-IOV boards: an mdev device on each VF, no nvidia/ directory on the VFs."""
+    h = fleet.host(0)
+    vf.shims(h.bin)
+    p = vf.write_host(h.state, "L4", vfs_enabled=True, interface="mdev-sriov", hostname="kvm16")
+    running = vf.add_vgpu(p, 0, "L4-8C")
+    idle = vf.add_vgpu(p, 0, "L4-8C")
+    vf.vm_start(p, running, "vm-16", fb_used_mib=4096)
+    (rec,) = discover(fleet, {"kvm16": fleet.host_entry(h)}).hosts
+    assert rec.ok, rec.error
+    v = rec.gpus[0].vgpu
+    assert v is not None and (v.host_mode, v.board, v.total_vfs) == ("sr-iov", "L4", 32)
+    assert sorted((d.kind, d.address, d.type_name) for d in v.devices) == sorted(
+        [("mdev", running, "L4-8C"), ("mdev", idle, "L4-8C")])
+    assert [(a.device, a.vm_name, a.fb_used_mib) for a in v.vgpus] == [(running, "vm-16", 4096)]
+    assert not any("sysfs" in n for n in rec.notes), rec.notes
+
+
 def test_the_driver_gone_mid_read_fails_the_host_naming_the_command(fleet: Fleet) -> None:
     kvm_host(fleet, faults=[{"match": "vgpu -q", "unload": True}])
     (rec,) = discover(fleet, {"kvm01": fleet.host_entry(fleet.host(0))}).hosts
