@@ -1,5 +1,6 @@
 """The sizing sweep on generated fleets with known ground truth, and its cost:
 python -m bench.sweep [--workloads 1000] [--days 14] [--interval 300] [--seed 1] [--cost-only | --fleets-only]
+[--csv]
 
 Generated, seeded histories on A100-SXM4-80GB, one sample every `--interval` seconds, in four shapes whose answer
 is known by construction:
@@ -138,26 +139,64 @@ def fleet(counts: dict[str, int], args: argparse.Namespace, title: str) -> None:
 
 
 def cost(args: argparse.Namespace) -> None:
+    """The sweep's cost in this process: the history generated straight into the store (`load`, no list of
+    samples held), then the sweep; wall and CPU times, and the process's peak memory."""
+    import resource
+
     per = args.workloads // 4
     counts = {"steady": args.workloads - 3 * per, "volatile": per, "trending": per, "bursty": per}
-    t = time.perf_counter()
-    samples = list(history(counts, args.days, args.interval, args.seed))
-    gen = time.perf_counter() - t
-    t0 = time.perf_counter()
     c0 = time.process_time()
-    store = load(samples)
+    t0 = time.perf_counter()
+    store = load(history(counts, args.days, args.interval, args.seed))
     t1 = time.perf_counter()
+    loaded_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rules = rules_of(DEFAULT_FAMILIES)
     s = sweep(store, builtin_catalog(), rules, PulpSolver(time_limit=60), train_s=args.train * DAY,
               test_s=args.test * DAY, splits=args.splits)
     t2 = time.perf_counter()
     cpu = time.process_time() - c0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n### cost: {args.workloads} workloads, {args.days:g} days, one sample every {args.interval:g}s "
-          f"({len(samples):,} samples; generated in {gen:.1f}s)\n")
-    print("| rules | splits | plans | load (s) | sweep (s) | total wall (s) | CPU of this process (s) | "
-          "recommended |\n|---|---|---|---|---|---|---|---|")
-    print(f"| {len(rules)} | {args.splits} | {len(rules) * args.splits} | {t1 - t0:.1f} | {t2 - t1:.1f} | "
-          f"{t2 - t0:.1f} | {cpu:.1f} | {s.recommended.rule.text if s.recommended else 'none'} |")
+          f"({store.samples:,} samples)\n")
+    print("| rules | splits | plans | generate + load (s) | sweep (s) | CPU of this process (s) | peak RSS after load "
+          "(MB) | peak RSS (MB) | recommended |\n|---|---|---|---|---|---|---|---|---|")
+    print(f"| {len(rules)} | {args.splits} | {len(rules) * args.splits} | {t1 - t0:.1f} | {t2 - t1:.1f} | {cpu:.1f} | "
+          f"{loaded_mb:.0f} | {peak_mb:.0f} | {s.recommended.rule.text if s.recommended else 'none'} |")
+
+
+def cost_csv(args: argparse.Namespace) -> None:
+    """The whole command on a CSV file of the cost run's history: `migplan backtest --sweep --csv FILE` in a child
+    process (wall time and its peak memory)."""
+    import resource
+    import subprocess
+    import tempfile
+
+    per = args.workloads // 4
+    counts = {"steady": args.workloads - 3 * per, "volatile": per, "trending": per, "bursty": per}
+    with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        path = os.path.join(tmp, "fleet.csv")
+        with open(path, "w") as fh:
+            fh.write("timestamp,workload,host,memory_used_mib,util_pct,gpu_model\n")
+            for x in history(counts, args.days, args.interval, args.seed):
+                fh.write(f"{x.timestamp:.0f},{x.workload},{x.place.host},{x.memory_mib:.1f},{x.util_pct:g},{MODEL}\n")
+        size = os.path.getsize(path)
+        t = time.perf_counter()
+        # /usr/bin/time reports the command's own peak: getrusage(RUSAGE_CHILDREN) would count the memory of this
+        # process that the child held between fork and exec
+        timer = ["/usr/bin/time", "-f", "maxrss-kb %M"] if os.access("/usr/bin/time", os.X_OK) else []
+        out = subprocess.run([*timer, sys.executable, "-m", "migplan.cli.app", "backtest", "--sweep", "--csv", path,
+                              "--train", f"{args.train:g}d", "--test", f"{args.test:g}d", "--splits", str(args.splits),
+                              "-o", "json"], capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - t
+        found = [ln.split()[1] for ln in out.stderr.splitlines() if ln.startswith("maxrss-kb ")]
+        rss = int(found[-1]) / 1024 if found else resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-2000:])
+    import json
+
+    rec = json.loads(out.stdout)["recommended"]
+    print(f"\n`migplan backtest --sweep --csv` on the same history ({size / 2**20:.0f} MiB of CSV): {wall:.1f} s wall, "
+          f"peak RSS {rss:.0f} MiB; recommended {rec}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cost-only", action="store_true")
     ap.add_argument("--fleets-only", action="store_true")
+    ap.add_argument("--csv", action="store_true", help="also time the command on a CSV file of the cost run")
     args = ap.parse_args(argv)
     if not args.cost_only:
         n = args.fleet
@@ -181,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet({"steady": n, "volatile": n, "trending": n, "bursty": n}, args, "the same with bursty-together")
     if not args.fleets_only:
         cost(args)
+        if args.csv:
+            cost_csv(args)
     return 0
 
 

@@ -180,6 +180,9 @@ def test_auto_options_are_checked(cli, tmp_path: Path) -> None:  # type: ignore[
     r = cli("propose", "-i", INV, "-p", PROF, "--sizing", "auto", "--target-oom", "one", "--state-dir",
             str(tmp_path / "s"))
     assert r.exit_code == 2 and "'one' is not a share of workloads" in r.stderr and "Traceback" not in r.output
+    r = cli("propose", "-i", INV, "-p", PROF, "--sizing", "auto", "--sizing-history", str(tmp_path / "no.csv"),
+            "--state-dir", str(tmp_path / "s"))
+    assert r.exit_code == 2 and "no.csv: --sizing-history / sizing.history: no such file or directory" in r.stderr
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +157,10 @@ def _same(doc: dict[str, Any], cal: Calibration, s: _Settings) -> bool:
 
 def calibrate(ctx: Context, source: str, s: _Settings, now: float, report: Report) -> Sweep:
     history, csv, prom = _source(source)
+    path = history or csv
+    if path is not None and not os.path.exists(path):
+        raise InputError("no such file or directory", source=path, key="--sizing-history / sizing.history",
+                         hint="a history store (or a directory of them), a FILE.csv or a Prometheus URL")
     req = SweepRequest(history=history, csv=csv, prometheus=prom, train=s.train, test=s.test, splits=s.splits,
                        target_oom=s.target)
     return run_sweep(ctx, req, report=report, now=lambda: now)

@@ -514,6 +514,9 @@ def sweep(store: SeriesStore, catalog: Catalog, rules: list[SizingRule], solver:
                 replays[name] = rep
             else:
                 untrained += 1
+        if not replays:
+            raise TooShort(f"split {sp.index + 1}: no workload sized from its training window has a sample in its test "
+                           "window", hint="check --train/--test against the history's time span")
         infos.append(SplitInfo(sp, len(workloads), len(replays), untrained))
         say(f"split {sp.index + 1}/{len(points)}: {len(workloads)} workloads sized, {len(replays)} replayed, "
             f"{len(rules)} rule(s)")
