@@ -227,3 +227,20 @@ def test_sweep_options_need_sweep_and_a_long_enough_history(tmp_path: Path) -> N
     assert res.exit_code == 2 and "'2' is not a share of workloads" in res.stderr
     res = CliRunner().invoke(app, ["backtest", "--csv", str(path), "--sweep", "--policy", "max+{1,}%"])
     assert res.exit_code == 2 and "comma-separated list" in res.stderr and "Traceback" not in res.output
+
+
+def test_the_frontier_page_escapes_what_it_shows_and_draws_one_point() -> None:
+    from migplan.report_html.frontier import frontier_svg, sweep_page
+
+    rule = {"rule": "max+10%", "canonical": "max+10%", "family": "max+PCT%", "headroom_rule": "+10%, at least 512 MiB",
+            "frontier": True, "meets_target": True, "oom_rate": {"mean": 0.0, "worst": 0.0},
+            "oom_workloads": {"mean": 0.0, "worst": 0.0}, "oom_minutes": {"mean": 0.0, "worst": 0.0},
+            "gpus": {"mean": 3.0, "worst": 3.0}, "whole_gpu_ratio": {"mean": 0.5, "worst": 0.5},
+            "unplaced": {"mean": 0.0, "worst": 0.0}, "burst": None, "splits": []}
+    doc = {"train_s": 604800.0, "test_s": 86400.0, "target_oom": 0.01, "splits": [], "rules": [rule],
+           "recommended": "max+10%", "reason": "<b>why</b>", "correlated_bursts": [], "notes": ["<script>x</script>"]}
+    page = sweep_page(doc, source="</title><script>alert(1)</script>")
+    assert "<script" not in page and "&lt;script&gt;" in page and "&lt;b&gt;why&lt;/b&gt;" in page
+    svg = frontier_svg([rule], 0.01, "max+10%")
+    assert svg.count("<circle") == 3 and "<polyline" not in svg  # the point, its ring, the legend's; no line of one
+    assert frontier_svg([], 0.01, None) == ""
