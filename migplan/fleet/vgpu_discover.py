@@ -315,12 +315,16 @@ def _record(g: DiscoveredGpu, pf: str, lay: _Layout, active: Sequence[sv.ActiveV
     mode = "sr-iov" if "sriov_totalvfs" in entries or lay.vfs.get(pf) else "non-sr-iov"
     board = _board(vcat, [*sup, *(a.type_name for a in vgpus)])
     known = set() if board is None else {t.name for t in board.types}
-    unknown = sorted({n for n in (*sup, *(a.type_name for a in vgpus), *(d.type_name or "" for d in devices))
-                      if n and n not in known})
-    if unknown:
+    used = sorted({n for n in (*(a.type_name for a in vgpus), *(d.type_name or "" for d in devices))
+                   if n and n not in known})
+    offered = sorted({n for n in sup if n not in known and n not in used})
+    if used or offered:  # the types in use first: they are what a plan must keep
         where = "in no board of migplan's vGPU catalog" if board is None else f"not in the catalog's {board.id}"
-        shown = ", ".join(printable(n, 60) for n in unknown[:8]) + (", ..." if len(unknown) > 8 else "")
-        notes.append(f"GPU {g.index}: vGPU type(s) {shown} {where}; shown as the host reports them")
+        first = used or offered
+        shown = ", ".join(printable(n, 60) for n in first[:8]) + (", ..." if len(first) > 8 else "")
+        more = f" (and {len(offered)} more it supports)" if used and offered else ""
+        notes.append(f"GPU {g.index}: vGPU type(s) {'in use ' if used else ''}{shown}{more} {where}; shown as the "
+                     "host reports them")
     for d in devices:
         if d.type_id and d.type_name is None:
             notes.append(f"GPU {g.index}: {d.kind} {d.address} holds vGPU type id {d.type_id}, whose name the host "

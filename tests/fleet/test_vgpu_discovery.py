@@ -145,6 +145,28 @@ def test_mdev_devices_on_virtual_functions(fleet: Fleet) -> None:
     assert not any("sysfs" in n for n in rec.notes), rec.notes
 
 
+def test_types_the_catalog_does_not_know_are_a_note(fleet: Fleet) -> None:
+    """The L40S's Q types (migplan ships C types) and a P4 (no board of the vGPU catalog): noted, kept as the host
+    names them, drawn against the GPU's memory where no board gives the frame buffer."""
+    h = fleet.host(0)
+    vf.shims(h.bin)
+    p = vf.write_host(h.state, ["L40S", "P4"], vfs_enabled=True, hostname="kvmq")
+    vf.vm_start(p, vf.add_vgpu(p, 0, "L40S-12Q"), "desk-1", fb_used_mib=100)
+    vf.vm_start(p, vf.add_vgpu(p, 1, "P4-4Q"), "desk-2", fb_used_mib=200)
+    (rec,) = discover(fleet, {"kvmq": fleet.host_entry(h)}).hosts
+    assert rec.ok, rec.error
+    l40s, p4 = (g.vgpu for g in rec.gpus)
+    assert l40s is not None and p4 is not None
+    assert l40s.board == "L40S" and [a.type_name for a in l40s.vgpus] == ["L40S-12Q"]
+    assert p4.board is None and [(a.type_name, a.vm_name) for a in p4.vgpus] == [("P4-4Q", "desk-2")]
+    ours = [n for n in rec.notes if "vGPU type(s)" in n]
+    assert len(ours) == 2 and "not in the catalog's L40S" in ours[0] and "L40S-12Q" in ours[0]
+    assert "in no board of migplan's vGPU catalog" in ours[1] and "P4-4Q" in ours[1]
+    from migplan.commands.fleet import vgpu_picture, vgpu_slices
+
+    assert vgpu_picture(vgpu_slices(rec.gpus[1])).startswith("|P4-4Q" + " " * 18 + "|")  # 4 of the P4's 8 GiB
+
+
 def test_the_driver_gone_mid_read_fails_the_host_naming_the_command(fleet: Fleet) -> None:
     kvm_host(fleet, faults=[{"match": "vgpu -q", "unload": True}])
     (rec,) = discover(fleet, {"kvm01": fleet.host_entry(fleet.host(0))}).hosts
