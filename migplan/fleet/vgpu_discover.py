@@ -13,9 +13,9 @@ Over the host's runner, after the GPUs are read (`discover.discover_host(..., vg
 Commands are argv from `migplan.smi.vgpu` and `migplan.smi.sysfs` builders; what the host prints is parsed by
 them (bounded; an `SmiParseError` names the command). Once the summary says the host is a vGPU host, output of
 `-q`, `-s` or `-c` that cannot be read, or a failure (the driver gone mid-read), fails the host with that error: a
-vGPU host is not planned from half its vGPUs. A summary that cannot be read is a note (the probe runs on every host,
-and a bare-metal host must not fail on it); a sysfs read that fails is a note (the devices are then not known:
-status says so), since `nvidia-smi vgpu -q` alone says which vGPUs run.
+vGPU host is not planned from half its vGPUs. A summary that fails or cannot be read is a note (the probe runs on
+every host, and a bare-metal host must not fail on it); a sysfs read that fails or cannot be read is a note (the
+devices are then not known: status says so), since `nvidia-smi vgpu -q` alone says which vGPUs run.
 
 `sysfs_root` is where `/sys` is: `/` on every real host. It is a keyword of the Python API only (no option, no
 inventory key, no environment variable): tests point it at the vGPU simulator's tree (tests/sim_vgpu, whose `ls`
@@ -39,6 +39,8 @@ from migplan.smi import vgpu as sv
 from migplan.text import printable
 
 MAX_NOTES_PER_GPU = 6
+MAX_VFS = 256  # per GPU (sriov_totalvfs is 16 to 64 on the boards migplan knows): a bound on what a host makes us read
+MAX_MDEVS = 512  # per host
 
 
 def read_vgpu(runner: CommandRunner, host: str, gpus: Sequence[DiscoveredGpu], notes: list[str], *,
@@ -47,7 +49,11 @@ def read_vgpu(runner: CommandRunner, host: str, gpus: Sequence[DiscoveredGpu], n
     """`gpus` with the `vgpu` record of each GPU in vGPU mode (unchanged where the host is no vGPU host)."""
     root = sysfs.check_root(sysfs_root)
     done = runner.run(sv.vgpu_summary(), timeout=timeout)
-    if not _answers(done):
+    try:
+        if not _answers(done):
+            return list(gpus)
+    except smi.SmiError as err:  # the probe runs on every host: its failure is a note, never the host's failure
+        notes.append(f"'nvidia-smi vgpu' failed ({err.message}); vGPUs not read")
         return list(gpus)
     try:
         summary = sv.parse_vgpu_summary(done.stdout)
@@ -76,7 +82,7 @@ def read_vgpu(runner: CommandRunner, host: str, gpus: Sequence[DiscoveredGpu], n
     creatable = {sysfs.bdf(x.pci_bus_id): x.types for x in sv.parse_vgpu_types(cre, "nvidia-smi vgpu -c")}
     entries = {pf: reader.listing(a, d, notes, f"GPU {g.index}: {a[-1]}")
                for (g, pf), a, d in zip(chosen, pf_dirs, first[3:3 + len(chosen)], strict=True)}
-    mdevs = reader.listing(mdev_dir, first[-1], None, "") or []
+    mdevs = reader.listing(mdev_dir, first[-1], notes, "/sys/bus/mdev/devices", missing_ok=True) or []
     layout = _Layout(root, chosen, entries, mdevs)
     layout.read(reader, notes)
     vcat = catalog if catalog is not None else builtin_vgpu_catalog()
@@ -123,14 +129,20 @@ class _Reader:
         return done.stdout
 
     @staticmethod
-    def listing(argv: Sequence[str], done: Completed, notes: list[str] | None, what: str) -> list[str] | None:
-        """A directory's names; None (and a note, when `notes`) where it cannot be read."""
+    def listing(argv: Sequence[str], done: Completed, notes: list[str], what: str, *,
+                missing_ok: bool = False) -> list[str] | None:
+        """A directory's names; None and a note where it cannot be read (no note for a missing one if `missing_ok`:
+        /sys/bus/mdev/devices exists only where mdev is loaded)."""
         if not done.ok:
-            if notes is not None:
+            if not missing_ok:
                 notes.append(f"{what}: not read ({printable(done.stderr or done.stdout, 160) or 'no output'}); "
                              "its virtual functions and mdev devices are not known")
             return None
-        return sysfs.parse_listing(done.stdout, " ".join(argv))
+        try:
+            return sysfs.parse_listing(done.stdout, " ".join(argv))
+        except smi.SmiParseError as err:
+            notes.append(f"{what}: {err.message}; its virtual functions and mdev devices are not known")
+            return None
 
     @staticmethod
     def text(done: Completed) -> str | None:
@@ -145,7 +157,10 @@ class _Layout:
         self.root = root
         self.chosen = chosen
         self.entries = entries
-        self.mdev_uuids = [m for m in mdevs if _is_uuid(m)]
+        self.problems: dict[str, list[str]] = {}  # PF ("" for the host's mdev devices) -> what could not be read
+        self.mdev_uuids = [m for m in mdevs if _is_uuid(m)][:MAX_MDEVS]
+        if len([m for m in mdevs if _is_uuid(m)]) > MAX_MDEVS:
+            self._problem("", f"more than {MAX_MDEVS} mdev devices; the first {MAX_MDEVS} are read")
         self.vfs: dict[str, list[str]] = {}  # PF -> its VFs, by virtfn number
         self.total_vfs: dict[str, int] = {}
         self.vf_type: dict[str, int] = {}
@@ -153,7 +168,6 @@ class _Layout:
         self.names: dict[str, dict[int, str]] = {}  # PF -> type id -> name, as the host prints it
         self.mdev_parent: dict[str, str] = {}  # mdev UUID -> parent (the PF or one of its VFs)
         self.mdev_type: dict[str, int] = {}
-        self.problems: dict[str, list[str]] = {}
 
     def _problem(self, pf: str, text: str) -> None:
         self.problems.setdefault(pf, []).append(text)
@@ -165,6 +179,9 @@ class _Layout:
         for _, pf in self.chosen:
             names = self.entries.get(pf) or []
             fns = sysfs.virtfns(names)
+            if len(fns) > MAX_VFS:
+                self._problem(pf, f"{len(fns)} virtual functions listed; the first {MAX_VFS} are read")
+                fns = fns[:MAX_VFS]
             if fns:
                 second.append(sysfs.read_links([sysfs.pci_path(root, pf, n) for _, n in fns]))
                 keys.append(("virtfn", pf))
