@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from migplan.adapters.runner import Completed
+from migplan.adapters.runner import BecomeError, Completed
 from migplan.errors import MigplanError
 from migplan.fleet.snapshot import DiscoveredGpu
 from migplan.fleet.vgpu_discover import MAX_VFS, read_vgpu
@@ -90,6 +90,28 @@ def test_more_virtual_functions_than_any_board_has_are_bounded() -> None:
     assert g.vgpu is not None and len(g.vgpu.devices) == MAX_VFS
     assert any(f"{MAX_VFS + 44} virtual functions listed; the first {MAX_VFS} are read" in n for n in notes)
     assert max(len(a) for a in host.log) <= MAX_VFS + 2
+
+
+class SudoForNvidiaSmiOnly(Host):
+    """A host whose sudoers rule lets the login user run nvidia-smi alone: `sudo -n ls` is refused."""
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60, stdin: bytes | None = None) -> Completed:
+        if argv[0] != "nvidia-smi":
+            self.log.append(tuple(argv))
+            raise BecomeError(self.host, "'sudo -n' failed: sudo: a password is required")
+        return super().run(argv, timeout=timeout, stdin=stdin)
+
+    def run_batch(self, argvs: Sequence[Sequence[str]], *, timeout: float = 60) -> list[Completed]:
+        return [self.run(a, timeout=timeout) for a in argvs]  # raises as a batch would, at the first refusal
+
+
+def test_a_become_prefix_that_refuses_the_sysfs_reads_leaves_a_note() -> None:
+    notes: list[str] = []
+    host = SudoForNvidiaSmiOnly(l4_host())
+    (g,) = read_vgpu(host, "hostile", [GPU], notes)
+    assert g.vgpu is not None and g.vgpu.devices == () and g.vgpu.board == "L4"
+    assert any("a password is required" in n and "not known" in n for n in notes), notes
+    assert ("nvidia-smi", "vgpu", "-q") in host.log
 
 
 GARBAGE = ["", "\x00\x01\x02", "\x1b[2J\x1b]0;owned\x07", "x" * 5_000_000, "GPU 00000000:C1:00.0\n" * 3,

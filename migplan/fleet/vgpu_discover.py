@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from migplan import smi
-from migplan.adapters.runner import DEFAULT_TIMEOUT, CommandRunner, Completed, run_many
+from migplan.adapters.runner import DEFAULT_TIMEOUT, BecomeError, CommandRunner, Completed, run_many
 from migplan.catalog import VgpuCatalog, VgpuModel, builtin_vgpu_catalog
 from migplan.catalog.vgpu import parse_type_name, smi_type_name
 from migplan.errors import CatalogError
@@ -120,7 +120,22 @@ class _Reader:
         self.timeout = timeout
 
     def batch(self, argvs: Sequence[Sequence[str]]) -> list[Completed]:
-        return run_many(self.runner, argvs, timeout=self.timeout) if argvs else []
+        """The commands' results. A become prefix that refuses some of them (a sudoers rule for nvidia-smi alone
+        refuses `sudo -n ls`) fails the whole batch: then each runs on its own, a refused one read as failed."""
+        if not argvs:
+            return []
+        try:
+            return run_many(self.runner, argvs, timeout=self.timeout)
+        except BecomeError:
+            out = []
+            for a in argvs:
+                try:
+                    out.append(self.runner.run(list(a), timeout=self.timeout))
+                except BecomeError as err:
+                    if a[0] == smi.NVIDIA_SMI:
+                        raise
+                    out.append(Completed(tuple(a), 126, "", err.detail))
+            return out
 
     @staticmethod
     def smi(argv: Sequence[str], done: Completed) -> str:
