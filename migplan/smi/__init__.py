@@ -1,5 +1,8 @@
 """nvidia-smi: argv builders, output parsers, typed errors and catalog learning (pure, no I/O).
 
+`vgpu.py` (`nvidia-smi vgpu` and its `-q`, `-s`, `-c`) and `sysfs.py` (a vGPU host's sysfs reads with `ls`,
+`readlink`, `cat`) are imported as modules, not re-exported here (docs/vgpu.md, "Discovery").
+
 Facts: docs/nvidia-smi.md, "Facts we rely on" (a bare §n in these modules is a section there), and
 docs/mig-geometry.md. Running the commands is `migplan.adapters.smi_session`'s job, not this package's.
 
