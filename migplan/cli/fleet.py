@@ -83,15 +83,18 @@ def discover(
         info(f"snapshot written to {out}")
 
     def table() -> str:
+        vgpu = any(g.vgpu is not None for h in snapshot.hosts for g in h.gpus)  # the column only on vGPU fleets
         rows: list[list[Any]] = []
         for h in snapshot.hosts:
             if h.error is not None:
-                rows.append([h.name, "-", "-", "-", f"FAILED ({printable(h.error.code, 40)})"])
+                failed = f"FAILED ({printable(h.error.code, 40)})"
+                rows.append([h.name, "-", "-", "-", *(["-"] if vgpu else []), failed])
                 continue
             mig = sum(1 for g in h.gpus if g.mig_current)
             inst = sum(len(g.instances) for g in h.gpus)
-            rows.append([h.name, len(h.gpus), mig, inst, "ok"])
-        return grid(rows, ["HOST", "GPUS", "MIG ON", "INSTANCES", "STATUS"])
+            vms = sum(len(g.vgpu.vgpus) for g in h.gpus if g.vgpu is not None)
+            rows.append([h.name, len(h.gpus), mig, inst, *([vms] if vgpu else []), "ok"])
+        return grid(rows, ["HOST", "GPUS", "MIG ON", "INSTANCES", *(["ACTIVE VGPUS"] if vgpu else []), "STATUS"])
 
     emit(snapshot_to_dict(snapshot), ctx.output, table)
     _finish(snapshot)

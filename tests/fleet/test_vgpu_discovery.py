@@ -112,6 +112,28 @@ def test_a100_mig_backed_l4_time_sliced_and_t4_mdev(fleet: Fleet, tmp_path: Path
     assert g0 is not None and set(g0.busy) == held and fs.gpu("kvm01", 1) is None
 
 
+def test_the_discover_command_reads_vgpus_and_counts_them(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`migplan discover` itself asks for vGPUs (sysfs at the real `/`, where the simulated GPUs are not: a note, and
+    the active vGPUs from `nvidia-smi vgpu -q` all the same)."""
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_CATALOG"):
+        monkeypatch.delenv(var, raising=False)
+    kvm_host(fleet)
+    write(fleet.host(1).state, state("A100-SXM4-40GB", 1, hostname="mig"))
+    inv = fleet.inventory({"kvm01": fleet.host_entry(fleet.host(0)), "mig": fleet.host_entry(fleet.host(1))})
+    args = ["discover", "-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--ssh-config", "none"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    head, _, kvm, mig = r.stdout.splitlines()[:4]
+    assert head.split() == ["HOST", "GPUS", "MIG", "ON", "INSTANCES", "ACTIVE", "VGPUS", "STATUS"]
+    assert kvm.split() == ["kvm01", "3", "1", "3", "3", "ok"] and mig.split() == ["mig", "1", "1", "0", "0", "ok"]
+    doc = json.loads(CliRunner().invoke(app, [*args, "-o", "json"]).stdout)
+    assert doc["version"] == 2 and [len(g["vgpu"]["vgpus"]) for g in doc["hosts"][0]["gpus"]] == [1, 1, 1]
+
+
 def test_a_host_without_the_vgpu_manager_and_a_mig_host_are_as_before(fleet: Fleet) -> None:
     h0, h1 = fleet.host(0), fleet.host(1)
     vf.shims(h0.bin)
