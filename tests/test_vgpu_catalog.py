@@ -109,7 +109,7 @@ def test_every_type_is_consistent(board_id: str, t: VgpuType) -> None:
     nominal = round(m.frame_buffer_mib / 1024) * 1024
     if t.mig_backed:
         p = MIG.get(m.gpu).profile(t.mig_profile)
-        assert t.mig_profile == parsed.mig_profile and p.compute_slices == parsed.g
+        assert t.mig_profile == parsed.mig_profile and p.compute_slices == parsed.compute_slices
         assert t.max_count == p.max_count  # as many per GPU as the MIG profile allows
         assert p.memory_mib <= t.frame_buffer_mib <= p.memory_mib * 1.25
         assert t.max_mixed == 0
@@ -197,7 +197,7 @@ def test_reading_the_file_again_gives_the_same_catalog(tmp_path: Path) -> None:
 ])
 def test_type_names_follow_nvidias_grammar(name: str, board: str, g: int, gb: int, series: str, profile: str) -> None:
     p = parse_type_name(name)
-    assert (p.board, p.g, p.gb, p.series, p.mig_profile) == (board, g, gb, series, profile)
+    assert (p.board, p.compute_slices, p.gb, p.series, p.mig_profile) == (board, g, gb, series, profile)
 
 
 @pytest.mark.parametrize("name", ["A100-20", "A100-3-20X", "a100-20C", "A100-20C ", "A100-3-20-C", "A100-01C", ""])

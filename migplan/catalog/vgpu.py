@@ -61,22 +61,23 @@ _SMI_PREFIXES = ("NVIDIA ", "GRID ")
 
 @dataclass(frozen=True)
 class TypeName:
-    """A vGPU type name taken apart: `A100-3-20C` -> board A100, g 3, gb 20, series C, attribute ''."""
+    """A vGPU type name taken apart: `A100-3-20C` -> board A100, compute slices 3, gb 20, series C, attribute ''."""
 
     board: str
     gb: int
     series: str
-    g: int = 0  # 0: a time-sliced type
+    compute_slices: int = 0  # the `<g>` of a MIG-backed name; 0: a time-sliced type
     attribute: str = ""  # "", "ME", "NOME", "MEALL", "GFX"
 
     @property
     def mig_backed(self) -> bool:
-        return self.g > 0
+        return self.compute_slices > 0
 
     @property
     def mig_profile(self) -> str:
         """The MIG profile a MIG-backed name stands for (`A30-1-6CME` -> `1g.6gb+me`); '' when time-sliced."""
-        return f"{self.g}g.{self.gb}gb{ATTRIBUTES[self.attribute]}" if self.g else ""
+        return (f"{self.compute_slices}g.{self.gb}gb{ATTRIBUTES[self.attribute]}" if self.compute_slices
+                else "")
 
 
 def parse_type_name(name: str) -> TypeName:
