@@ -114,6 +114,21 @@ def test_pictures_are_shares_of_the_frame_buffer() -> None:
     assert vgpu_picture(vgpu_slices(t4())).startswith("|T4-4C      |")
 
 
+def test_a_vm_on_one_of_several_vfs_of_its_type() -> None:
+    """Three VFs hold L4-8C, two VMs run on two of them, and `nvidia-smi vgpu -q` does not say which."""
+    g = l4("L4-8C", "L4-8C", "L4-8C")
+    assert g.vgpu is not None
+    vms = tuple(ActiveVgpu(3251634178 + n, "L4-8C", 1200, f"vm-{n}", None, None, None, 8192, 100) for n in range(2))
+    g = DiscoveredGpu(1, None, "NVIDIA L4", mig_capable=False, vgpu=GpuVgpu(
+        "sr-iov", "L4", devices=tuple(VgpuDevice("vf", d.address, 1200, "L4-8C") for d in g.vgpu.devices), vgpus=vms))
+    data = status_data(Snapshot((DiscoveredHost("kvm01", None, (g,)),)), None, CATALOG)
+    text = status_table(data)
+    vfs = "one of 0000:27:00.4, 0000:27:00.5, 0000:27:00.6"
+    assert f"    L4-8C {vfs}: VM vm-0, FB 100 of 8192 MiB used" in text
+    assert f"    L4-8C {vfs}: VM vm-1, FB 100 of 8192 MiB used" in text
+    assert f"    L4-8C {vfs}: no VM (1 of them)" in text and text.count("no VM") == 1
+
+
 def test_status_table_shows_each_vgpu_its_vm_and_frame_buffer() -> None:
     snap = Snapshot((DiscoveredHost("kvm01", "10.0.0.1", (a100(), l4("L4-8C"), t4())),), "2026-12-07T00:00:00Z")
     data = status_data(snap, None, CATALOG)

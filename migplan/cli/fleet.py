@@ -143,9 +143,10 @@ def _vgpu_lines(h: dict[str, Any]) -> list[str]:
                 f"{len(v['vgpus'])} active, creatable {', '.join(printable(c, 40) for c in v['creatable']) or '-'}")
         out.append(head)
         for r in g["vgpu_rows"]:
-            where = " on ".join(printable(str(x), 40) for x in (r["device"], r["instance"]) if x) or "?"
+            where = " on ".join(printable(str(x), 200) for x in (r["device"], r["instance"]) if x) or "?"
             fb = "" if r["fb_total_mib"] is None else f", FB {r['fb_used_mib']} of {r['fb_total_mib']} MiB used"
-            vm = f"VM {printable(str(r['vm']), 80)}" if r["vm"] else "no VM"
+            vm = f"VM {printable(str(r['vm']), 80)}" if r["vm"] else "no VM" + (
+                f" ({r['count']} of them)" if r.get("count") else "")
             out.append(f"    {printable(r['type'], 40)} {where}: {vm}{fb}")
     return out
 

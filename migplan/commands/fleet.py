@@ -172,24 +172,43 @@ def vgpu_picture(slices: tuple[int, list[tuple[str, int]]], width: int = VGPU_PI
 
 def vgpu_rows(g: DiscoveredGpu) -> list[dict[str, Any]]:
     """Each vGPU of a GPU for `status`: its type, where it sits (VF or mdev device, GPU instance), its VM and the
-    frame buffer the VM uses (active vGPUs), or `no VM` (a device that holds a type no VM runs on)."""
+    frame buffer the VM uses (active vGPUs), or `no VM` (a device that holds a type no VM runs on). Where
+    `nvidia-smi vgpu -q` cannot tell which of several VFs holding a type a VM runs on (discovery left its device
+    unknown), its `device` is `one of` them, and those VFs' idle ones are one row with `count`."""
     assert g.vgpu is not None
     by_gi = {i.gi_id: i.instance for i in g.instances}
-    out = []
-    seen = set()
-    for a in g.vgpu.vgpus:
-        seen.add(a.device)
-        inst = by_gi.get(a.gpu_instance_id) if a.gpu_instance_id is not None else None
-        out.append({"vgpu_id": a.vgpu_id, "type": a.type_name, "device": a.device,
-                    "instance": str(inst) if inst is not None else None, "vm": a.vm_name or a.vm_uuid,
-                    "fb_used_mib": a.fb_used_mib, "fb_total_mib": a.fb_total_mib})
+    linked = {a.device for a in g.vgpu.vgpus if a.device}
+    loose: dict[int, list[str]] = {}  # type id -> held devices no active vGPU is tied to
     for d in g.vgpu.held:
-        if d.address in seen:
+        if d.address not in linked:
+            loose.setdefault(d.type_id, []).append(d.address)
+    unknown = {t: sum(1 for a in g.vgpu.vgpus if a.device is None and a.type_id == t) for t in loose}
+
+    def where(gi: int | None) -> str | None:
+        inst = by_gi.get(gi) if gi is not None else None
+        return str(inst) if inst is not None else None
+
+    out: list[dict[str, Any]] = []
+    for a in g.vgpu.vgpus:
+        device = a.device
+        if device is None and a.type_id in loose and unknown.get(a.type_id):
+            device = "one of " + ", ".join(loose[a.type_id])
+        out.append({"vgpu_id": a.vgpu_id, "type": a.type_name, "device": device, "instance": where(a.gpu_instance_id),
+                    "vm": a.vm_name or a.vm_uuid, "fb_used_mib": a.fb_used_mib, "fb_total_mib": a.fb_total_mib})
+    shown: set[int] = set()
+    for d in g.vgpu.held:
+        if d.address in linked or d.type_id in shown:
             continue
-        inst = by_gi.get(d.gpu_instance_id) if d.gpu_instance_id is not None else None
-        out.append({"vgpu_id": None, "type": d.type_name or f"id {d.type_id}", "device": d.address,
-                    "instance": str(inst) if inst is not None else None, "vm": None, "fb_used_mib": None,
-                    "fb_total_mib": None})
+        row: dict[str, Any] = {"vgpu_id": None, "type": d.type_name or f"id {d.type_id}", "device": d.address,
+                               "instance": where(d.gpu_instance_id), "vm": None, "fb_used_mib": None,
+                               "fb_total_mib": None}
+        if unknown.get(d.type_id):
+            idle = len(loose[d.type_id]) - unknown[d.type_id]
+            shown.add(d.type_id)
+            if idle <= 0:
+                continue
+            row.update(device="one of " + ", ".join(loose[d.type_id]), instance=None, count=idle)
+        out.append(row)
     return out
 
 
