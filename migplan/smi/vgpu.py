@@ -36,7 +36,7 @@ MAX_TYPE_ID = 1_000_000
 MAX_VGPUS_PER_GPU = 64  # the most any type allows is 48 (RTX PRO 6000 DC-1-2Q, -s -v sample); a bound, not a fact
 MAX_MIB = 1 << 24
 
-_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
+_BUS = r"(?:[0-9A-Fa-f]{4}){1,2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"  # 00000000:17:00.0 (or 0000:17:00.0)
 _GPU_HEAD = re.compile(rf"(?a)GPU ({_BUS})")
 _VERSION = re.compile(r"(?a)\| NVIDIA-SMI (\S{1,24})\s+Driver Version: ([0-9.]{2,24})\s*\|")
 _SUMMARY_GPU = re.compile(rf"(?a)\|\s{{0,3}}(\d{{1,3}})  (.{{1,25}}?)\s*\| ({_BUS})\s*\|\s*(\d{{1,3}}%|N/A)\s*\|")
