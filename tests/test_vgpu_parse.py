@@ -136,7 +136,7 @@ Q = sample("vgpu/q_p40_types_510_two_active.txt")
     ("    Active vGPUs : 0\n", "before the first 'GPU' line"),
     ("GPU 00000000:82:00.0\n    Active vGPUs : 0\n\x1b[2J{{{\n", "neither a field nor a section"),
     ("GPU 00000000:82:00.0\n    Active vGPUs : 0\nGPU 00000000:82:00.0\n    Active vGPUs : 0\n", "listed twice"),
-    ("GPU 000000:82:00.0\n    Active vGPUs : 0\n", "neither a field nor a section"),
+    ("GPU 000000:82:00.0\n    Active vGPUs : 0\n", "is not a PCI bus id"),
     ("x" * 4_000_001, "refusing to read it"),
 ])
 def test_hostile_query_output_is_one_clear_error(text: str, why: str) -> None:

@@ -5,7 +5,7 @@
   sample per workload and place appended to the host's history store in one transaction with the state
   the next run needs (NVML cursors, accounting records read, which pid was which workload), then
   retention and the size cap.
-* `--vgpu` (a vGPU host, issue 26): also `nvidia-smi vgpu -q` (`migplan.smi.vgpu_usage`), one sample per active
+* `--vgpu` (a vGPU host, issue 26): also `nvidia-smi vgpu -q` (`migplan.smi.vgpu`), one sample per active
   vGPU: the VM is the workload (`identity.vm_workload`: `vm:<VM name>`), its frame buffer used the memory, the
   vGPU's utilisation the compute, and the place carries the vGPU type and the VM's UUID, so that `profiles build`
   writes `kind: vm` profiles. The GPU's model is the vGPU board's (from the type's name), its index from
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the fleet side is imported where it is used: `collect --loc
     from migplan.commands.fleet import FleetRequest
     from migplan.commands.results import HostOutcome
     from migplan.inventory import Host
-    from migplan.smi.vgpu_usage import VgpuGpu
+    from migplan.smi.vgpu import GpuActive
 
 # How long a pid's workload is remembered after it was last seen running, to name its accounting record once
 # it has exited: that record is read by the next run, so hours cover missed runs; the map stays small.
@@ -154,13 +154,14 @@ def read_vgpus(runner: CommandRunner | None, host: str, ts: float, timeout: floa
     """`nvidia-smi --query-gpu` and `nvidia-smi vgpu -q` on this host, as samples (`vgpu_samples`). A failure of
     either is an error of the run (a host given --vgpu that answers no vGPU query is misconfigured, not idle)."""
     from migplan.adapters.runner import LocalRunner
+    from migplan.catalog.vgpu import parse_type_name, smi_type_name
     from migplan.smi import parse_query_gpus, query_gpus
     from migplan.smi.errors import SmiError
-    from migplan.smi.vgpu_usage import parse_vgpu_query, query_vgpus
+    from migplan.smi.vgpu import parse_vgpu_query, vgpu_query
 
     local = runner if runner is not None else LocalRunner()
     gpus = local.run(query_gpus(), timeout=timeout)
-    query = local.run(query_vgpus(), timeout=timeout) if gpus.ok else gpus
+    query = local.run(vgpu_query(), timeout=timeout) if gpus.ok else gpus
     for done in (gpus, query):
         if not done.ok:
             why = printable((done.stdout + " " + done.stderr).strip(), 200)
@@ -172,13 +173,21 @@ def read_vgpus(runner: CommandRunner | None, host: str, ts: float, timeout: floa
         active = parse_vgpu_query(query.stdout)
     except SmiError as err:
         raise InputError(f"--vgpu: {err.message}") from None
+    for g in active:
+        for v in g.vgpus:
+            try:
+                parse_type_name(smi_type_name(v.type_name))
+            except CatalogError:
+                raise InputError(f"--vgpu: cannot read nvidia-smi vgpu -q output: vGPU {v.vgpu_id}: "
+                                 f"{v.type_name[:60]!r} is not a vGPU type name") from None
     index = {r.pci_bus_id.lower(): (r.index, r.name) for r in rows}
     return vgpu_samples(active, index, host, ts)
 
 
-def vgpu_samples(active: Sequence[VgpuGpu], index: Mapping[str, tuple[int, str]], host: str, ts: float) -> Built:
+def vgpu_samples(active: Sequence[GpuActive], index: Mapping[str, tuple[int, str]], host: str, ts: float) -> Built:
     """One sample per active vGPU (`index`: PCI bus id -> GPU index and name)."""
     from migplan.catalog import builtin_vgpu_catalog
+    from migplan.catalog.vgpu import smi_type_name
     from migplan.history.identity import vm_workload
 
     vcat = builtin_vgpu_catalog()
@@ -194,20 +203,21 @@ def vgpu_samples(active: Sequence[VgpuGpu], index: Mapping[str, tuple[int, str]]
             out.notes.append(f"vGPU GPU {g.pci_bus_id} is not in nvidia-smi --query-gpu: its samples carry no GPU "
                              "index")
         for v in g.vgpus:
-            model, profile = _vgpu_model(vcat, v.type_name)
-            if model is None and v.type_name not in unknown:
-                unknown.add(v.type_name)
-                out.notes.append(f"vGPU type {v.type_name} is not in migplan's vGPU catalog: its samples carry no "
+            type_name = smi_type_name(v.type_name)  # NVIDIA's bare name: `GRID P40-6Q` -> `P40-6Q`
+            model, profile = _vgpu_model(vcat, type_name)
+            if model is None and type_name not in unknown:
+                unknown.add(type_name)
+                out.notes.append(f"vGPU type {type_name} is not in migplan's vGPU catalog: its samples carry no "
                                  "gpu_model")
             ids = sorted(per_vm[v.vm_name or v.vm_uuid or f"#{v.vgpu_id}"])
             nth = ids.index(v.vgpu_id) + 1 if len(ids) > 1 else 0
-            place = Place(host, at[0] if at else None, model, profile, None, v.type_name, v.vm_uuid)
+            place = Place(host, at[0] if at else None, model, profile, None, type_name, v.vm_uuid)
             name = vm_workload(v.vm_name, v.vm_uuid, v.vgpu_id, nth=nth)
             if not v.vm_name and not v.vm_uuid:
                 out.notes.append(f"vGPU {v.vgpu_id}: the VM has neither a name nor a UUID; recorded as {name}, which "
                                  "changes when the VM restarts")
             memory = float(v.fb_used_mib) if v.fb_used_mib is not None else None
-            util = float(v.util_pct) if v.util_pct is not None else None
+            util = float(v.gpu_util_pct) if v.gpu_util_pct is not None else None
             out.samples.append(hs.StoredSample(Sample(ts, name, memory, util, place, SOURCE_VGPU),
                                                None, 1 if util is not None else None))
     return out

@@ -10,7 +10,9 @@ Formats, from the verbatim samples of tests/data/vgpu and tests/data/vgpu_sim (R
 * `-q`: `GPU <bus id>`, `    Active vGPUs : N`, then per vGPU `    vGPU ID : N` and its fields at 8 spaces
   (`VM UUID`, `VM Name`, `vGPU Name`, `vGPU Type`, `MDEV UUID`, `GPU Instance ID`, ...) and sections (`FB Memory
   Usage`, `Utilization`) whose fields are at 12 spaces. The colon is at column 38 or 42 (driver 4xx, 525): the
-  label is what precedes the first colon, so either reads.
+  label is what precedes the first colon, so either reads. A vGPU's field appears at most once and `Used` is at
+  most `Total`. One parser for discovery and `collect --local --vgpu` (which drops the type's `GRID `/`NVIDIA `
+  prefix with `catalog.vgpu.smi_type_name`).
 * `-s` / `-c`: `GPU <bus id>`, then each type's name at 4 spaces (driver 460); with `-v`, a block per type:
   `    vGPU Type ID : 0x5ee`, then `Name`, `GPU Instance Profile ID`, `Max Instances`, `FB Memory` at 8 spaces
   (driver 580's excerpt). Both read.
@@ -237,15 +239,27 @@ def _type_name(value: str, no: int, line: str, what: str) -> str:
     return name
 
 
+def _not_a_gpu_line(line: str) -> str:
+    """Why a line at column 0 of `-q` is not `GPU <PCI bus id>`."""
+    if line.strip() == NO_VGPU:
+        return "no GPU of this host is in vGPU mode"
+    if line.startswith("GPU "):
+        return f"{line[4:].strip()[:40]!r} is not a PCI bus id"
+    return "expected 'GPU <PCI bus id>'"
+
+
 def parse_vgpu_query(text: str) -> list[GpuActive]:
     """`nvidia-smi vgpu -q` -> per GPU (by PCI bus id) its active vGPUs."""
     what = "nvidia-smi vgpu -q"
     lines = dict(lines_of(text, what))
+    first = min(lines, default=None)
+    if first is not None and not lines[first].startswith(" ") and not _GPU_HEAD.fullmatch(lines[first]):
+        raise fail(what, first, lines[first], _not_a_gpu_line(lines[first]))
     blocks: list[tuple[int, str, list[tuple[int, int, str, str | None]]]] = []
     for no, indent, label, value in _fields(text, what):
         if indent == 0:
             if label != "GPU" or value is None:
-                raise fail(what, no, lines[no], "expected 'GPU <PCI bus id>'")
+                raise fail(what, no, lines[no], _not_a_gpu_line(lines[no]))
             if any(b == value for _, b, _ in blocks):
                 raise fail(what, no, lines[no], f"GPU {value} listed twice")
             blocks.append((no, value, []))
@@ -260,12 +274,13 @@ def _gpu_vgpus(bus: str, rows: list[tuple[int, int, str, str | None]], lines: di
                what: str) -> tuple[ActiveVgpu, ...]:
     """One GPU's `Active vGPUs : N` and its N vGPU blocks."""
     declared: int | None = None
+    declared_at: tuple[int, str] | None = None
     found: list[tuple[dict[str, str], dict[str, tuple[int, str]]]] = []
     section = ""
     for no, indent, label, value in rows:
         line = lines[no]
         if indent == 4 and label == "Active vGPUs" and value is not None and declared is None and not found:
-            declared = num(value, MAX_VGPUS_PER_GPU, what, no, line)
+            declared, declared_at = num(value, MAX_VGPUS_PER_GPU, what, no, line), (no, line)
         elif indent == 4 and label == "vGPU ID" and value is not None:
             if len(found) >= MAX_VGPUS_PER_GPU:
                 raise fail(what, no, line, f"more than {MAX_VGPUS_PER_GPU} vGPUs on GPU {bus}")
@@ -274,18 +289,30 @@ def _gpu_vgpus(bus: str, rows: list[tuple[int, int, str, str | None]], lines: di
         elif found and indent == 8:
             section = label if value is None else ""
             if value is not None:
-                found[-1][0][label], found[-1][1][label] = value, (no, line)
+                _put(found[-1], label, value, no, line, what)
         elif found and indent >= 12 and value is not None:
-            key = f"{section}/{label}"
-            found[-1][0][key], found[-1][1][key] = value, (no, line)
+            _put(found[-1], f"{section}/{label}", value, no, line, what)
         else:
             raise fail(what, no, line, "not a line of 'nvidia-smi vgpu -q'")
     out = tuple(_active(f, where, what) for f, where in found)
-    if declared is None or len(out) != declared:
-        raise SmiParseError(f"cannot read {what} output: GPU {bus} says {declared} active vGPUs but lists {len(out)}")
-    if len({r.vgpu_id for r in out}) != len(out):
-        raise SmiParseError(f"cannot read {what} output: GPU {bus} lists a vGPU ID twice")
+    if declared_at is None:
+        raise SmiParseError(f"cannot read {what} output: GPU {bus} has no 'Active vGPUs' line")
+    if len(out) != declared:
+        raise fail(what, *declared_at, f"GPU {bus} says {declared} active vGPUs but lists {len(out)}")
+    seen: set[int] = set()
+    for r, (_, where) in zip(out, found, strict=True):
+        if r.vgpu_id in seen:
+            raise fail(what, *where["vGPU ID"], f"GPU {bus} lists a vGPU ID twice ({r.vgpu_id})")
+        seen.add(r.vgpu_id)
     return out
+
+
+def _put(block: tuple[dict[str, str], dict[str, tuple[int, str]]], key: str, value: str, no: int, line: str,
+         what: str) -> None:
+    """A vGPU's field (`section/label` within a section): at most once."""
+    if key in block[0]:
+        raise fail(what, no, line, f"{key!r} twice for vGPU {block[0]['vGPU ID'][:12]}")
+    block[0][key], block[1][key] = value, (no, line)
 
 
 def _active(f: dict[str, str], where: dict[str, tuple[int, str]], what: str) -> ActiveVgpu:
@@ -299,6 +326,9 @@ def _active(f: dict[str, str], where: dict[str, tuple[int, str]], what: str) -> 
     tid, tn, tl = at("vGPU Type")
     gi, gn, gl = at("GPU Instance ID")
     total, used = at("FB Memory Usage/Total"), at("FB Memory Usage/Used")
+    total_mib, used_mib = _mib(*total, what=what), _mib(*used, what=what)
+    if total_mib is not None and used_mib is not None and used_mib > total_mib:
+        raise fail(what, used[1], used[2], f"{used_mib} MiB used of a {total_mib} MiB frame buffer")
     return ActiveVgpu(
         vgpu_id=_vgpu_id(vid, what, no, line),
         type_name=_type_name(*at("vGPU Name"), what=what),
@@ -307,8 +337,8 @@ def _active(f: dict[str, str], where: dict[str, tuple[int, str]], what: str) -> 
         vm_uuid=_uuid(*at("VM UUID"), what=what),
         mdev_uuid=_uuid(*at("MDEV UUID"), what=what),
         gpu_instance_id=_opt_int(gi, 255, what, gn, gl),
-        fb_total_mib=_mib(*total, what=what),
-        fb_used_mib=_mib(*used, what=what),
+        fb_total_mib=total_mib,
+        fb_used_mib=used_mib,
         gpu_util_pct=_pct(*at("Utilization/Gpu"), what=what))
 
 
