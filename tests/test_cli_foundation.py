@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import isolate_cli
 from typer.testing import CliRunner
 
 from migplan.cli.app import app
@@ -18,9 +19,7 @@ PROF = str(ROOT / "profiles" / "example")
 
 @pytest.fixture()
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # never read the developer's config
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
+    isolate_cli(monkeypatch, tmp_path)
     runner = CliRunner()
 
     def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import isolate_cli
 
 from migplan.adapters.solver import PulpSolver
 from migplan.catalog.layout import Instance
@@ -149,9 +150,7 @@ def test_propose_writes_the_fallback_says_so_and_exits_6(monkeypatch: pytest.Mon
     from migplan.documents import load_plan
 
     root = Path(__file__).resolve().parent.parent
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
+    isolate_cli(monkeypatch, tmp_path)
     monkeypatch.setattr(propose_mod, "planner_solver", lambda *a, **k: NoIncumbent())
     args = ["propose", "-i", str(root / "inventory" / "example.yaml"), "-p", str(root / "profiles" / "example")]
     r = CliRunner().invoke(app, args)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import MIGPLAN_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -34,7 +35,7 @@ def _limited(argv: list[str], limit: int, tmp: Path, *, stdout: Path | None = No
     base = dict(env if env is not None else {"PATH": os.environ["PATH"]})
     base.update(HOME=str(tmp / "home"), XDG_CONFIG_HOME=str(tmp / "xdg"), PYTHONDONTWRITEBYTECODE="1",
                 XDG_CACHE_HOME=str(tmp / "cache"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
+    for var in MIGPLAN_ENV:
         base.pop(var, None)
     out = open(stdout, "w") if stdout is not None else subprocess.PIPE  # noqa: SIM115 - closed below
     try:

@@ -16,12 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import migplan_cli
 
 from migplan.adapters import cbc_progress
 from migplan.adapters.cbc_progress import SolveProgress, fold, parse_line
 from migplan.adapters.solver import PulpSolver
-from migplan.cli.app import app
 from migplan.cli.progress import Mode, Reporter, choose_mode
 from migplan.commands.context import build_context
 from migplan.commands.propose import BUILDING, READING, WRITING, ProposeRequest, propose
@@ -333,11 +332,7 @@ def test_propose_tells_its_phases_in_order_and_the_planner_lines_as_details(tmp_
 
 @pytest.fixture()
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return migplan_cli(monkeypatch, tmp_path)
 
 
 def test_propose_with_progress_prints_plain_phases_and_keeps_stdout_data(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from helpers import migplan_cli
 
 from migplan.adapters.solver import available
-from migplan.cli.app import app
 from migplan.documents import load_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,11 +21,7 @@ PROF = str(ROOT / "profiles" / "example")
 
 @pytest.fixture()
 def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return migplan_cli(monkeypatch, tmp_path)
 
 
 def test_example_fleet_table(run) -> None:  # type: ignore[no-untyped-def]

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import MIGPLAN_ENV
 from typer.testing import CliRunner
 
 from migplan.cli.app import app
@@ -367,7 +368,7 @@ def test_systemd_analyze_reads_the_success_exit_status(tmp_path: Path) -> None:
 
 @pytest.fixture()
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
+    for var in MIGPLAN_ENV:
         monkeypatch.delenv(var, raising=False)
     exe = _argv_script(tmp_path / "100% bin" / "migplan")
     monkeypatch.setattr("migplan.cli.replan_cmd._migplan_path", lambda: str(exe))

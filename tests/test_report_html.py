@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import sim_runner
+from helpers import isolate_cli
 from helpers.samples import flat_workload, local_inventory, write_profiles
 from sim.fleet import host_state, read_state, write_state
 from typer.testing import CliRunner
@@ -52,9 +53,7 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not in
 # --- plans ------------------------------------------------------------------------------------------
 
 def _isolate(mp: pytest.MonkeyPatch, tmp: Path) -> None:
-    mp.setenv("XDG_CONFIG_HOME", str(tmp / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        mp.delenv(var, raising=False)
+    isolate_cli(mp, tmp)
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import migplan_cli
 from planner_fixtures import A100, CAT, EXACT, fleet, gpu, profiles, run, wl
-from typer.testing import CliRunner
 
-from migplan.cli.app import app
 from migplan.documents import load_plan, write_plan
 from migplan.errors import InputError
 from migplan.planner import Policy, build_problem, plan_from_dict, plan_to_dict
@@ -28,11 +27,7 @@ GIB = 1024
 
 @pytest.fixture()
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return migplan_cli(monkeypatch, tmp_path)
 
 
 def _spiky(name: str = "spiky", p99: int = 10 * GIB, **kw: object):  # type: ignore[no-untyped-def]

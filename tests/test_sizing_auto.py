@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import migplan_cli
 from helpers.sizing_fleets import T0, truth_history, write_csv
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from migplan.cli.app import app
 from migplan.errors import InputError
 from migplan.history.sweep import Figures, choose, read_record
 
@@ -29,11 +28,7 @@ PROF = str(ROOT / "profiles" / "example")
 
 @pytest.fixture()
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return migplan_cli(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="module")

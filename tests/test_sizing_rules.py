@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import migplan_cli
 from hypothesis import given
 from hypothesis import strategies as st
 from planner_fixtures import A100, CAT, fleet, gpu, profiles, run, wl
@@ -29,11 +30,7 @@ PROF = str(ROOT / "profiles" / "example")
 
 @pytest.fixture()
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for var in ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG"):
-        monkeypatch.delenv(var, raising=False)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return migplan_cli(monkeypatch, tmp_path)
 
 
 # --- the grammar ----------------------------------------------------------------------------------------------------

@@ -67,6 +67,10 @@ InventoryOpt = Annotated[
     typer.Option("--inventory", "-i", help="Inventory file (migplan or Ansible YAML).",
                  envvar="MIGPLAN_INVENTORY", show_default=False, metavar="PATH"),
 ]
+# `--sizing auto`'s target, on propose and replan (backtest --sweep's own option has a value, not None)
+TargetOomOpt = Annotated[str | None, typer.Option(
+    "--target-oom", metavar="SHARE", help="With --sizing auto: the share of workloads that may run out of memory in "
+    "the backtest, 1% or 0.01 [default: sizing.target_oom, else 1%].")]
 ProfilesOpt = Annotated[
     str | None,
     typer.Option("--profiles", "-p", help="Workload profile file or directory.", envvar="MIGPLAN_PROFILES",

@@ -10,7 +10,16 @@ import typer
 from migplan.adapters.kubectl import KubectlOptions
 from migplan.catalog.layout import picture
 from migplan.cli.k8s_options import ContextOpt, KubeconfigOpt, MigConfigMapOpt
-from migplan.cli.options import MAX_SECONDS, CatalogOpt, ConfigOpt, InventoryOpt, OutputOpt, ProfilesOpt, finite
+from migplan.cli.options import (
+    MAX_SECONDS,
+    CatalogOpt,
+    ConfigOpt,
+    InventoryOpt,
+    OutputOpt,
+    ProfilesOpt,
+    TargetOomOpt,
+    finite,
+)
 from migplan.cli.progress import Reporter
 from migplan.cli.progress import reporter as progress_reporter
 from migplan.cli.render import emit, grid, handle_errors, info
@@ -207,10 +216,7 @@ def propose(
                                                     "--sweep' recommends for this fleet (docs/profiles.md); replaces "
                                                     "the other memory options [default: sizing in the config, else "
                                                     "the options below: max+10%].")] = None,
-    target_oom: Annotated[str | None, typer.Option("--target-oom", metavar="SHARE",
-                                                   help="With --sizing auto: the share of workloads that may run out "
-                                                        "of memory in the backtest, 1% or 0.01 [default: "
-                                                        "sizing.target_oom, else 1%].")] = None,
+    target_oom: TargetOomOpt = None,
     sizing_history: Annotated[str | None, typer.Option("--sizing-history", metavar="PATH|FILE.csv|URL",
                                                        help="With --sizing auto: the history to calibrate from: a "
                                                             "history store, a CSV file or a Prometheus URL [default: "

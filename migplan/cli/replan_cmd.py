@@ -28,7 +28,16 @@ from migplan.cli.k8s_options import (
     Via,
     ViaOpt,
 )
-from migplan.cli.options import CatalogOpt, ConfigOpt, FleetOptions, InventoryOpt, OutputOpt, ProfilesOpt, fleet_options
+from migplan.cli.options import (
+    CatalogOpt,
+    ConfigOpt,
+    FleetOptions,
+    InventoryOpt,
+    OutputOpt,
+    ProfilesOpt,
+    TargetOomOpt,
+    fleet_options,
+)
 from migplan.cli.render import emit, grid, handle_errors, info
 from migplan.commands.context import build_context
 from migplan.errors import InputError
@@ -63,10 +72,7 @@ def replan(
                                                     "--sweep' recommends, recalibrated at most once per "
                                                     "sizing.cooldown_h (docs/profiles.md) [default: sizing in the "
                                                     "config, else planner's memory settings: max+10%].")] = None,
-    target_oom: Annotated[str | None, typer.Option("--target-oom", metavar="SHARE",
-                                                   help="With --sizing auto: the share of workloads that may run out "
-                                                        "of memory in the backtest, 1% or 0.01 [default: "
-                                                        "sizing.target_oom, else 1%].")] = None,
+    target_oom: TargetOomOpt = None,
     sizing_history: Annotated[str | None, typer.Option("--sizing-history", metavar="PATH|FILE.csv|URL",
                                                        help="With --sizing auto: the history to calibrate from: a "
                                                             "history store, a CSV file or a Prometheus URL [default: "

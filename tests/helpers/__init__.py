@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# the environment variables migplan reads its defaults from: a test of the CLI runs without the developer's
+MIGPLAN_ENV = ("MIGPLAN_OUTPUT", "MIGPLAN_CONFIG", "MIGPLAN_INVENTORY", "MIGPLAN_PROFILES", "MIGPLAN_CATALOG")
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -37,3 +42,21 @@ def own_tmpdir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setenv("TMPDIR", str(tmp))
     return tmp
+
+
+def isolate_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The CLI as a new user has it: no config file (XDG_CONFIG_HOME under tmp_path), no MIGPLAN_* variables."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for var in MIGPLAN_ENV:
+        monkeypatch.delenv(var, raising=False)
+
+
+def migplan_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
+    """`migplan ARGS...` in this process through typer's CliRunner, isolated as `isolate_cli`; returns its Result."""
+    from typer.testing import CliRunner
+
+    from migplan.cli.app import app
+
+    isolate_cli(monkeypatch, tmp_path)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args))
