@@ -241,3 +241,16 @@ def test_builders_make_argv_from_validated_tokens_only() -> None:
 def test_builders_refuse_what_they_must_not_put_on_a_command_line(call: object) -> None:
     with pytest.raises(SmiCommandError):
         call()  # type: ignore[operator]
+
+
+def test_the_vgpu_listings_are_read_only_and_the_setters_are_not() -> None:
+    """Discovery's vGPU reads may run during `apply --dry-run` and count as reads in the apply tests' logs; a
+    setting such as `vgpu -shm` (heterogeneous mode) may not."""
+    from migplan.fleet.steps import is_read_only
+    from migplan.smi import vgpu as sv
+
+    for argv in (sv.vgpu_summary(), sv.vgpu_query(), sv.vgpu_supported(), sv.vgpu_creatable(),
+                 [*sv.vgpu_supported(), "-v"], [*sv.vgpu_creatable(), "-i", "3"]):
+        assert is_read_only(argv), argv
+    for rest in (["-shm", "1"], ["-q", "-q"], ["-i", "x"], ["-i", "0", "-shm"], ["-c", "--reset"]):
+        assert not is_read_only(["nvidia-smi", "vgpu", *rest]), rest

@@ -111,6 +111,9 @@ def _mode(gpu: int, items: list[Action]) -> list[Step]:
 
 
 READ_ONLY_FLAGS = ("-L", "-lgi", "-lci", "-lgip", "-lgipp", "-h", "--help")
+# `nvidia-smi vgpu` and its listings (smi/vgpu.py's builders: the summary, -q, -s, -c, with -v or -i N): reads only,
+# unlike `vgpu -shm` and the other setters, which these flags never include
+VGPU_READ_ONLY_FLAGS = frozenset(("-q", "-s", "-c", "-v"))
 
 
 def is_read_only(argv: Sequence[str]) -> bool:
@@ -122,4 +125,16 @@ def is_read_only(argv: Sequence[str]) -> bool:
         return True
     if not rest or (len(rest) == 2 and rest[0] == "-i" and rest[1].isascii() and rest[1].isdigit()):
         return True  # plain `nvidia-smi [-i N]`: the default table (memory of each MIG device, §12)
+    if rest[0] == "vgpu":
+        return _vgpu_listing(rest[1:])
     return bool(rest) and rest[-1] in READ_ONLY_FLAGS  # the builders put the listing flag last
+
+
+def _vgpu_listing(flags: Sequence[str]) -> bool:
+    """`nvidia-smi vgpu [-q|-s|-c] [-v] [-i N]`: every flag a listing one, `-i` only with a GPU index."""
+    rest = list(flags)
+    if len(rest) >= 2 and rest[-2] == "-i":
+        if not (rest[-1].isascii() and rest[-1].isdigit()):
+            return False
+        rest = rest[:-2]
+    return all(f in VGPU_READ_ONLY_FLAGS for f in rest) and len(set(rest)) == len(rest)
