@@ -9,6 +9,7 @@ others carry `pytestmark = pytest.mark.slow` or `@pytest.mark.slow` in their fil
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Iterator
 
@@ -36,3 +37,14 @@ def sigint_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture(autouse=True)
+def _migplan_logger_as_it_was() -> Iterator[None]:
+    """`migplan -v` run in this process (typer's CliRunner) adds its debug handler to the `migplan` logger and
+    sets it to DEBUG for good; put the logger back after each test so later tests see no stray debug lines."""
+    logger = logging.getLogger("migplan")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
