@@ -106,6 +106,7 @@ class Browser:
         self.buf = b""
         self.n = 0
         self.session: str | None = None
+        self.events: list[dict[str, Any]] = []  # every message read, replies and events (the tests look at them)
 
     def send(self, method: str, params: dict[str, Any] | None = None) -> int:
         self.n += 1
@@ -121,6 +122,7 @@ class Browser:
             while b"\0" in self.buf:
                 raw, self.buf = self.buf.split(b"\0", 1)
                 msg: dict[str, Any] = json.loads(raw)
+                self.events.append(msg)
                 if until(msg):
                     return msg
             left = deadline - time.monotonic()

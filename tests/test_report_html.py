@@ -9,15 +9,14 @@ Screenshots land in the test's temporary directory (and, with MIGPLAN_REPORT_SHO
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import random
 import re
-import select
 import shutil
 import subprocess
-import time
 from collections import defaultdict
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -31,7 +30,7 @@ from helpers.samples import flat_workload, local_inventory, write_profiles
 from sim.fleet import host_state, read_state, write_state
 from typer.testing import CliRunner
 
-from bench.report_html import synthetic_plan
+from bench.report_html import Browser, synthetic_plan
 from migplan import documents
 from migplan.catalog import builtin_catalog
 from migplan.catalog.layout import Layout, enumerate_layouts
@@ -338,68 +337,14 @@ def selected(cells: dict[tuple[str, int], dict[str, str]]) -> set[tuple[str, int
 
 # --- Chromium ---------------------------------------------------------------------------------------
 
-class DevTools:
-    """A headless Chromium driven over its DevTools protocol (--remote-debugging-pipe: commands on fd 3, replies
-    on fd 4), no name resolving; `open` a page in a target of its own and wait for its load event, `evaluate`
-    in it, `requests` it made (the Network domain of the page's own target: the browser's background traffic is
-    not the page's)."""
+class DevTools(Browser):
+    """bench/report_html.py's headless Chromium over its DevTools pipe (no name resolving), with what the tests
+    need besides: `open` a page in a target of its own and wait for its load event, `requests` it made (the
+    Network domain of the page's own target: the browser's background traffic is not the page's), `wait`."""
 
     def __init__(self, tmp: Path) -> None:
         assert CHROMIUM is not None
-        to_r, self.to_w = os.pipe()
-        self.from_r, from_w = os.pipe()
-
-        def fds() -> None:  # dup2 onto the same number keeps close-on-exec: clear it then
-            for fd, want in ((to_r, 3), (from_w, 4)):
-                if fd == want:
-                    os.set_inheritable(fd, True)
-                else:
-                    os.dup2(fd, want)
-
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                f"--user-data-dir={tmp / 'cdp-profile'}", "--remote-debugging-pipe", "--window-size=1400,1000",
-                "--host-resolver-rules=MAP * ~NOTFOUND", "about:blank"]
-        self.proc = subprocess.Popen(args, preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp)})
-        os.close(to_r)
-        os.close(from_w)
-        self.buf = b""
-        self.events: list[dict[str, Any]] = []
-        self.ids = iter(range(1, 100000))
-        self.session: str | None = None
-
-    def send(self, method: str, params: dict[str, Any] | None = None) -> int:
-        n = next(self.ids)
-        msg: dict[str, Any] = {"id": n, "method": method, "params": params or {}}
-        if self.session:
-            msg["sessionId"] = self.session
-        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
-        return n
-
-    def read(self, until: Any, timeout: float = 60.0) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\0" in self.buf:
-                raw, self.buf = self.buf.split(b"\0", 1)
-                msg = json.loads(raw)
-                self.events.append(msg)
-                if until(msg):
-                    return msg  # type: ignore[no-any-return]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([self.from_r], [], [], left)
-            if ready:
-                chunk = os.read(self.from_r, 1 << 16)
-                if not chunk:
-                    return None
-                self.buf += chunk
-
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        n = self.send(method, params)
-        reply = self.read(lambda m: m.get("id") == n)
-        assert reply is not None and "error" not in reply, (method, reply)
-        return reply.get("result", {})  # type: ignore[no-any-return]
+        super().__init__(CHROMIUM, str(tmp / "cdp-profile"))
 
     def open(self, url: str) -> None:
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -409,29 +354,13 @@ class DevTools:
         self.call("Page.navigate", {"url": url})
         assert self.read(lambda m: m.get("method") == "Page.loadEventFired" and m.get("sessionId") == self.session)
 
-    def evaluate(self, expression: str) -> Any:
-        res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})
-        assert "exceptionDetails" not in res, res["exceptionDetails"]
-        return res["result"].get("value")
-
     def wait(self, seconds: float) -> None:
-        self.read(lambda m: False, timeout=seconds)
+        with contextlib.suppress(TimeoutError):
+            self.read(lambda m: False, timeout=seconds)
 
     def requests(self) -> list[str]:
         return [e["params"]["request"]["url"] for e in self.events
                 if e.get("method") == "Network.requestWillBeSent" and e.get("sessionId") == self.session]
-
-    def close(self) -> None:
-        try:
-            self.session = None
-            self.send("Browser.close")
-            self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            os.close(self.to_w)
-            os.close(self.from_r)
 
 
 def page_requests(tmp: Path, page: Path, wait_s: float = 2.0) -> list[str]:
