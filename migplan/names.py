@@ -95,3 +95,10 @@ def utc_stamp(text: object) -> dt.datetime | None:
 def finite(value: float) -> bool:
     """True for a real number: not `inf`, `-inf` or `nan` (float('1e999') is inf)."""
     return math.isfinite(value)
+
+# a GPU instance as a plan writes it: PROFILE@START (catalog.layout.Instance.parse has the last word)
+PLACEMENT = re.compile(r"\A[0-9]{1,2}(?:c\.[0-9]{1,2})?g\.[0-9]{1,4}gb(?:[+-][a-z.]{1,12})?@[0-9]{1,2}\Z")
+# what carries a vGPU: an SR-IOV VF's PCI address (0000:17:00.4), an mdev UUID, or `vgpu:<vGPU ID>` for an active
+# vGPU whose device discovery could not tell (fleet/vgpu_state.py)
+VGPU_DEVICE = re.compile(r"\A(?:[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                         r"[0-9a-f]{4}-[0-9a-f]{12}|vgpu:[0-9]{1,12})\Z")

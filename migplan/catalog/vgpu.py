@@ -46,6 +46,7 @@ TIME_SLICED_MIXED = "time_sliced_mixed"
 MIG_BACKED = "mig_backed"
 TIME_SLICED_MIG = "time_sliced_mig"
 MODES = (TIME_SLICED, TIME_SLICED_MIXED, MIG_BACKED, TIME_SLICED_MIG)
+PLANNED_MODES = (TIME_SLICED, TIME_SLICED_MIXED, MIG_BACKED)  # the modes migplan plans (no board offers the fourth)
 VGPU_ARCHITECTURES = ("turing", "ampere", "ada", "hopper", "blackwell")
 HOST_VGPU_MODES = ("sr-iov", "non-sr-iov")  # `Host VGPU Mode` in `nvidia-smi -q`: SR-IOV VFs or mdev devices
 CONFIDENCES = ("table", "config", "inferred", "user")

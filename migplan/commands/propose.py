@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migplan import documents
 from migplan.catalog import Catalog
-from migplan.commands import Report, quiet
+from migplan.commands import Report, quiet, vgpu_plan
 from migplan.commands.context import LIVE, Context
 from migplan.commands.pods import check_stdin, demand_from_pods
 from migplan.commands.vms import without_vms
@@ -24,15 +25,16 @@ from migplan.inventory import Inventory
 from migplan.model.state import FleetState, state_from_inventory
 from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
-from migplan.planner.plan import SizingChoice
+from migplan.planner.plan import PLAN_VERSION_VGPU, SizingChoice
 from migplan.planner.sizing import is_auto, parse_rule
-from migplan.profiles import ProfileSet
+from migplan.profiles import ProfileSet, Workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from migplan.adapters.cbc_progress import SolveProgress
     from migplan.adapters.solver import PulpSolver
+    from migplan.fleet.snapshot import Snapshot
 
 DEFAULT_SOLVER = "cbc"
 DEFAULT_TIME_LIMIT_S = 60.0
@@ -138,18 +140,26 @@ def planner_state(ctx: Context, inventory: str | None, snapshot: str | None, rep
 def _planner_state(ctx: Context, inventory: str | None, snapshot: str | None,
                    report: Report) -> tuple[FleetState, Inventory | None]:
     """`planner_state`, and the inventory it was read from (None: a snapshot)."""
+    state, inv, _ = _read_state(ctx, inventory, snapshot, report)
+    return state, inv
+
+
+def _read_state(ctx: Context, inventory: str | None, snapshot: str | None,
+                report: Report) -> tuple[FleetState, Inventory | None, Snapshot | None]:
+    """The fleet state, and the inventory or the snapshot it was read from."""
     chosen = snapshot or ctx.config.snapshot
     if chosen:
-        return documents.load_snapshot_state(chosen, ctx.catalog), None
+        snap = documents.load_snapshot(chosen, ctx.catalog)
+        return snap.fleet_state(source=f"snapshot:{os.fspath(chosen)}", catalog=ctx.catalog), None, snap
     inv = ctx.inventory(inventory)
-    unknown = [h.name for h in inv.hosts if not h.gpus]
+    unknown = [h.name for h in inv.hosts if not h.gpus and not (h.vgpu is not None and h.vgpu.count)]
     if unknown:
         report(f"warning: {len(unknown)} host(s) declare no GPUs ('discover: true') and are left out of this plan: "
                f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; run 'migplan discover --out "
                "SNAPSHOT' and plan with '--snapshot SNAPSHOT'")
     for note in inv.notes:  # what the source left as it is (Kubernetes: nodes its MIG strategy keeps as they are)
         report(f"note: {note}")
-    return state_from_inventory(inv, ctx.catalog), inv
+    return state_from_inventory(inv, ctx.catalog), inv, None
 
 
 def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
@@ -183,7 +193,9 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         policy = planner_policy(ctx, req.policy, req.sizing)
         solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
         check_stdin(req.pods, req.inventory)
-        state, inventory = _planner_state(ctx, req.inventory, req.snapshot, report)
+        state, inventory, snap = _read_state(ctx, req.inventory, req.snapshot, report)
+        hyper = vgpu_plan.split(state, inventory, snap, report)  # hypervisor hosts: vGPUs for VMs (issue 26)
+        state = hyper.mig_state
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
         for m in state.models:
@@ -199,11 +211,18 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         profiles = ctx.profiles_result(pending) if measured else ProfileSet(())
         if req.pods:
             profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
-        profiles, _ = without_vms(profiles, policy, catalog, report)  # kind: vm is not planned yet (commands/vms.py)
+        vms: tuple[Workload, ...] = ()
+        if hyper.vgpu_gpus:
+            profiles, vms = vgpu_plan.vm_profiles(profiles)
+        else:  # no hypervisor host: VMs are listed as not planned (commands/vms.py)
+            profiles, _ = without_vms(profiles, policy, catalog, report)
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),
                   phase=progress.phase if progress is not None else None)
+    if hyper.vgpu_gpus:
+        vplan = vgpu_plan.plan_vms(hyper, vms, policy, solver, catalog, report)
+        result = dataclasses.replace(result, vgpu=vplan, version=PLAN_VERSION_VGPU)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp, sizing=req.sizing_choice)
     if req.out:

@@ -9,6 +9,8 @@ in `migplan.model`).
                order; the one place MIG-changing commands are built                         pure
   discover.py  discovery over an injected `CommandRunner` (one `SmiSession` per host)
   vgpu_discover.py the vGPUs of a vGPU host (nvidia-smi vgpu, SR-IOV VFs, mdev devices), for discover.py
+  vgpu_state.py the hypervisor hosts' GPUs as the vGPU planner sees them (model.vgpu), from a snapshot
+               or the inventory's `vgpu` setting                                            pure
   apply.py     apply one host's part of a plan: re-read, refuse stale GPUs, checkpoint, change,
                verify, roll back (over an injected runner); what it uses:
   outcomes.py    the results, options and move events of an apply
@@ -19,5 +21,6 @@ in `migplan.model`).
 
 May import: model, catalog, inventory, smi, names, errors, yamldoc, files, text, adapters (discover.py,
 vgpu_discover.py and apply.py with the modules it uses: the runner protocol, the nvidia-smi session, the host
-pool). Never paramiko, pulp, typer or pynvml: transports are passed in.
+pool), history (vgpu_state.py: a running VM's workload name, as `collect`
+gives it). Never paramiko, pulp, typer or pynvml: transports are passed in.
 """

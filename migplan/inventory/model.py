@@ -37,6 +37,17 @@ class DeclaredGpu:
 
 
 @dataclass(frozen=True)
+class VgpuHost:
+    """A hypervisor host's `vgpu` setting (issue 26, docs/vgpu.md "Planning"): its GPUs hold vGPUs for VMs, never
+    bare-metal MIG workloads. `board`: the vGPU catalog's board of its GPUs; `modes`: the vGPU modes it may use
+    (catalog.vgpu.MODES, within the board's); `count`: GPUs declared for offline planning (0: discovered)."""
+
+    board: str
+    modes: tuple[str, ...]
+    count: int = 0
+
+
+@dataclass(frozen=True)
 class Hooks:
     """Commands run on the host around an apply (as mig-parted's apply hooks)."""
 
@@ -93,6 +104,7 @@ class Host:
     state_dir: str = DEFAULT_STATE_DIR  # on the host: assignments.json and env/<workload>.env after an apply
     connection: str = "ssh"  # ssh | local (this machine, no SSH: `connection: local`, ansible_connection)
     ssh_args: SshArgs | None = None  # ProxyJump/ProxyCommand/UserKnownHostsFile from the inventory
+    vgpu: VgpuHost | None = None  # a hypervisor host: its GPUs are planned as vGPUs for VMs (docs/vgpu.md)
 
     def gpu(self, index: int) -> DeclaredGpu | None:
         return next((g for g in self.gpus if g.index == index), None)

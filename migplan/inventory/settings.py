@@ -27,6 +27,7 @@ from migplan.inventory.model import (
     Hooks,
     Host,
     SshArgs,
+    VgpuHost,
     hook_argv,
 )
 from migplan.inventory.ssh_args import SshArgsError, parse_ssh_args
@@ -36,6 +37,7 @@ CONNECTIONS = ("ssh", "local")
 SETTING_KEYS = {"driver", "state_dir", "connection", "lock_file", "address", "port", "user", "key_file", "become",
                 "labels", "reserved_gpus", "excluded_gpus", "hooks", "discover", "gpus",
                 "mig_parted",  # mig_parted: {file, config}, layouts from a mig-parted file (migplan/mig_parted.py)
+                "vgpu",  # a hypervisor host: {board, modes, count} (docs/vgpu.md, "Planning")
                 "ssh_args"}  # ssh options: ProxyJump/-J, ProxyCommand, UserKnownHostsFile (inventory/ssh_args.py)
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # in this order, as Ansible's ssh plugin
 # Ansible's `ssh_args` (ControlMaster, ControlPersist, -C: how OpenSSH's client is run) means nothing to paramiko and
@@ -137,8 +139,40 @@ def read_setting(key: str, node: Node, catalog: Catalog) -> Any:
         "gpus": lambda n: declared_gpus(n, catalog),
         "mig_parted": lambda n: _mig_parted(n, catalog),
         "ssh_args": _ssh_args,
+        "vgpu": _vgpu,
     }
     return readers[key](node)
+
+
+def _vgpu(node: Node) -> VgpuHost:
+    """`vgpu: {board: L4, modes: [time_sliced], count: 2}`: the board by the vGPU catalog's id or type prefix, the
+    modes among the board's that migplan plans (time_sliced, time_sliced_mixed, mig_backed), count optional."""
+    from migplan.catalog import builtin_vgpu_catalog
+    from migplan.catalog.vgpu import PLANNED_MODES as VGPU_MODES
+
+    f = node.fields({"board", "modes", "count"}, {"board"})
+    vcat = builtin_vgpu_catalog()
+    try:
+        board = vcat.get(f["board"].str())
+    except CatalogError as err:
+        f["board"].fail(err.message, hint=err.hint)
+    offered = tuple(m for m in board.modes if m in VGPU_MODES)
+    modes: list[str] = []
+    if "modes" in f:
+        for n in f["modes"].list():
+            m = n.str()
+            if m not in offered:
+                n.fail(f"{board.id} has no vGPU mode {m!r} that migplan plans",
+                       hint=f"its modes: {', '.join(offered)}")
+            if m in modes:
+                n.fail(f"mode {m!r} is listed twice")
+            modes.append(m)
+        if not modes:
+            f["modes"].fail("a hypervisor host needs at least one vGPU mode", hint=f"{board.id}: {', '.join(offered)}")
+    else:  # equal-size and MIG-backed where the board has them: mixed-size needs the host's placements (docs)
+        modes = [m for m in offered if m != "time_sliced_mixed"]
+    count = f["count"].int(minimum=1, maximum=names.MAX_GPUS_PER_HOST) if "count" in f else 0
+    return VgpuHost(board.id, tuple(modes), count)
 
 
 def _mig_parted(node: Node, catalog: Catalog) -> Any:
@@ -224,10 +258,19 @@ def build_host(name: str, name_node: Node, s: Settings, groups: tuple[str, ...])
 
         gpus = mig_parted.declare(v["mig_parted"], gpus)
     discover = bool(v.get("discover", False))
+    vgpu: VgpuHost | None = v.get("vgpu")
+    if vgpu is not None and gpus:
+        s.nodes["vgpu"].fail("a hypervisor host ('vgpu') declares its GPUs with 'vgpu: {count: N}' or discovers "
+                             "them, not with 'gpus'", hint="drop 'gpus', or drop 'vgpu' for a bare-metal MIG host")
+    if vgpu is not None and vgpu.count and discover:
+        s.nodes["vgpu"].fail("'vgpu.count' declares GPUs for offline planning; with 'discover: true' they are read",
+                             hint="drop 'count' or 'discover'")
+    if vgpu is not None and not vgpu.count and not discover:
+        s.nodes["vgpu"].fail(f"hypervisor host {name!r} declares no GPUs", hint="add 'count: N' or 'discover: true'")
     if discover and gpus and "gpus" in s.nodes:
         s.nodes["gpus"].fail("a host lists either 'gpus' or 'discover: true', not both",
                              hint="drop 'gpus' to discover them live, or drop 'discover'")
-    if not gpus and not discover:
+    if not gpus and not discover and vgpu is None:
         name_node.fail(f"host {name!r} lists no GPUs", hint="add 'gpus:' or 'discover: true'")
     indices = {g.index for g in gpus}
     for key in ("reserved_gpus", "excluded_gpus"):
@@ -256,6 +299,7 @@ def build_host(name: str, name_node: Node, s: Settings, groups: tuple[str, ...])
         hooks=v.get("hooks", Hooks()),
         reserved_gpus=tuple(sorted(reserved)),
         excluded_gpus=tuple(sorted(excluded)),
+        vgpu=vgpu,
     )
 
 

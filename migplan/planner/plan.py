@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from migplan import names, yamldoc
-from migplan.catalog import Catalog
+from migplan.catalog import Catalog, builtin_vgpu_catalog
 from migplan.catalog.geometry import GpuModel
 from migplan.catalog.layout import Instance, Layout, check_layout
 from migplan.catalog.loader import CATALOG_VERSION, parse_catalog
@@ -70,17 +70,20 @@ from migplan.errors import CatalogError, InputError, MigplanError
 from migplan.model.diff import Action, diff
 from migplan.model.gpu_plan import ON_GPU, WORKLOAD_STATUSES, Endpoint, GpuPlan, Migration, WorkloadPlan
 from migplan.model.state import FleetState, GpuKey, GpuState
+from migplan.model.vgpu import VgpuPlan
 from migplan.planner.demand import Policy, headroom_rule, memory_warning, policy_from_mapping
 from migplan.planner.migration import GpuLayouts, Move, freed_gpus, order
 from migplan.planner.milp import LEGACY_STATUSES, SolveStatus
 from migplan.planner.sizing import parse_rule, rule_text
+from migplan.planner.vgpu_document import parse_vgpu_plan, vgpu_plan_to_dict
 from migplan.profiles import ANY_MIG, MAX_PRIORITY, WHOLE_GPU, Eligible, may_use
 from migplan.yamldoc import Node
 
 # 5: workloads kept at risk (status at_risk, summary workloads_at_risk); 4: migrations, freed, consolidation;
 # 3: memory margins (WorkloadPlan peak/instance/margin ...)
 PLAN_VERSION = 5
-READ_VERSIONS = (3, 4, 5)  # a version 3 plan has no moves recorded: read with none (it was made without them)
+PLAN_VERSION_VGPU = 6  # a plan with a `vgpu` section (hypervisor hosts, issue 26); one without is still version 5
+READ_VERSIONS = (3, 4, 5, 6)  # a version 3 plan has no moves recorded: read with none (it was made without them)
 # summary keys a plan before version 5 lacks (read as their defaults: such a plan kept nothing at risk)
 _SUMMARY_SINCE_5 = frozenset({"workloads_at_risk", "idle_kept", "idle_removed", "idle_removed_freeing"})
 PLAN_KIND = "migplan/plan"
@@ -224,6 +227,7 @@ class Plan:
     consolidation: Consolidation | None = None  # set by --consolidate
     eligibility: tuple[Eligibility, ...] = ()  # workloads with rules (written only when there are any)
     sizing: SizingChoice | None = None  # `sizing: auto`'s choice (written only when set)
+    vgpu: VgpuPlan | None = None  # hypervisor hosts' GPUs and the VM workloads (issue 26; written only when set)
 
     @functools.cached_property
     def _by_key(self) -> dict[GpuKey, GpuPlan]:
@@ -329,6 +333,7 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
             "migrations": [migration_to_dict(m) for m in plan.migrations],
             "freed_gpus": [{"host": h, "index": i} for h, i in plan.freed],
             "consolidation": _consolidation(plan.consolidation)}),
+        **({"vgpu": vgpu_plan_to_dict(plan.vgpu)} if plan.vgpu is not None else {}),
     }
 
 
@@ -868,7 +873,7 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
     top = {"version", "kind", "fingerprint", "created_at", "source", "policy", "solve", "summary", "gpus",
            "workloads"}
     moves = {"migrations", "freed_gpus", "consolidation"}
-    f = root.fields(top | moves | {"host_models", "eligibility", "sizing"}, top)
+    f = root.fields(top | moves | {"host_models", "eligibility", "sizing", "vgpu"}, top)
     version = f["version"].int()
     if version not in READ_VERSIONS:
         f["version"].fail(f"plan version {version} is not supported (this migplan reads versions "
@@ -909,11 +914,15 @@ def parse_plan(root: Node, catalog: Catalog) -> Plan:
         consolidation = _read_consolidation(f["consolidation"], policy_obj, summary, migrations, before, after,
                                             version)
     sizing = _read_sizing(f["sizing"], policy_obj) if "sizing" in f else None
+    if ("vgpu" in f) != (version >= PLAN_VERSION_VGPU):
+        f.get("vgpu", root).fail(f"a version {version} plan {'has no' if version < PLAN_VERSION_VGPU else 'needs a'} "
+                                 "'vgpu' section", hint=_HINT)
+    vgpu = parse_vgpu_plan(f["vgpu"], builtin_vgpu_catalog()) if "vgpu" in f else None
     return Plan(fingerprint=fingerprint, source=f["source"].str(), policy=policy_obj.to_dict(),
                 solve=solve, summary=summary, gpus=tuple(gpus.values()),
                 workloads=tuple(workloads), created_at=_opt_stamp(f["created_at"]), models=host_models,
                 version=version, migrations=migrations, freed=freed, consolidation=consolidation,
-                eligibility=eligibility, sizing=sizing)
+                eligibility=eligibility, sizing=sizing, vgpu=vgpu)
 
 
 def _read_sizing(n: Node, policy: Policy) -> SizingChoice:
