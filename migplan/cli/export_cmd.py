@@ -1,7 +1,8 @@
-"""`migplan export gpu-operator PLAN`, `migplan export mig-parted PLAN --host H` (docs/export.md) and
-`migplan export slurm PLAN` (docs/slurm.md).
+"""`migplan export gpu-operator PLAN`, `migplan export mig-parted PLAN --host H` (docs/export.md),
+`migplan export slurm PLAN` (docs/slurm.md) and `migplan export vsphere PLAN` (docs/vsphere.md).
 
-Exit codes: 0 written, 2 bad input (the plan, --existing, a name Kubernetes would refuse).
+Exit codes: 0 written, 2 bad input (the plan, --existing, a name Kubernetes would refuse, a plan without vGPU
+for vsphere).
 The work is `migplan.commands.export`; this module parses options and renders.
 """
 
@@ -14,16 +15,18 @@ from typing import Annotated
 
 import typer
 
+from migplan import documents, slurm, vsphere
 from migplan import mig_parted as mp
-from migplan import slurm
 from migplan.cli.options import CatalogOpt, ConfigOpt, choices
 from migplan.cli.render import grid, handle_errors, info
 from migplan.commands import export as run
+from migplan.commands import vsphere as run_vsphere
 from migplan.commands.context import build_context
 from migplan.files import write_atomic
 from migplan.text import printable
 
-app = typer.Typer(help="Export a plan to NVIDIA's MIG tools (the GPU Operator's MIG manager, mig-parted) or to Slurm.",
+app = typer.Typer(help="Export a plan to NVIDIA's MIG tools (the GPU Operator's MIG manager, mig-parted), to Slurm "
+                  "or, for VMs on vGPU, to vSphere.",
                   no_args_is_help=True)
 
 
@@ -44,6 +47,12 @@ class SlurmOutput(str, Enum):
     slurm_conf = "slurm.conf"
     gres_conf = "gres.conf"
     json = "json"
+
+
+class VsphereOutput(str, Enum):
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
 
 
 class GresConfMode(str, Enum):
@@ -179,3 +188,32 @@ def slurm_export(
             else json.dumps(export.to_dict(), indent=2) + "\n" if fmt == "json"
             else f"{nodes}\n{slurm.gres_conf(export)}")
     _write(text, out, [f for f in (plan, snapshot, slurm_conf) if f])
+
+
+@app.command("vsphere")
+@handle_errors
+def vsphere_export(
+    plan: PlanArg,
+    host: Annotated[str | None, typer.Option("--host", help="Export this ESXi host of the plan only [default: every "
+                                             "vGPU host].", show_default=False, metavar="HOST")] = None,
+    profile_prefix: Annotated[str, typer.Option(
+        "--profile-prefix", help="How vSphere names the vGPU profiles: grid_a100-3-20c or, on newer vGPU managers, "
+        "nvidia_a100-3-20c (check what your hosts offer).",
+        metavar="|".join(vsphere.PROFILE_PREFIXES))] = vsphere.DEFAULT_PREFIX,
+    output: Annotated[VsphereOutput, typer.Option("-o", "--output", help="json or yaml (per host and GPU: the GPU's "
+                                                  "setting and each VM's profile), or csv (VMName,VGPUProfile,Host,GPU "
+                                                  "for PowerShell's Import-Csv).",
+                                                  metavar=choices(VsphereOutput))] = VsphereOutput.json,
+    out: OutFileOpt = None,
+    config: ConfigOpt = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Each VM's vGPU profile per ESXi host and GPU, and each GPU's setting (docs/vsphere.md); calls no vSphere."""
+    ctx = build_context(config, catalog, None)
+    export = run_vsphere.export_vsphere(ctx, plan, prefix=profile_prefix, host=host)
+    for note in export.notes:
+        info(f"note: {printable(note, 400)}")
+    fmt = output.value
+    text = (vsphere.csv_text(export) if fmt == "csv" else documents.dump(export.to_dict(), "yaml") if fmt == "yaml"
+            else json.dumps(export.to_dict(), indent=2) + "\n")
+    _write(text, out, [plan])

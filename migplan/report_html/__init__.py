@@ -27,6 +27,7 @@ square per compute slice it owns (compute slices have no fixed positions, NVIDIA
   __init__.py  the page: the summary, the overview and the data block
   assets.py    its stylesheet and script
   frontier.py  `backtest --sweep --report`: the sizing sweep's page, its frontier drawn as SVG (no script)
+  vgpu.py      the vGPU hosts' section (issue 26): each VM's slice of its GPU, drawn as static SVG
 
 Pure: no files, processes or clock. May import: catalog, model, planner, fleet (steps.py: the commands), smi (the
 read-only `-lgi` named where ids are not known).
@@ -51,6 +52,7 @@ from migplan.model.gpu_plan import GpuPlan, WorkloadPlan
 from migplan.model.state import GpuKey
 from migplan.planner import Plan
 from migplan.report_html.assets import CSS, SCRIPT
+from migplan.report_html.vgpu import section as vgpu_section
 
 OPEN_HOSTS_UP_TO = 24  # GPUs: a small plan opens (and draws) every host; a large one starts collapsed
 LISTING_OPEN_UP_TO = 20  # rows: a longer list of workloads starts folded, so it never pushes the hosts off the page
@@ -372,7 +374,7 @@ def render(plan: Plan, catalog: Catalog, *, title: str = "migplan plan", gi_ids:
         f'<details class="sec" id="s-summary" open><summary><h2>Fleet summary</h2></summary>{_summary(plan)}</details>'
         '<details class="sec" id="s-overview" open><summary><h2>Overview</h2> <span class="meta">one cell per GPU, '
         f"grouped by host; click a cell for its GPU</span></summary>{_legend()}{_overview(gpus)}</details>"
-        f"{_moves(plan)}{_listings(plan)}"
+        f"{_moves(plan)}{_listings(plan)}{vgpu_section(plan, catalog)}"
         '<details class="sec" id="s-gpus" open><summary><h2>GPUs by host</h2> <span class="meta">current and target '
         f"layout, nvidia-smi commands ({ids_note}), workloads; a host is drawn when opened</span></summary>"
         f'{_svg_legend()}<div id="hosts"></div></details></main>'
