@@ -44,7 +44,7 @@ def planned() -> VgpuPlan:
         [_gpu("esx-a100", 0, "A100X", ("mig_backed",))]
     vms = [_vm("vm:l4-a", 6000, "L4-8C"), _vm("vm:l4-b", 10000, "L4-12C"), _vm("vm:l4-c", 3000, "L4-4C"),
            _vm("vm:a100-a", 15000, "A100X-3-20C"), _vm("vm:a100-b", 4000, "A100X-1-5C")]
-    return plan_vgpus(gpus, vms, Policy(), PulpSolver(time_limit=30), VCAT, CAT)  # type: ignore[arg-type]
+    return plan_vgpus(gpus, vms, Policy(), PulpSolver(time_limit=30), VCAT, CAT)
 
 
 def test_csv_has_every_placed_vm_once_with_its_plans_type_and_gpu(planned: VgpuPlan) -> None:
