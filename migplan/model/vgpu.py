@@ -176,8 +176,9 @@ def _gi_profile(placement: str) -> str:
 
 
 def _removals(observed: VgpuGpuState, slots: tuple[VgpuSlot, ...]) -> list[VgpuAction]:
-    """Every observed vGPU the target does not keep (by device); ValueError for a kept device retyped or moved, and
-    for a running VM's vGPU dropped."""
+    """Every observed vGPU the target does not keep (by device); ValueError for a kept device retyped or moved. A
+    running VM's vGPU is removed only by a plan made with --allow-disrupt (the plan check refuses it otherwise), and
+    apply refuses it while the VM runs: migplan never stops a VM (docs/vgpu.md, "Apply")."""
     kept = {s.device: s for s in slots if s.device is not None}
     before = {s.device: s for s in observed.slots if s.device is not None}
     for d, new in kept.items():
@@ -189,9 +190,6 @@ def _removals(observed: VgpuGpuState, slots: tuple[VgpuSlot, ...]) -> list[VgpuA
     for s in observed.slots:
         if s.device in kept:
             continue
-        if s.running:
-            raise ValueError(f"{observed.host}:{observed.index}: the running VM's vGPU {s.type_name} on {s.device} "
-                             "would be removed")
         out.append(VgpuAction("remove", s.type_name, s.device, s.placement, s.vm))
     return out
 
@@ -216,8 +214,8 @@ def _mode_actions(observed: VgpuGpuState, mode: str | None, keep_gis: set[str]) 
 def vgpu_actions(observed: VgpuGpuState, mode: str | None, slots: tuple[VgpuSlot, ...]) -> tuple[VgpuAction, ...]:
     """The actions from `observed` to (`mode`, `slots`). A target slot with the device of an observed slot keeps
     that vGPU (same type, same GPU instance); every other observed vGPU is removed, every target slot without a
-    device created. Raises ValueError for a target that would retype or drop a running VM's vGPU, or reuse a device
-    as another type: the planner never makes one (the plan check says so first)."""
+    device created. Raises ValueError for a target that reuses a device as another type or on another GPU instance:
+    the planner never makes one."""
     actions = _removals(observed, slots)
     keep_gis = {s.placement for s in slots if s.placement is not None}
     actions += _mode_actions(observed, mode, keep_gis)

@@ -32,6 +32,7 @@ Every plan is checked again in plain Python (`vgpu_check.check`), whatever the s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -353,7 +354,9 @@ def _todo(prog: Program, gi: int, vals: tuple[float, ...], placed: dict[str, VmP
 
 
 def _start(g: Group, gs: VgpuGpuState, p: Pattern, disrupt: bool) -> _Gpu:
-    keep = list(gs.slots) if p.keep else [s for s in gs.slots if s.running and (not disrupt or _fits_fixed(p, (s,)))]
+    # a vGPU no running VM holds is for no VM of the plan until one is given it (`_place`)
+    keep = ([s if s.running else dataclasses.replace(s, vm=None, vm_uuid=None) for s in gs.slots] if p.keep
+            else [s for s in gs.slots if s.running and (not disrupt or _fits_fixed(p, (s,)))])
     free = p.counts
     for s in keep:
         free[_fixed_key(g, s)] -= 1
@@ -368,13 +371,17 @@ def _place(g: Group, at: _Gpu, v: Vm, t: VgpuType) -> VmPlan:
     at.free[k] -= 1
     device = placement = None
     mine = next((s for s in at.slots if s.vm == v.name and s.running), None) if v.running else None
-    if mine is not None and mine.type_name == t.name:
+    holds = mine is not None and mine.type_name == t.name
+    if mine is not None and holds:
         device, placement = mine.device, mine.placement
         at.slots.remove(mine)
     else:
         pool = (at.slots if p.keep else gs.slots)
-        idle = [s for s in pool if not s.running and s.vm is None and s.type_name == t.name
-                and (p.keep or s not in at.slots) and (p.mode != MIG_BACKED or p.keep or s.placement in at.places)]
+        idle = [s for s in pool if not s.running and (s.vm is None or s.vm == v.name) and s.type_name == t.name
+                and (p.keep or all(x.device != s.device for x in at.slots))
+                and (p.mode != MIG_BACKED or p.keep or s.placement in at.places)]
+        own = {s.device for s in gs.slots if s.vm == v.name}
+        idle.sort(key=lambda s: s.device not in own)  # the device it was seen on first
         if idle:
             device, placement = idle[0].device, idle[0].placement
             if p.keep:
@@ -383,8 +390,7 @@ def _place(g: Group, at: _Gpu, v: Vm, t: VgpuType) -> VmPlan:
             placement = next(x for x in at.places if x.split("@")[0] == k[4:])
     if placement is not None and placement in at.places:
         at.places.remove(placement)
-    at.slots.append(VgpuSlot(t.name, v.name, v.workload.observed.vm_uuid, v.running and device is not None, device,
-                             placement))
+    at.slots.append(VgpuSlot(t.name, v.name, v.workload.observed.vm_uuid, holds, device, placement))
     moved = v.seen is not None and (v.seen != gs.key or v.seen_type != t.name)
     short = (f"pinned {t.name} holds {t.frame_buffer_mib} MiB, less than its {v.need_mib} MiB need"
              if t.frame_buffer_mib < v.need_mib else None)
@@ -396,14 +402,14 @@ def _finish(g: Group, at: _Gpu) -> VgpuGpuPlan:
     gs, p, slots = at.state, at.pattern, at.slots
     if not p.keep and p.mode is not None and not _changes(g, p)[0]:
         for s in gs.slots:
-            if s.running or s in slots or any(x.device == s.device for x in slots if x.device):
+            if s.running or any(x.device == s.device for x in slots if x.device):
                 continue
             k = _fixed_key(g, s)
             if at.free[k] > 0 and (p.mode != MIG_BACKED or s.placement in at.places):
                 at.free[k] -= 1
                 if s.placement:
                     at.places.remove(s.placement)
-                slots.append(s)
+                slots.append(dataclasses.replace(s, vm=None, vm_uuid=None))
     mode = gs.mode if p.keep else p.mode if slots else None
     ordered = tuple(sorted(slots, key=lambda s: (s.placement or "", s.type_name, s.vm or "", s.device or "")))
     return VgpuGpuPlan(gs, mode, ordered, vgpu_actions(gs, mode, ordered))
