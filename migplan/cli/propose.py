@@ -36,6 +36,16 @@ from migplan.planner.milp import SOLVERS
 _P = Policy()  # the planner's defaults, as the help states them
 
 
+def _with_vgpu(p: Plan, catalog: Any) -> str:
+    """The MIG table, then the hypervisor hosts' vGPUs when the plan has any (issue 26; cli/vgpu_render.py)."""
+    text = _table(p, catalog) if p.gpus or p.vgpu is None else ""
+    if p.vgpu is None:
+        return text
+    from migplan.cli.vgpu_render import render_vgpu
+
+    return "\n\n".join(x for x in (text, render_vgpu(p, catalog)) if x)
+
+
 def _table(p: Plan, catalog: Any) -> str:
     if p.models:  # GPUs planned with their host's own profile table (e.g. no driver: in the inventory)
         from migplan.catalog import Catalog
@@ -287,7 +297,7 @@ def _propose(rep: Reporter, config: str | None, catalog: list[str] | None, outpu
         write_page(ctx, result, report_html, forbid=[req.out, req.inventory, req.profiles, req.snapshot, config,
                                                      req.pods],
                    report=rep.note)
-    emit(plan_to_dict(result), ctx.output, lambda: _table(result, ctx.catalog), ready=rep.close)
+    emit(plan_to_dict(result), ctx.output, lambda: _with_vgpu(result, ctx.catalog), ready=rep.close)
     if result.solve.fallback is not None:  # a plan, written and printed, but not the solver's: say so, exit 6
         info(f"warning: {FALLBACK_WARNING}")
         raise typer.Exit(EXIT_FALLBACK)
