@@ -93,7 +93,8 @@ def baselines(vms: list[Workload]) -> tuple[int, int]:
 
 
 def run(sizes: list[int], seeds: int, mixed: bool) -> list[str]:
-    rows = ["| GPUs | VMs | seed | migplan GPUs | lower bound | host-uniform | per-GPU type | left out | status | plan s |",
+    rows = ["| GPUs | VMs | seed | migplan GPUs | lower bound | host-uniform | per-GPU type | left out | status "
+            "| plan s |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     summary: dict[int, list[tuple[int, int, int, int, float]]] = {}
     for n in sizes:
