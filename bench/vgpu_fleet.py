@@ -52,8 +52,7 @@ def fleet(n_gpus: int, seed: int, mixed: bool) -> tuple[list[VgpuGpuState], list
     per_board = n_gpus // len(BOARDS)
     for bname, like in BOARDS:
         b = VCAT.get(bname)
-        modes = ("mig_backed",) if "MIG" in "".join(b.modes).upper() and b.vgpu_type(like).mig_backed else (
-            "time_sliced",)
+        modes: tuple[str, ...] = ("mig_backed",) if b.vgpu_type(like).mig_backed else ("time_sliced",)
         if mixed and "time_sliced_mixed" in b.modes and not b.vgpu_type(like).mig_backed:
             modes = ("time_sliced", "time_sliced_mixed")
         for i in range(per_board):
