@@ -309,7 +309,7 @@ def test_propose_lists_vms_as_not_planned_and_plans_the_rest_as_before(run, tmp_
     assert _plan(with_vms.stdout) == _plan(without.stdout)  # the VMs change nothing of the MIG plan
     assert "vm:" not in with_vms.stdout
     err = with_vms.stderr
-    assert "3 VM workload(s) (kind: vm) not planned: vGPU planning comes next" in err
+    assert "3 VM workload(s) (kind: vm) not planned: no hypervisor host" in err
     assert "vm:chat-02 on kvm01/1 as L4-8C: needs 6820 MiB of frame buffer: L4-12C (L4)" in err
     assert "pinned L4-4C holds 4096 MiB, less than the 6820 MiB it needs" in err
     assert "not planned" not in without.stderr

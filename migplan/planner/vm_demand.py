@@ -1,9 +1,9 @@
 """VM workloads (`kind: vm`, issue 26 "Demand"): kept out of the MIG plan, their pins checked, their need sized (pure).
 
-The planner does not plan vGPUs yet (the next step of issue 26): a VM's frame buffer is not a MIG instance, and a
-hypervisor host cannot run bare-metal MIG workloads, so planning a VM as a process would put it where it cannot
-run. Until vGPUs are planned, `propose` and `replan` take the VMs out of the profiles (`split_vms`) and list each
-as not planned, with what it needs:
+A VM's frame buffer is not a MIG instance, and a hypervisor host cannot run bare-metal MIG workloads, so planning a
+VM as a process would put it where it cannot run. VMs are planned on hypervisor hosts (`vgpu_solve`); where there is
+none, `propose` and `replan` take the VMs out of the profiles (`split_vms`) and list each as not planned, with what
+it needs:
 
 * its memory need by the planner's own sizing (`demand.demand_of`: the sizing rule, headroom and floor that size
   every MIG workload), in MiB of frame buffer;
@@ -26,7 +26,7 @@ from migplan.errors import CatalogError, InputError
 from migplan.planner.demand import Policy, demand_of
 from migplan.profiles import ProfileSet, Workload
 
-NOT_PLANNED = "not planned: vGPU planning comes next (issue 26)"
+NOT_PLANNED = "not planned: no hypervisor host (an inventory 'vgpu' setting, or GPUs in vGPU mode in the snapshot)"
 
 
 @dataclass(frozen=True)
