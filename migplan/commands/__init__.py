@@ -18,6 +18,9 @@ returns; a cron-driven `replan` (or any other caller) uses the same functions wi
   replan.py    one unattended run: lock, read, plan, decide, apply when worth it, record
   schedule.py  the cron entry and systemd units, written or removed idempotently
   export.py    a plan as the mig-parted configs NVIDIA's tools apply
+  vsphere.py   `export vsphere`: a plan's VMs per ESXi host and GPU (migplan/vsphere.py)
+  vgpu_plan.py hypervisor hosts in propose and replan: their GPUs out of the MIG plan, the VMs planned as vGPUs
+  vms.py       VM workloads listed as not planned where no hypervisor host is
   report.py    the plan as one self-contained HTML page
   results.py   per-host outcomes (ok, partial, failed) and the exit code they add up to
 
