@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from migplan import smi
@@ -381,6 +381,11 @@ def _mode(on: bool | None) -> str:
 
 # --- the fleet --------------------------------------------------------------------------------
 
+def root_of(sysfs_root: str | Mapping[str, str], host: str) -> str:
+    """The sysfs root of one host: the one root, or the host's in a mapping ("/" for a host it does not name)."""
+    return sysfs_root if isinstance(sysfs_root, str) else sysfs_root.get(host, "/")
+
+
 def discover_fleet(
     inventory: Inventory,
     catalog: Catalog,
@@ -391,14 +396,15 @@ def discover_fleet(
     on_done: Callable[[int, int, HostResult[DiscoveredHost]], None] | None = None,
     now: dt.datetime | None = None,
     vgpu: bool = False,
-    sysfs_root: str = "/",
+    sysfs_root: str | Mapping[str, str] = "/",
 ) -> Snapshot:
     """Discover every inventory host (at most `parallel` at once); failed hosts carry their error. `vgpu`: also
-    the vGPUs of vGPU hosts (`migplan discover` and `status` ask for them); `sysfs_root`: tests only."""
+    the vGPUs of vGPU hosts (`migplan discover` and `status` ask for them); `sysfs_root`: tests only, one root for
+    every host or one per host name (each simulated host has its own tree)."""
     taken = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     results = for_each_host(list(inventory.hosts),
                             lambda h: discover_host(connect(h), h, catalog, timeout=timeout, vgpu=vgpu,
-                                                    sysfs_root=sysfs_root),
+                                                    sysfs_root=root_of(sysfs_root, h.name)),
                             parallel=parallel, on_done=on_done)
     records = []
     for host, res in zip(inventory.hosts, results, strict=True):
