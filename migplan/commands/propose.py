@@ -194,7 +194,10 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
         check_stdin(req.pods, req.inventory)
         state, inventory, snap = _read_state(ctx, req.inventory, req.snapshot, report)
-        hyper = vgpu_plan.split(state, inventory, snap, report)  # hypervisor hosts: vGPUs for VMs (issue 26)
+        settings = inventory
+        if snap is not None and vgpu_plan.has_vgpu(snap) and (req.inventory or ctx.config.inventory):
+            settings = ctx.inventory(req.inventory)  # the hypervisor hosts' `vgpu` settings: the modes they may use
+        hyper = vgpu_plan.split(state, settings, snap, report)  # hypervisor hosts: vGPUs for VMs (issue 26)
         state = hyper.mig_state
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog

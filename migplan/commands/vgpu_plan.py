@@ -32,6 +32,11 @@ class Split:
     hypervisors: frozenset[str]
 
 
+def has_vgpu(snapshot: Snapshot) -> bool:
+    """Whether discovery found a GPU in vGPU mode on any host of the snapshot."""
+    return any(g.vgpu is not None for h in snapshot.hosts for g in h.gpus)
+
+
 def split(state: FleetState, inventory: Inventory | None, snapshot: Snapshot | None, report: Report) -> Split:
     vcat = builtin_vgpu_catalog()
     hosts = inventory.hosts if inventory is not None else ()
