@@ -73,10 +73,14 @@ from migplan.fleet.assignments import (
 from migplan.fleet.discover import discover_host
 from migplan.fleet.outcomes import GOOD
 from migplan.fleet.steps import is_read_only
+from migplan.fleet.vgpu_apply import apply_vgpu_host
+from migplan.fleet.vgpu_apply import read_only as vgpu_read_only
 from migplan.inventory import DEFAULT_LOCK_FILE, DEFAULT_STATE_DIR, Host, hook_argv
 from migplan.model.diff import diff
 from migplan.model.gpu_plan import GpuPlan, Migration
+from migplan.model.vgpu import VgpuGpuPlan
 from migplan.planner.plan import Plan
+from migplan.smi.vgpu_commands import SRIOV_MANAGE
 from migplan.text import printable
 
 EXIT_NOTHING_APPLIED = 3
@@ -173,6 +177,16 @@ def _by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[GpuPlan]]:
     for g in plan.gpus:
         if g.host in names and (g.actions or g.hold is None):
             out.setdefault(g.host, []).append(g)
+    return out
+
+
+def _vgpu_by_host(plan: Plan, hosts: Sequence[Host]) -> dict[str, list[VgpuGpuPlan]]:
+    """The hypervisor hosts' GPUs the plan's `vgpu` section changes (none without one)."""
+    names = {h.name for h in hosts}
+    out: dict[str, list[VgpuGpuPlan]] = {}
+    for g in plan.vgpu.gpus if plan.vgpu is not None else ():
+        if g.observed.host in names and g.actions:
+            out.setdefault(g.observed.host, []).append(g)
     return out
 
 
@@ -299,6 +313,10 @@ class _MoveHooks:
         return _hooks(self.runner, self.host, "on_move", self.host.hooks.on_move, env, self.journal, self.options)
 
 
+def _vgpu_hosts(plan: Plan) -> set[str]:
+    return {g.observed.host for g in plan.vgpu.gpus if g.actions} if plan.vgpu is not None else set()
+
+
 def _migrations(plan: Plan) -> tuple[Migration, ...]:
     """`Plan.migrations` (the planner's ordered moves, `planner/migration.py`); () for plans without them."""
     found = getattr(plan, "migrations", ())
@@ -363,6 +381,36 @@ def apply_one_host(host: Host, runner: CommandRunner, gpus: Sequence[GpuPlan], c
     return rep
 
 
+def apply_vgpu_one_host(host: Host, runner: CommandRunner, gpus: Sequence[VgpuGpuPlan], catalog: Catalog, *,
+                        fingerprint: str, dry_run: bool, options: ApplyOptions, journal: _Journal,
+                        sysfs_root: str = "/", sriov_manage: str = SRIOV_MANAGE) -> HostApplyResult:
+    """One hypervisor host's vGPUs (`fleet.vgpu_apply`): pre_apply hooks, the apply, post_apply hooks. No files are
+    written on the host (no MIG devices or env files: a VM is given its vGPU by the hypervisor's tooling)."""
+    target: CommandRunner = RecordingRunner(runner, read_only=vgpu_read_only) if dry_run else runner
+    journal(host.name, {"event": "start", "plan": fingerprint, "dry_run": dry_run, "vgpu": True})
+    changed = [g.observed.index for g in gpus if g.actions]
+    env = {"MIGPLAN_HOST": host.name, "MIGPLAN_PLAN": fingerprint, "MIGPLAN_GPUS": ",".join(map(str, changed))}
+    failed = _hooks(target, host, "pre_apply", host.hooks.pre_apply if changed else (), env, journal, options)
+    if failed:
+        return HostApplyResult(host.name, failure=f"nothing changed: {failed}")
+    res = apply_vgpu_host(target, host, gpus, catalog, options, lambda e: journal(host.name, e),
+                          sysfs_root=sysfs_root, sriov_manage=sriov_manage)
+    if res.preflight is not None:
+        return res
+    ok = all(g.outcome in GOOD for g in res.gpus)
+    failed = _hooks(target, host, "post_apply", host.hooks.post_apply if changed else (),
+                    {**env, "MIGPLAN_RESULT": "ok" if ok else "partial"}, journal, options)
+    rep = dataclasses.replace(res, failure=failed)
+    journal(host.name, {"event": "end", "ok": rep.ok})
+    return rep
+
+
+def _together(mig: HostApplyResult, vgpu: HostApplyResult) -> HostApplyResult:
+    """A host with GPUs in both parts of the plan: one result."""
+    return dataclasses.replace(mig, gpus=(*mig.gpus, *vgpu.gpus), commands=(*mig.commands, *vgpu.commands),
+                               preflight=mig.preflight or vgpu.preflight, failure=mig.failure or vgpu.failure)
+
+
 def _progress(report: Report) -> Any:
     def on_done(done: int, total: int, r: HostResult[HostApplyResult]) -> None:
         if r.value is not None:
@@ -375,14 +423,16 @@ def _progress(report: Report) -> Any:
 
 
 def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.datetime | None = None,
-          connect: Any = None) -> ApplyResult:
-    """`connect(host) -> CommandRunner` overrides SSH (tests, `connection: local`)."""
+          connect: Any = None, sysfs_root: str = "/", sriov_manage: str = SRIOV_MANAGE) -> ApplyResult:
+    """`connect(host) -> CommandRunner` overrides SSH (tests, `connection: local`). The hypervisor hosts of the plan's
+    `vgpu` section are applied by `fleet.vgpu_apply` (`sysfs_root`, `sriov_manage`: for tests, as in discovery)."""
     plan = documents.load_plan(req.plan, ctx.catalog)
     _check_age(plan, req, now or dt.datetime.now(dt.timezone.utc))
     whole = ctx.inventory(req.fleet.inventory)  # read once
     inventory = select_hosts(whole, req.fleet.limit)
     work = _by_host(plan, inventory.hosts)
-    hosts = [h for h in inventory.hosts if h.name in work]
+    vwork = _vgpu_by_host(plan, inventory.hosts)
+    hosts = [h for h in inventory.hosts if h.name in work or h.name in vwork]
     owned = [h.name for h in hosts if any(k == K8S_LABEL for k, _ in h.labels)]
     if owned:  # the MIG manager would put its config back over ours (or fail half-way): never fight it
         raise InputError(f"{', '.join(owned[:5])}{' ...' if len(owned) > 5 else ''}: Kubernetes node(s) from "
@@ -391,7 +441,7 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
                          hint="apply through the MIG manager: migplan apply PLAN --via gpu-operator "
                               "(docs/kubernetes.md)")
     every = {h.name for h in whole.hosts}
-    unknown = sorted({g.host for g in plan.gpus if g.actions} - every)
+    unknown = sorted(({g.host for g in plan.gpus if g.actions} | _vgpu_hosts(plan)) - every)
     if unknown and not req.fleet.limit:  # nothing of those would be applied, and exit 0 would say all was
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         raise InputError(f"the plan changes host(s) that are not in the inventory: {', '.join(unknown[:10])}{more}; "
@@ -409,11 +459,21 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
     def one(host: Host, runner: CommandRunner) -> HostApplyResult:
         if stop.is_set():
             return HostApplyResult(host.name, failure="not started: an earlier host failed (--fail-fast)")
+        if host.name in vwork:
+            vrep = apply_vgpu_one_host(host, runner, vwork[host.name], catalog, fingerprint=plan.fingerprint,
+                                       dry_run=req.dry_run, options=options, journal=journal, sysfs_root=sysfs_root,
+                                       sriov_manage=sriov_manage)
+            if host.name not in work:
+                if req.fail_fast and not vrep.ok:
+                    stop.set()
+                return vrep
         items = per.items.get(host.name, [])
         rep = apply_one_host(host, runner, work[host.name], catalog, fingerprint=plan.fingerprint, items=items,
                          last=_last_applied(host, plan, per.gpus.get(host.name, []), catalog, stamp, items),
                          migrations=per.moves.get(host.name, []), dry_run=req.dry_run, options=options,
                          journal=journal, stamp=stamp)
+        if host.name in vwork:
+            rep = _together(rep, vrep)
         if req.fail_fast and not rep.ok:
             stop.set()
         return rep
