@@ -29,7 +29,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +70,7 @@ from migplan.fleet.assignments import (
     placements,
     present,
 )
-from migplan.fleet.discover import discover_host
+from migplan.fleet.discover import discover_host, root_of
 from migplan.fleet.outcomes import GOOD
 from migplan.fleet.steps import is_read_only
 from migplan.fleet.vgpu_apply import apply_vgpu_host
@@ -423,7 +423,8 @@ def _progress(report: Report) -> Any:
 
 
 def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.datetime | None = None,
-          connect: Any = None, sysfs_root: str = "/", sriov_manage: str = SRIOV_MANAGE) -> ApplyResult:
+          connect: Any = None, sysfs_root: str | Mapping[str, str] = "/",
+          sriov_manage: str = SRIOV_MANAGE) -> ApplyResult:
     """`connect(host) -> CommandRunner` overrides SSH (tests, `connection: local`). The hypervisor hosts of the plan's
     `vgpu` section are applied by `fleet.vgpu_apply` (`sysfs_root`, `sriov_manage`: for tests, as in discovery)."""
     plan = documents.load_plan(req.plan, ctx.catalog)
@@ -461,8 +462,8 @@ def apply(ctx: Context, req: ApplyRequest, *, report: Report = quiet, now: dt.da
             return HostApplyResult(host.name, failure="not started: an earlier host failed (--fail-fast)")
         if host.name in vwork:
             vrep = apply_vgpu_one_host(host, runner, vwork[host.name], catalog, fingerprint=plan.fingerprint,
-                                       dry_run=req.dry_run, options=options, journal=journal, sysfs_root=sysfs_root,
-                                       sriov_manage=sriov_manage)
+                                       dry_run=req.dry_run, options=options, journal=journal,
+                                       sysfs_root=root_of(sysfs_root, host.name), sriov_manage=sriov_manage)
             if host.name not in work:
                 if req.fail_fast and not vrep.ok:
                     stop.set()

@@ -21,7 +21,7 @@ from migplan.adapters import children
 from migplan.adapters.runner import CommandRunner
 from migplan.adapters.state_dir import DEFAULT_STATE_DIR, Locked, StateDir, state_dir_option
 from migplan.catalog import Catalog
-from migplan.commands import Report, quiet
+from migplan.commands import Report, quiet, vgpu_plan
 from migplan.commands.apply import ApplyRequest, ApplyResult, apply, repair_hosts
 from migplan.commands.context import Context
 from migplan.commands.fleet import FleetRequest, runner_for, select_hosts
@@ -38,7 +38,7 @@ from migplan.model.state import FleetState, GpuKey
 from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.plan import SizingChoice
 from migplan.planner.problem import build_problem
-from migplan.profiles import ProfileSet, check_models
+from migplan.profiles import ProfileSet, Workload, check_models
 from migplan.replan import metrics
 from migplan.replan.decide import Decision, Standing, decide, in_cooldown, orphans, standing_now, standing_planned
 from migplan.replan.policy import ReplanPolicy, parse_window
@@ -117,9 +117,11 @@ Body = Callable[[Context, ReplanRequest, StateDir, Report, dt.datetime], "Replan
 
 
 def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.datetime | None = None,
-           connect: Callable[[Host], CommandRunner] | None = None, body: Body | None = None) -> ReplanResult:
+           connect: Callable[[Host], CommandRunner] | None = None, body: Body | None = None,
+           sysfs_root: str | Mapping[str, str] = "/") -> ReplanResult:
     """One run (see the module notes). `connect` overrides SSH (tests, local hosts); `body` replaces the run itself
-    inside the lock, the metrics file written after it (`commands.replan_k8s`: through the GPU Operator)."""
+    inside the lock, the metrics file written after it (`commands.replan_k8s`: through the GPU Operator);
+    `sysfs_root`: where hypervisor hosts' /sys is (tests only, as for discovery and apply)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     state_dir = StateDir(req.state_dir or str(ctx.config.replan.get("state_dir") or DEFAULT_STATE_DIR),
                          state_dir_option(req.state_dir, ctx.config.replan.get("state_dir")))
@@ -129,7 +131,7 @@ def replan(ctx: Context, req: ReplanRequest, *, report: Report = quiet, now: dt.
     try:
         with state_dir.lock(), children.stop_on_signals():
             result = (body(ctx, req, state_dir, report, now) if body is not None else
-                      _discover_plan_apply(ctx, req, state_dir, report, now, connect))
+                      _discover_plan_apply(ctx, req, state_dir, report, now, connect, sysfs_root))
     except Locked as e:
         return ReplanResult("locked", f"locked: {e}", EXIT_LOCKED)
     if isinstance(metrics_file, str) and metrics_file:
@@ -184,9 +186,17 @@ def _collect(ctx: Context, req: ReplanRequest, inventory: Any, sd: StateDir, rep
 
 
 def _profiles(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
-    """The measured profiles this run plans for, without VM workloads (kind: vm is not planned yet: commands/vms.py);
+    """The measured profiles this run plans for, without VM workloads (they need a hypervisor host: commands/vms.py);
     `replan --via gpu-operator` reads them here too."""
     return without_vms(_measured(ctx, req, now, report), None, ctx.catalog, report)[0]
+
+
+def _profiles_and_vms(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report,
+                      hypervisors: bool) -> tuple[ProfileSet, tuple[Workload, ...]]:
+    """The measured profiles, and with hypervisor hosts the VM workloads apart (commands/vgpu_plan.py)."""
+    if not hypervisors:
+        return _profiles(ctx, req, now, report), ()
+    return vgpu_plan.vm_profiles(_measured(ctx, req, now, report))
 
 
 def _measured(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:
@@ -206,15 +216,17 @@ def _measured(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report
 
 
 def _discover(ctx: Context, req: ReplanRequest, inventory: Any, now: dt.datetime,
-              connect: Callable[[Host], CommandRunner] | None) -> Snapshot:
+              connect: Callable[[Host], CommandRunner] | None, sysfs_root: str | Mapping[str, str] = "/") -> Snapshot:
+    # the vGPUs of hypervisor hosts (an inventory `vgpu` setting) are read with the GPUs
+    vgpu = any(h.vgpu is not None for h in inventory.hosts)
     if connect is None:
         from migplan.adapters.ssh import SshFleet
 
         with SshFleet(req.fleet.ssh) as ssh:
             return discover_fleet(inventory, ctx.catalog, lambda h: runner_for(ssh, h), parallel=req.fleet.parallel,
-                                  timeout=req.fleet.timeout, now=now)
+                                  timeout=req.fleet.timeout, now=now, vgpu=vgpu, sysfs_root=sysfs_root)
     return discover_fleet(inventory, ctx.catalog, connect, parallel=req.fleet.parallel, timeout=req.fleet.timeout,
-                          now=now)
+                          now=now, vgpu=vgpu, sysfs_root=sysfs_root)
 
 
 @dataclass(frozen=True)
@@ -355,23 +367,27 @@ def report_orphans(idle: list[str], report: Report) -> None:
 
 
 def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report: Report, now: dt.datetime,
-                         connect: Callable[[Host], CommandRunner] | None) -> ReplanResult:
+                         connect: Callable[[Host], CommandRunner] | None,
+                         sysfs_root: str | Mapping[str, str] = "/") -> ReplanResult:
     """The run itself (`replan` holds the state directory's lock around it): discover, repair what an interrupted
     apply left, plan, decide, apply when worth it, and record the run in the state directory."""
     run_id = _run_id(now)
     rp = replan_policy(ctx)
     inventory = select_hosts(ctx.inventory(req.fleet.inventory), req.fleet.limit)
-    snap = _discover(ctx, req, inventory, now, connect)
+    snap = _discover(ctx, req, inventory, now, connect, sysfs_root)
     repaired = _repair(ctx, req, inventory, snap, sd, run_id, report, now, connect)
     if repaired.hosts:  # plan from what the repair left (those hosts are read again)
-        snap = _discover(ctx, req, inventory, now, connect)
+        snap = _discover(ctx, req, inventory, now, connect, sysfs_root)
     for h in snap.failed:
         report(f"warning: event=discover-failed host={h.name} {h.error}")
     state = snap.fleet_state(source="discovery", catalog=ctx.catalog)
+    hyper = vgpu_plan.split(state, inventory, snap, report)  # hypervisor hosts: their GPUs hold VMs (issue 26)
+    state = hyper.mig_state
     catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
     if req.collect:
         req = dataclasses.replace(req, history=_collect(ctx, req, inventory, sd, report, connect))
-    profiles = _away(_profiles(ctx, req, now, report), snap, sd, report)
+    measured, vms = _profiles_and_vms(ctx, req, now, report, bool(hyper.vgpu_gpus))
+    profiles = _away(measured, snap, sd, report)
     if req.pods:
         profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
     cooling = in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in state.gpus}
@@ -380,6 +396,13 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     report_orphans(made.orphans, report)
     chosen, decision, disrupt, idle, solve_s = made.plan, made.decision, made.disrupt, made.orphans, made.solve_s
     chosen = dataclasses.replace(chosen, sizing=choice)
+    vgpu_only: Plan | None = None  # the vGPU changes alone, applied when the MIG part is not worth it
+    if hyper.vgpu_gpus:  # the same policy as the MIG plan's: running VMs move only inside a disruption window
+        policy = planner_policy(ctx, {"allow_disrupt": disrupt}, rule)
+        limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
+        chosen, vgpu_only, decision = vgpu_plan.replan_vms(
+            hyper, vms, chosen, decision, policy, planner_solver(ctx, ProposeRequest(time_limit=limit), policy),
+            catalog, report)
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
     run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
                            "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),
@@ -390,7 +413,7 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if repaired.gpus or repaired.failed:
         run["repaired"] = [{"host": h, "gpu": i, "reason": why} for h, i, why in (*repaired.gpus, *repaired.failed)]
     if not decision.apply:
-        result = "nothing_to_do" if not chosen.summary.gpus_changed else "not_applied"
+        result = "nothing_to_do" if not chosen.summary.gpus_changed and vgpu_only is None else "not_applied"
         line, code = decision.line, EXIT_NOTHING
         if repaired.gpus or repaired.failed:  # the GPUs did change (or a repair failed): say so, exit as applied
             line = f"{repaired.line()}; {decision.line}"
@@ -399,11 +422,11 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
                   rp.keep_runs)
         return ReplanResult(result, line, code, decision, chosen, solve_s=solve_s, run_id=run_id)
     plan_path = sd.plan_path(run_id)
-    documents.write_plan(plan_path, chosen)
+    documents.write_plan(plan_path, vgpu_only if vgpu_only is not None else chosen)
     started = time.monotonic()
     applied = apply(ctx, ApplyRequest(plan=str(plan_path), fleet=req.fleet, dry_run=req.dry_run,
                                       allow_disrupt=disrupt, journal=str(sd.subdir("journal") / f"{run_id}.jsonl")),
-                    report=report, now=now, connect=connect)
+                    report=report, now=now, connect=connect, sysfs_root=sysfs_root)
     apply_s = time.monotonic() - started
     changed = [(h.host, g.gpu) for h in applied.hosts for g in h.gpus if g.outcome is GpuOutcome.APPLIED]
     if not req.dry_run:

@@ -9,6 +9,7 @@ planned (commands/vms.py), as before, and the plan is the MIG plan alone, byte f
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from migplan.catalog import Catalog, builtin_vgpu_catalog
@@ -18,11 +19,13 @@ from migplan.fleet.vgpu_state import declared_states, discovered_states, hypervi
 from migplan.inventory import Inventory
 from migplan.model.state import FleetState
 from migplan.model.vgpu import VgpuGpuState, VgpuPlan
-from migplan.planner import Policy
+from migplan.planner import Plan, Policy, plan
 from migplan.planner.milp import Solver
+from migplan.planner.plan import PLAN_VERSION_VGPU
 from migplan.planner.vgpu_solve import plan_vgpus
 from migplan.planner.vm_demand import check_pins, split_vms
 from migplan.profiles import ProfileSet, Workload
+from migplan.replan.decide import Decision
 
 
 @dataclass(frozen=True)
@@ -72,3 +75,26 @@ def plan_vms(sp: Split, vms: tuple[Workload, ...], policy: Policy, solver: Solve
 
 def vm_profiles(profiles: ProfileSet) -> tuple[ProfileSet, tuple[Workload, ...]]:
     return split_vms(profiles)
+
+
+def replan_vms(sp: Split, vms: tuple[Workload, ...], chosen: Plan, decision: Decision, policy: Policy,
+               solver: Solver, catalog: Catalog, report: Report) -> tuple[Plan, Plan | None, Decision]:
+    """`replan`'s vGPU part: the VMs planned with the run's policy (running VMs move only inside a disruption
+    window), added to the run's plan. A vGPU plan without actions changes nothing. With actions, they go with the
+    MIG plan when that is applied; when it is not (not worth it), they are applied alone, in a plan whose MIG part
+    is empty (the second value): placing VMs is what a hypervisor host is for, and the vGPU program already weighs
+    every change (a replan with the same demand finds none)."""
+    vplan = plan_vms(sp, vms, policy, solver, catalog, report)
+    chosen = dataclasses.replace(chosen, vgpu=vplan, version=PLAN_VERSION_VGPU)
+    changing = [g for g in vplan.gpus if g.actions]
+    if not changing:
+        return chosen, None, decision
+    line = (f"vGPU: {len(changing)} GPU(s) change, {sum(1 for v in vplan.vms if v.status == 'placed')} VM(s) "
+            f"placed, {sum(1 for v in vplan.vms if v.status == 'unplaced')} left out")
+    if decision.apply:
+        return chosen, None, dataclasses.replace(decision, line=f"{decision.line}; {line}")
+    empty = plan(FleetState(()), ProfileSet(()), catalog, policy, solver)
+    alone = dataclasses.replace(empty, vgpu=vplan, version=PLAN_VERSION_VGPU, created_at=chosen.created_at,
+                                sizing=chosen.sizing)
+    return chosen, alone, dataclasses.replace(decision, apply=True, reasons=(*decision.reasons, "vgpu"),
+                                              line=f"applied: {line} (MIG {decision.line})")
