@@ -37,6 +37,7 @@ for discovery); a real host has `/` and NVIDIA's `/usr/lib/nvidia/sriov-manage`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -61,6 +62,7 @@ from migplan.smi import vgpu_commands as vc
 from migplan.text import printable
 
 SYSFS_READERS = ("ls", "cat", "readlink")
+_TYPE_ID = re.compile(r"(?a)type-(\d{1,7})")
 _ORDER = {k: i for i, k in enumerate((*ACTION_ORDER[:4], "vfs-disable", *ACTION_ORDER[4:]))}
 
 
@@ -102,14 +104,32 @@ def apply_vgpu_host(runner: CommandRunner, host: Host, plans: Sequence[VgpuGpuPl
         journal({"event": "unlocked", "path": host.lock_file})
 
 
-def _comparable(s: VgpuGpuState) -> VgpuGpuState:
+def named(s: VgpuGpuState, names: dict[int, str]) -> VgpuGpuState:
+    """`s` with each `type-ID` slot (a type id whose name the host did not print when it was read: discovery learns
+    names from creatable lists, empty on a full GPU) named as the host listed that id during this apply."""
+    def one(x: VgpuSlot) -> VgpuSlot:
+        m = _TYPE_ID.fullmatch(x.type_name)
+        name = names.get(int(m.group(1))) if m is not None else None
+        return dataclasses.replace(x, type_name=smi_type_name(name)) if name else x
+    return dataclasses.replace(s, slots=tuple(one(x) for x in s.slots)) if names else s
+
+
+def _comparable(s: VgpuGpuState, names: dict[int, str] | None = None) -> VgpuGpuState:
     """The state as the stale check compares it: what the host holds, not the inventory's `allowed` modes."""
-    return dataclasses.replace(s, allowed=())
+    return dataclasses.replace(named(s, names or {}), allowed=())
 
 
-def stale_reasons(planned: VgpuGpuState, live: VgpuGpuState) -> list[str]:
+def held(s: VgpuGpuState) -> tuple[object, ...]:
+    """What an apply changes and a rollback must restore: each known device's type and GPU instance, MIG mode,
+    GPU instances and VFs (not which VMs run: a VM may start meanwhile, and then discovery may not tell its device)."""
+    devs = sorted((x.device, x.type_name, x.placement or "") for x in s.slots
+                  if x.device is not None and not x.device.startswith("vgpu:"))
+    return (tuple(devs), s.mig_enabled, s.layout, s.vfs)
+
+
+def stale_reasons(planned: VgpuGpuState, live: VgpuGpuState, names: dict[int, str] | None = None) -> list[str]:
     """What differs between the plan's observed state and the live one ([] when the fingerprints agree)."""
-    a, b = _comparable(planned), _comparable(live)
+    a, b = _comparable(planned, names), _comparable(live, names)
     if a.fingerprint() == b.fingerprint():
         return []
     out = []
@@ -139,6 +159,7 @@ class _Host:
         self.vcat, self.root, self.sriov, self.new_uuid = vcat, root, sriov, new_uuid
         self.record: DiscoveredHost | None = None
         self.states: dict[int, VgpuGpuState] = {}
+        self.names: dict[int, dict[int, str]] = {}  # GPU -> type id -> name, as the host listed them this run
 
     def read(self, purpose: str) -> None:
         """The host again (discovery's reads), and its GPUs as the planner sees them."""
@@ -148,6 +169,10 @@ class _Host:
         settings = {self.host.name: self.host.vgpu} if self.host.vgpu is not None else {}
         states = discovered_states([record], self.vcat, settings, notes)
         self.record, self.states = record, {s.index: s for s in states}
+        for g in record.gpus:
+            for d in g.vgpu.devices if g.vgpu is not None else ():
+                if d.type_id and d.type_name:
+                    self.names.setdefault(g.index, {})[d.type_id] = d.type_name
         self.journal({"event": "vgpu-read", "for": purpose, "notes": [*record.notes, *notes],
                       "gpus": {str(s.index): {"fingerprint": s.fingerprint(), "slots": _shown(s),
                                               "layout": list(s.layout), "mig": s.mig_enabled, "vfs": s.vfs}
@@ -222,6 +247,10 @@ class _Gpu:
         self.checkpoint: VgpuGpuState | None = None
 
     @property
+    def names(self) -> dict[int, str]:
+        return self.h.names.get(self.index, {})
+
+    @property
     def dry(self) -> bool:
         return self.h.options.dry_run
 
@@ -236,9 +265,9 @@ class _Gpu:
         if live is None:
             return self.result(GpuOutcome.REFUSED, "refused (stale): the GPU is not on the host as a vGPU GPU "
                                "(re-plan from a fresh discovery)")
-        if not self.plan.actions or (live != self.plan.observed and not _target_ok(self.plan, live)):
+        if not self.plan.actions or (live != self.plan.observed and not _target_ok(self.plan, named(live, self.names))):
             return self.result(GpuOutcome.UNCHANGED, "already as planned", live)
-        stale = stale_reasons(self.plan.observed, live)
+        stale = stale_reasons(self.plan.observed, live, self.names)
         if stale:
             self.h.journal({"event": "refused", "gpu": self.index, "reasons": stale})
             return self.result(GpuOutcome.REFUSED, "refused (stale): changed since the plan was made: "
@@ -263,6 +292,7 @@ class _Gpu:
         except (HostError, MigplanError) as err:
             return self.roll_back(f"the read-back failed: {_text(err)}")
         now = self.h.states.get(self.index)
+        now = named(now, self.names) if now is not None else None
         wrong = _target_ok(self.plan, now, self.created) if now is not None else ["the GPU is gone"]
         self.h.journal({"event": "verify", "gpu": self.index, "ok": not wrong, "found": _shown(now) if now else [],
                         "problems": wrong})
@@ -276,18 +306,21 @@ class _Gpu:
         assert self.checkpoint is not None
         if self.dry:
             return self.result(GpuOutcome.FAILED, f"the dry run stopped: {why}")
+        self.taken, self.vf_types, self.gi_ids = set(), None, {}
+        ck = named(self.checkpoint, self.names)
         try:
             self.h.read("rollback")
             live = self.h.states.get(self.index)
             if live is None:
                 raise _Step("the GPU is no longer read as a vGPU GPU")
-            for a in back_actions(live, self.checkpoint, self.done):
+            for a in back_actions(named(live, self.names), ck, self.done):
                 self.run(a, rollback=True)
             self.h.read("after the rollback")
             now = self.h.states.get(self.index)
-            if now is None or stale_reasons(self.checkpoint, now):
+            now = named(now, self.names) if now is not None else None
+            if now is None or held(now) != held(ck):
                 raise _Step("after the rollback the GPU is not as before: " +
-                            "; ".join(stale_reasons(self.checkpoint, now) if now else ["it is gone"]))
+                            "; ".join(stale_reasons(ck, now) if now else ["it is gone"]))
         except (_Step, _RunningVm, HostError, MigplanError) as err:
             self.h.journal({"event": "rollback-failed", "gpu": self.index, "error": _text(err)})
             return self.result(GpuOutcome.FAILED, f"failed: {why}; the rollback failed too: {_text(err)} (the GPU "
@@ -351,6 +384,7 @@ class _Gpu:
             raise _Step(f"{self.where}: the device of vGPU {dev} is not known; it is not removed")
         if check and not self.dry:  # right before: a VM that started since the plan was read
             self.vm_check(a, dev)
+        self.taken.discard(dev)
         if _is_bdf(dev):
             self.do(vc.clear_vgpu_type(self.h.root, dev), "remove")
         else:
@@ -406,11 +440,11 @@ class _Gpu:
         if gi is None:
             self.commands.append(f"nvidia-smi mig -i {self.index} -dgi -gi <id of {placement}>")
             return
-        try:
-            cis = smi.parse_compute_instances(self.read(smi.list_compute_instances(self.index, gi),
-                                                        "the compute instances"))
+        done = self.h.runner.run(smi.list_compute_instances(self.index, gi), timeout=self.h.options.timeout)
+        try:  # "No compute instances found" (an exit code of its own): nothing to destroy first
+            cis = smi.parse_compute_instances(done.stdout) if done.ok else []
         except smi.SmiError:
-            cis = []  # "No compute instances found": nothing to destroy first
+            cis = []
         if cis:  # a GPU instance is destroyed once its compute instances are
             self.do(vc.ci_destroy(self.index, gi), "ci-destroy")
         self.do(vc.gi_destroy(self.index, gi), "gi-destroy")
@@ -512,6 +546,8 @@ class _Gpu:
             types = sysfs.parse_creatable_vgpu_types(out, f"{vf}/nvidia/creatable_vgpu_types")
         except smi.SmiParseError as err:
             raise _Step(f"{self.where}: {err.message}") from None
+        for i, n in types:
+            self.h.names.setdefault(self.index, {})[i] = smi_type_name(n)
         ids = [i for i, n in types if smi_type_name(n) == name]
         if not ids:
             if self.dry:  # the GPU instance id was not written: the VF lists what it would list then
@@ -550,12 +586,14 @@ def back_actions(live: VgpuGpuState, checkpoint: VgpuGpuState, done: Sequence[Vg
     """The actions from `live` back to `checkpoint`: what was created removed, what was removed re-created with its
     type on its own device (the same VF, the same mdev UUID) and GPU instance, GPU instances, MIG, VF and
     mixed-size mode as they were (`done`: the actions that ran, for the mixed-size mode nothing reads back)."""
-    before = {s.device: s for s in checkpoint.slots if s.device is not None}
-    now = {s.device: s for s in live.slots if s.device is not None}
+    def known(x: VgpuSlot) -> bool:  # a vGPU whose device is not known (`vgpu:ID`, a running VM's) is never touched
+        return x.device is not None and not x.device.startswith("vgpu:")
+    before = {s.device: s for s in checkpoint.slots if known(s)}
+    now = {s.device: s for s in live.slots if known(s)}
     out: list[VgpuAction] = []
     for d, s in now.items():
         old = before.get(d)
-        if old is None or (old.type_name, old.placement) != (s.type_name, s.placement):
+        if not s.running and (old is None or (old.type_name, old.placement) != (s.type_name, s.placement)):
             out.append(VgpuAction("remove", s.type_name, d, s.placement))
     old_gis = set(checkpoint.layout) if checkpoint.mig_enabled else set()
     new_gis = set(live.layout) if live.mig_enabled else set()
