@@ -46,6 +46,8 @@ def test_sriov_manage_mixed_size_mode_and_vf_reads() -> None:
     assert vc.sriov_manage("0000:17:00.0", False, "sriov-manage") == ["sriov-manage", "-d", "0000:17:00.0"]
     assert vc.mixed_mode(2, True) == ["nvidia-smi", "vgpu", "-i", "2", "-shm", "1"]
     assert vc.mixed_mode(0, False)[-1] == "0"
+    assert vc.supported_types(1) == ["nvidia-smi", "vgpu", "-s", "-v", "-i", "1"]
+    assert read_only(vc.supported_types(1))  # a listing: a dry run runs it
     assert vc.numvfs("/", "0000:17:00.0") == ["cat", "--", "/sys/bus/pci/devices/0000:17:00.0/sriov_numvfs"]
     assert vc.vf_attributes("/", [VF, "0000:17:00.5"], "current_vgpu_type") == [
         "cat", "--", "/sys/bus/pci/devices/0000:17:00.4/nvidia/current_vgpu_type",

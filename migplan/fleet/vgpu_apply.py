@@ -173,10 +173,29 @@ class _Host:
             for d in g.vgpu.devices if g.vgpu is not None else ():
                 if d.type_id and d.type_name:
                     self.names.setdefault(g.index, {})[d.type_id] = d.type_name
+        for st in states:
+            mine = self.names.get(st.index, {})
+            if any((m := _TYPE_ID.fullmatch(x.type_name)) and int(m.group(1)) not in mine for x in st.slots):
+                self.learn_names(st.index)
         self.journal({"event": "vgpu-read", "for": purpose, "notes": [*record.notes, *notes],
                       "gpus": {str(s.index): {"fingerprint": s.fingerprint(), "slots": _shown(s),
                                               "layout": list(s.layout), "mig": s.mig_enabled, "vfs": s.vfs}
                                for s in states}})
+
+    def learn_names(self, index: int) -> None:
+        """The names of the GPU's type ids from `nvidia-smi vgpu -s -v -i N` (a full GPU's creatable lists are empty,
+        so discovery leaves the ids its VFs hold unnamed); a failure leaves them unnamed (a note in the journal)."""
+        argv = vc.supported_types(index)
+        done = self.runner.run(argv, timeout=self.options.timeout)
+        try:
+            rows = sv.parse_vgpu_types(done.stdout, " ".join(argv)) if done.ok else []
+        except smi.SmiParseError as err:
+            self.journal({"event": "note", "gpu": index, "text": err.message})
+            return
+        for r in rows:
+            for t in r.types:
+                if t.type_id is not None:
+                    self.names.setdefault(index, {})[t.type_id] = smi_type_name(t.name)
 
     def gpu(self, index: int) -> DiscoveredGpu | None:
         assert self.record is not None

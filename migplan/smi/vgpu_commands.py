@@ -156,6 +156,12 @@ def mixed_mode(gpu: int, on: bool) -> list[str]:
     return [mig.NVIDIA_SMI, "vgpu", "-i", str(_int(gpu, "GPU index", 0, 1023)), "-shm", "1" if on else "0"]
 
 
+def supported_types(gpu: int) -> list[str]:
+    """`nvidia-smi vgpu -s -v -i N`: the GPU's supported types with their ids (a read: the names of type ids a full
+    GPU's VFs hold, which no `creatable_vgpu_types` lists any more)."""
+    return [mig.NVIDIA_SMI, "vgpu", "-s", "-v", "-i", str(_int(gpu, "GPU index", 0, 1023))]
+
+
 def mig_mode(gpu: int, on: bool) -> list[str]:
     """`nvidia-smi -i N -mig 1|0`."""
     return mig.set_mig_mode(gpu, on)
@@ -188,5 +194,6 @@ def ci_destroy(gpu: int, gi_id: int) -> list[str]:
 __all__ = [
     "SRIOV_MANAGE", "SysfsWrite", "ci_destroy", "clear_vgpu_type", "gi_create", "gi_destroy", "gpu_reset",
     "mdev_create", "mdev_remove", "mdev_type_names", "mdev_types", "mig_mode", "mixed_mode", "numvfs",
-    "set_gpu_instance_id", "set_vgpu_type", "sriov_manage", "vf_attribute", "vf_attributes",
+    "set_gpu_instance_id", "set_vgpu_type", "sriov_manage", "supported_types", "vf_attribute",
+    "vf_attributes",
 ]
