@@ -80,6 +80,33 @@ def _running_names(g: DiscoveredGpu) -> dict[int, str]:
     return out
 
 
+def _slots(g: DiscoveredGpu, at: dict[int, str], names: dict[int, str]) -> list[VgpuSlot]:
+    """One slot per active vGPU and per device holding a type. `nvidia-smi vgpu -q` names no VF, so discovery
+    leaves the device of an active vGPU unknown when several devices hold its type (vgpu_discover.py); such vGPUs
+    are paired here with the devices of their type (and GPU instance) that no other active vGPU took, in address
+    order: which VM has which of them is not known, but that they are held is, and a device of that type beyond
+    the active vGPUs cannot be told from a running VM's either, so it is taken as running too (never removed)."""
+    assert g.vgpu is not None
+    held = [d for d in g.vgpu.held if d.address not in {a.device for a in g.vgpu.vgpus if a.device}]
+    slots: list[VgpuSlot] = []
+    for a in sorted(g.vgpu.vgpus, key=lambda a: a.vgpu_id):
+        device = a.device
+        if device is None:
+            same = [d for d in held if d.type_name == a.type_name and d.gpu_instance_id == a.gpu_instance_id]
+            if same:
+                device = same[0].address
+                held.remove(same[0])
+        slots.append(VgpuSlot(type_name=a.type_name, vm=names[a.vgpu_id], vm_uuid=a.vm_uuid, running=True,
+                              device=device or f"vgpu:{a.vgpu_id}",
+                              placement=at.get(a.gpu_instance_id) if a.gpu_instance_id is not None else None))
+    unsure = {(a.type_name, a.gpu_instance_id) for a in g.vgpu.vgpus if a.device is None}
+    for d in held:
+        slots.append(VgpuSlot(type_name=d.type_name or f"type-{d.type_id}", device=d.address,
+                              running=(d.type_name, d.gpu_instance_id) in unsure,
+                              placement=at.get(d.gpu_instance_id) if d.gpu_instance_id is not None else None))
+    return slots
+
+
 def gpu_state(host: str, g: DiscoveredGpu, vcat: VgpuCatalog, setting: VgpuHost | None,
               notes: list[str]) -> VgpuGpuState | None:
     """One discovered GPU in vGPU mode as the planner sees it; None (with a note) when its board is not known."""
@@ -98,20 +125,7 @@ def gpu_state(host: str, g: DiscoveredGpu, vcat: VgpuCatalog, setting: VgpuHost 
         notes.append(f"{host}:{g.index}: the inventory names board {setting.board} but the host's types are "
                      f"{board.id}'s; planned as {board.id}")
     at = _placements(g)
-    names = _running_names(g)
-    slots: list[VgpuSlot] = []
-    seen: set[str] = set()
-    for a in sorted(v.vgpus, key=lambda a: a.vgpu_id):
-        device = a.device or f"vgpu:{a.vgpu_id}"
-        seen.add(device)
-        slots.append(VgpuSlot(type_name=a.type_name, vm=names[a.vgpu_id], vm_uuid=a.vm_uuid, running=True,
-                              device=device, placement=at.get(a.gpu_instance_id) if a.gpu_instance_id is not None
-                              else None))
-    for d in v.held:
-        if d.address in seen:
-            continue
-        slots.append(VgpuSlot(type_name=d.type_name or f"type-{d.type_id}", device=d.address,
-                              placement=at.get(d.gpu_instance_id) if d.gpu_instance_id is not None else None))
+    slots = _slots(g, at, _running_names(g))
     if not slots:
         mode = None
     elif g.mig_current:

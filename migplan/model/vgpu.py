@@ -121,6 +121,14 @@ class VgpuGpuPlan:
         return self.observed.key
 
     @property
+    def host(self) -> str:
+        return self.observed.host
+
+    @property
+    def index(self) -> int:
+        return self.observed.index
+
+    @property
     def changed(self) -> bool:
         return bool(self.actions)
 
