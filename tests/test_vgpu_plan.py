@@ -240,3 +240,19 @@ def test_the_diff_refuses_a_kept_device_of_another_type() -> None:
 def test_no_hypervisor_gpu_means_every_vm_is_left_out_with_a_reason() -> None:
     p = solve([], [vm("vm:a", 6000, "L4-8C")])
     assert [(v.status, bool(v.reason)) for v in p.vms] == [("unplaced", True)]
+
+
+def test_a_held_gpu_stays_as_it_is_even_when_its_vms_could_pack_tighter() -> None:
+    idle = VgpuSlot("L4-4C", device="0000:01:00.4")
+    g0 = gpu("kvm", 0, "L4", mode="time_sliced", slots=(idle,), vfs=32)
+    vms = [vm("vm:a", 7000, "L4-8C"), vm("vm:b", 7000, "L4-8C")]
+    free = solve([g0], vms)
+    assert [a.kind for a in free.gpus[0].actions].count("remove") == 1  # the idle 4C goes, GPU 0 takes the 8Cs
+    assert {v.status for v in free.vms} == {"placed"}
+    held = plan_vgpus([g0, gpu("kvm", 1, "L4")], vms, Policy(), PulpSolver(time_limit=30), VCAT, CAT,
+                      held=frozenset({("kvm", 0)}))
+    g = held.gpu("kvm", 0)
+    assert g is not None and g.actions == () and g.slots == (idle,)
+    assert {v.gpu for v in held.vms} == {1}
+    alone = plan_vgpus([g0], vms, Policy(), PulpSolver(time_limit=30), VCAT, CAT, held=frozenset({("kvm", 0)}))
+    assert {v.status for v in alone.vms} == {"unplaced"} and alone.gpus[0].actions == ()

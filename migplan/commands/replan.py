@@ -400,9 +400,10 @@ def _discover_plan_apply(ctx: Context, req: ReplanRequest, sd: StateDir, report:
     if hyper.vgpu_gpus:  # the same policy as the MIG plan's: running VMs move only inside a disruption window
         policy = planner_policy(ctx, {"allow_disrupt": disrupt}, rule)
         limit = None if "time_limit" in ctx.config.planner else rp.time_limit_s
+        vcool = frozenset(in_cooldown(sd.last_changed(), now.timestamp(), rp) & {g.key for g in hyper.vgpu_gpus})
         chosen, vgpu_only, decision = vgpu_plan.replan_vms(
             hyper, vms, chosen, decision, policy, planner_solver(ctx, ProposeRequest(time_limit=limit), policy),
-            catalog, report)
+            catalog, report, cooling=vcool)
     report(f"info: event=decision cooling={len(cooling)} disrupt={'yes' if disrupt else 'no'} {decision.line}")
     run: dict[str, Any] = {"id": run_id, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "line": decision.line,
                            "reasons": list(decision.reasons), "cooling": sorted(f"{h}:{i}" for h, i in cooling),

@@ -58,10 +58,10 @@ def split(state: FleetState, inventory: Inventory | None, snapshot: Snapshot | N
 
 
 def plan_vms(sp: Split, vms: tuple[Workload, ...], policy: Policy, solver: Solver, catalog: Catalog,
-             report: Report) -> VgpuPlan:
+             report: Report, held: frozenset[tuple[str, int]] = frozenset()) -> VgpuPlan:
     vcat = builtin_vgpu_catalog()
     check_pins(vms, vcat)
-    result = plan_vgpus(sp.vgpu_gpus, vms, policy, solver, vcat, catalog)
+    result = plan_vgpus(sp.vgpu_gpus, vms, policy, solver, vcat, catalog, held=held)
     placed = sum(1 for v in result.vms if v.status == "placed")
     kept = sum(1 for v in result.vms if v.status == "kept")
     left = [v for v in result.vms if v.status == "unplaced"]
@@ -78,13 +78,15 @@ def vm_profiles(profiles: ProfileSet) -> tuple[ProfileSet, tuple[Workload, ...]]
 
 
 def replan_vms(sp: Split, vms: tuple[Workload, ...], chosen: Plan, decision: Decision, policy: Policy,
-               solver: Solver, catalog: Catalog, report: Report) -> tuple[Plan, Plan | None, Decision]:
+               solver: Solver, catalog: Catalog, report: Report,
+               cooling: frozenset[tuple[str, int]] = frozenset()) -> tuple[Plan, Plan | None, Decision]:
     """`replan`'s vGPU part: the VMs planned with the run's policy (running VMs move only inside a disruption
     window), added to the run's plan. A vGPU plan without actions changes nothing. With actions, they go with the
     MIG plan when that is applied; when it is not (not worth it), they are applied alone, in a plan whose MIG part
     is empty (the second value): placing VMs is what a hypervisor host is for, and the vGPU program already weighs
-    every change (a replan with the same demand finds none)."""
-    vplan = plan_vms(sp, vms, policy, solver, catalog, report)
+    every change (a replan with the same demand finds none). GPUs in `cooling` (changed within the cool-down) are
+    held as they are."""
+    vplan = plan_vms(sp, vms, policy, solver, catalog, report, held=cooling)
     chosen = dataclasses.replace(chosen, vgpu=vplan, version=PLAN_VERSION_VGPU)
     changing = [g for g in vplan.gpus if g.actions]
     if not changing:

@@ -464,13 +464,19 @@ def gpu_lower_bound(vms: Sequence[Vm], fixed: Sequence[tuple[VgpuModel, VgpuSlot
 
 
 def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Policy, solver: Solver,
-               vcat: VgpuCatalog, catalog: Catalog) -> VgpuPlan:
-    """The vGPU plan of these hypervisor GPUs for these VM workloads (module notes)."""
+               vcat: VgpuCatalog, catalog: Catalog, *, held: frozenset[tuple[str, int]] = frozenset()) -> VgpuPlan:
+    """The vGPU plan of these hypervisor GPUs for these VM workloads (module notes). `held`: GPUs kept exactly as
+    they are, nothing new on them and their running VMs where they run (replan's cool-down after a change)."""
     keys = {g.key for g in gpus}
     by_name = {s.vm: (g, s) for g in gpus for s in g.slots if s.running and s.vm is not None}
     items = [_vm(w, policy, vcat, catalog, by_name, keys) for w in vms]
     disrupt = policy.movable_running
-    profiled = {v.name for v in items if v.candidates}
+    stay = {s.vm for g in gpus if g.key in held for s in g.slots if s.running}  # running on a held GPU
+
+    def moves(v: Vm) -> bool:
+        return not v.running or (disrupt and v.name not in stay)
+
+    profiled = {v.name for v in items if v.candidates and moves(v)}
     groups: list[Group] = []
     alike: dict[tuple[object, ...], Group] = {}
     seen_on = {v.seen for v in items if v.seen is not None}
@@ -480,7 +486,7 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
         model = found if found is not None and found.mig else None
         # running vGPUs of VMs the plan moves (--allow-disrupt) are not fixed; others always are
         fixed = tuple(s for s in g.slots if s.running and not (disrupt and s.vm in profiled))
-        if fixed or g.key in seen_on or any(s.running for s in g.slots):
+        if fixed or g.key in seen_on or g.key in held or any(s.running for s in g.slots):
             groups.append(Group([g], board, model, fixed))
             continue
         sig = _signature(g)
@@ -492,9 +498,11 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
     wanted = {t.name for v in items for t in v.candidates}
     for grp in groups:
         grp.patterns = _patterns(grp, wanted, vcat, disrupt=False)
+        if grp.first.key in held:  # as it is: nothing removed, nothing new
+            grp.patterns = [Pattern(grp.first.mode, keep=True) if grp.first.slots else Pattern(None)]
     # a running VM the plan may move (--allow-disrupt) is an item; the others are fixed in their groups
-    movable = [v for v in items if v.candidates and (not v.running or disrupt)]
-    fixed_running = [v for v in items if v.running and not disrupt]
+    movable = [v for v in items if v.candidates and moves(v)]
+    fixed_running = [v for v in items if v.running and not moves(v)]
     classes = _classes(movable)
     w = policy.weights
     prog = build(groups, classes, w, disrupt)
