@@ -113,6 +113,7 @@ def test_l4_time_sliced_enables_the_vfs_then_sets_each_vf_type_and_a_dry_run_cha
         assert not [a for a in after["log"] if a[0] == "sriov-manage" or "-shm" in a]
         assert not events(k, "locked")  # a dry run takes no lock
 
+        k.journal.clear()
         res = k.apply([plan])
         (g,) = res.gpus
         assert g.outcome is GpuOutcome.APPLIED and g.reason.startswith("as planned"), g.reason
@@ -288,7 +289,7 @@ def test_migplan_apply_applies_the_plans_vgpu_section_on_its_hypervisor_host(fle
     from dataclasses import replace
 
     from planner_fixtures import fleet as mig_fleet
-    from planner_fixtures import gpu, profiles, run, wl
+    from planner_fixtures import profiles, run
 
     from migplan.commands.apply import ApplyRequest
     from migplan.commands.apply import apply as run_apply
@@ -303,8 +304,8 @@ def test_migplan_apply_applies_the_plans_vgpu_section_on_its_hypervisor_host(fle
     with kvm(fleet, ["T4"], vgpu={"board": "T4", "modes": ["time_sliced"]}) as k:
         obs = k.observe()[0]
         gp = plan_for(obs, "time_sliced", [VgpuSlot("T4-8C", vm="vm:a"), VgpuSlot("T4-8C", vm="vm:b")])
-        base = run(mig_fleet(gpu("h", 0)), profiles(wl("a", 4000)))
-        plan = replace(base, gpus=(), workloads=(), vgpu=VgpuPlan((gp,), ()), version=PLAN_VERSION_VGPU)
+        plan = replace(run(mig_fleet(), profiles()), vgpu=VgpuPlan((gp,), (), gpus_used=1),
+                       version=PLAN_VERSION_VGPU)  # no MIG GPU: a fleet of one hypervisor host
         path = tmp_path / "plan.json"
         write_plan(path, plan)
         inv = str(k.fleet.tmp / "inventory.yaml")
