@@ -17,7 +17,6 @@ from migplan import documents
 from migplan.catalog import Catalog
 from migplan.commands import Report, quiet, vgpu_plan
 from migplan.commands.context import LIVE, Context
-from migplan.commands.pods import check_stdin, demand_from_pods
 from migplan.commands.vms import without_vms
 from migplan.config import check_planner_overrides
 from migplan.errors import InputError
@@ -27,6 +26,7 @@ from migplan.planner import Plan, Policy, plan
 from migplan.planner.demand import policy_from_mapping
 from migplan.planner.plan import PLAN_VERSION_VGPU, SizingChoice
 from migplan.planner.sizing import is_auto, parse_rule
+from migplan.planner.vm_demand import split_vms
 from migplan.profiles import ProfileSet, Workload
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from migplan.adapters.cbc_progress import SolveProgress
     from migplan.adapters.solver import PulpSolver
+    from migplan.commands.vgpu_plan import Split
     from migplan.fleet.snapshot import Snapshot
 
 DEFAULT_SOLVER = "cbc"
@@ -162,6 +163,22 @@ def _read_state(ctx: Context, inventory: str | None, snapshot: str | None,
     return state_from_inventory(inv, ctx.catalog), inv, None
 
 
+def _hypervisors(ctx: Context, req: ProposeRequest, state: FleetState, inventory: Inventory | None,
+                 snap: Snapshot | None, report: Report) -> Split | None:
+    """The hypervisor hosts (an inventory `vgpu` setting, GPUs in vGPU mode in the snapshot) apart from the MIG
+    fleet, or None without any: commands/vgpu_plan.py is imported only then (start-up time at 7,000 GPUs). With a
+    snapshot, the inventory (when one is named) gives their modes."""
+    in_inventory = inventory is not None and any(h.vgpu is not None for h in inventory.hosts)
+    in_snapshot = snap is not None and any(g.vgpu is not None for h in snap.hosts for g in h.gpus)
+    if not (in_inventory or in_snapshot):
+        return None
+
+    settings = inventory
+    if in_snapshot and (req.inventory or ctx.config.inventory):
+        settings = ctx.inventory(req.inventory)  # the hypervisor hosts' `vgpu` settings: the modes they may use
+    return vgpu_plan.split(state, settings, snap, report)
+
+
 def _inputs(ctx: Context, req: ProposeRequest) -> list[str]:
     """Files this run reads: `--out` must never be one of them."""
     out = [p for p in (req.snapshot or ctx.config.snapshot, req.inventory or ctx.config.inventory) if p and p != LIVE]
@@ -192,13 +209,14 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         check_planner_overrides({**req.policy, "solver": req.solver, "time_limit": req.time_limit, "gap": req.gap})
         policy = planner_policy(ctx, req.policy, req.sizing)
         solver = planner_solver(ctx, req, policy, watch=progress.solving if progress is not None else None)
-        check_stdin(req.pods, req.inventory)
+        if req.pods == "-":  # commands/pods.py only with --pods (start-up time)
+            from migplan.commands.pods import check_stdin
+
+            check_stdin(req.pods, req.inventory)
         state, inventory, snap = _read_state(ctx, req.inventory, req.snapshot, report)
-        settings = inventory
-        if snap is not None and vgpu_plan.has_vgpu(snap) and (req.inventory or ctx.config.inventory):
-            settings = ctx.inventory(req.inventory)  # the hypervisor hosts' `vgpu` settings: the modes they may use
-        hyper = vgpu_plan.split(state, settings, snap, report)  # hypervisor hosts: vGPUs for VMs (issue 26)
-        state = hyper.mig_state
+        hyper = _hypervisors(ctx, req, state, inventory, snap, report)  # vGPUs for VMs (issue 26)
+        if hyper is not None:
+            state = hyper.mig_state
         # GPUs whose own profile table differs from the catalog are planned with models built from it
         catalog = Catalog(ctx.catalog.models + state.models) if state.models else ctx.catalog
         for m in state.models:
@@ -213,18 +231,22 @@ def propose(ctx: Context, req: ProposeRequest, *, report: Report = quiet, progre
         measured = req.profiles or ctx.config.profiles or not req.pods
         profiles = ctx.profiles_result(pending) if measured else ProfileSet(())
         if req.pods:
+            from migplan.commands.pods import demand_from_pods
+
             profiles = demand_from_pods(req.pods, state, catalog, profiles, inventory, report, ctx.kubectl)
         vms: tuple[Workload, ...] = ()
-        if hyper.vgpu_gpus:
-            profiles, vms = vgpu_plan.vm_profiles(profiles)
+        if hyper is not None and hyper.vgpu_gpus:
+            profiles, vms = split_vms(profiles)
         else:  # no hypervisor host: VMs are listed as not planned (commands/vms.py)
             profiles, _ = without_vms(profiles, policy, catalog, report)
     if progress is not None:
         progress.phase(BUILDING)
     result = plan(state, profiles, catalog, policy, solver, progress=_planner_lines(report, progress),
                   phase=progress.phase if progress is not None else None)
-    if hyper.vgpu_gpus:
-        vplan = vgpu_plan.plan_vms(hyper, vms, policy, solver, catalog, report)
+    if hyper is not None and hyper.vgpu_gpus:
+        from migplan.commands.vgpu_plan import plan_vms
+
+        vplan = plan_vms(hyper, vms, policy, solver, catalog, report)
         result = dataclasses.replace(result, vgpu=vplan, version=PLAN_VERSION_VGPU)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = dataclasses.replace(result, created_at=stamp, sizing=req.sizing_choice)

@@ -33,25 +33,17 @@ from typing import TYPE_CHECKING, Any
 from migplan.adapters.state_dir import DEFAULT_STATE_DIR, StateDir, state_dir_option
 from migplan.commands import Report, quiet
 from migplan.commands.context import Context
-from migplan.commands.history import SweepRequest, parse_duration, run_sweep
 from migplan.commands.propose import MEMORY_KEYS, ProposeRequest, planner_policy
 from migplan.errors import InputError
-from migplan.history.sweep import (
-    DEFAULT_FAMILIES,
-    DEFAULT_SPLITS,
-    DEFAULT_TARGET,
-    Calibration,
-    Sweep,
-    TooShort,
-    choose,
-    read_record,
-    record,
-)
 from migplan.planner.plan import SizingChoice
 from migplan.planner.sizing import is_auto, parse_share, rule_text
 
 if TYPE_CHECKING:
     from migplan.commands.collect_prometheus import PromRequest
+    from migplan.history.sweep import Calibration, Sweep
+
+# commands.history and history.sweep are imported by the functions that calibrate or read a calibration, not by
+# every propose: a plan without `sizing: auto` never needs them (start-up time at 7,000 GPUs, bench/README.md)
 
 DEFAULT_COOLDOWN_H = 24.0
 DEFAULT_TRAIN = "7d"
@@ -114,6 +106,8 @@ class _Settings:
 
 
 def _settings(ctx: Context, req: AutoRequest) -> _Settings:
+    from migplan.commands.history import parse_duration
+    from migplan.history.sweep import DEFAULT_SPLITS, DEFAULT_TARGET
     cfg = ctx.config.sizing
     target = parse_share(req.target_oom if req.target_oom is not None else cfg.get("target_oom", DEFAULT_TARGET),
                          key="--target-oom" if req.target_oom is not None else "sizing.target_oom")
@@ -134,6 +128,7 @@ def state_dir(ctx: Context, option: str | None) -> StateDir:
 
 def _kept(sd: StateDir, report: Report) -> tuple[Calibration | None, dict[str, Any]]:
     """The calibration in the state directory (None when there is none or it is not one: a note says so)."""
+    from migplan.history.sweep import read_record
     try:
         doc = sd.sizing_record()
     except InputError as err:
@@ -150,12 +145,15 @@ def _kept(sd: StateDir, report: Report) -> tuple[Calibration | None, dict[str, A
 
 def _same(doc: dict[str, Any], cal: Calibration, s: _Settings) -> bool:
     """The kept calibration was made as this one would be: windows, grid, floor (and history, when one is given)."""
+    from migplan.commands.history import parse_duration
+    from migplan.history.sweep import DEFAULT_FAMILIES
     train, test = parse_duration(s.train, "sizing.train"), parse_duration(s.test, "sizing.test")
     return (cal.train_s, cal.test_s, cal.splits, cal.families, doc.get("floor")) == (
         train, test, s.splits, DEFAULT_FAMILIES, s.floor) and (s.source is None or cal.source == s.source)
 
 
 def calibrate(ctx: Context, source: str, s: _Settings, now: float, report: Report) -> Sweep:
+    from migplan.commands.history import SweepRequest, run_sweep
     history, csv, prom = _source(source)
     path = history or csv
     if path is not None and not os.path.exists(path):
@@ -167,15 +165,20 @@ def calibrate(ctx: Context, source: str, s: _Settings, now: float, report: Repor
 
 
 def keep(sd: StateDir, sw: Sweep, *, now: float, source: str, floor: int,
-         families: tuple[str, ...] = DEFAULT_FAMILIES) -> Calibration:
+         families: tuple[str, ...] | None = None) -> Calibration:
     """Write a sweep as the calibration `sizing: auto` reads (`backtest --sweep --state-dir` too)."""
-    doc = {**record(sw, calibrated_at=now, source=source, families=list(families)), "floor": floor}
+    from migplan.history.sweep import DEFAULT_FAMILIES, read_record, record
+
+    doc = {**record(sw, calibrated_at=now, source=source, families=list(families or DEFAULT_FAMILIES)),
+           "floor": floor}
     sd.set_sizing_record(doc)
     return read_record(doc)
 
 
 def resolve(ctx: Context, req: AutoRequest, *, now: float, report: Report = quiet) -> tuple[str, SizingChoice]:
     """(the rule to plan with, what the plan records of the choice): module notes."""
+    from migplan.history.sweep import TooShort, choose
+
     s = _settings(ctx, req)
     sd = state_dir(ctx, req.state_dir)
     cal, doc = _kept(sd, report)
@@ -222,7 +225,7 @@ def keep_sweep(ctx: Context, sw: Sweep, state: str, *, source: str, families: tu
                report: Report = quiet) -> None:
     """`backtest --sweep --state-dir DIR`: keep the sweep as `sizing: auto`'s calibration in DIR."""
     keep(state_dir(ctx, state), sw, now=now, source=source, floor=planner_policy(ctx, {}).headroom_min_mib,
-         families=families or DEFAULT_FAMILIES)
+         families=families or None)
     report(f"calibration for sizing auto kept in {state}/sizing.json")
 
 
