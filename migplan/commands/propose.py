@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from migplan import documents
 from migplan.catalog import Catalog
-from migplan.commands import Report, quiet, vgpu_plan
+from migplan.commands import Report, quiet
 from migplan.commands.context import LIVE, Context
 from migplan.commands.vms import without_vms
 from migplan.config import check_planner_overrides
@@ -172,6 +172,7 @@ def _hypervisors(ctx: Context, req: ProposeRequest, state: FleetState, inventory
     in_snapshot = snap is not None and any(g.vgpu is not None for h in snap.hosts for g in h.gpus)
     if not (in_inventory or in_snapshot):
         return None
+    from migplan.commands import vgpu_plan
 
     settings = inventory
     if in_snapshot and (req.inventory or ctx.config.inventory):
