@@ -9,6 +9,8 @@ in `migplan.model`).
                order; the one place MIG-changing commands are built                         pure
   discover.py  discovery over an injected `CommandRunner` (one `SmiSession` per host)
   vgpu_discover.py the vGPUs of a vGPU host (nvidia-smi vgpu, SR-IOV VFs, mdev devices), for discover.py
+  vgpu_apply.py apply a plan's vGPU part on one KVM host: lock, re-read, refuse stale GPUs, act
+               (smi/vgpu_commands.py), read back, roll back
   vgpu_state.py the hypervisor hosts' GPUs as the vGPU planner sees them (model.vgpu), from a snapshot
                or the inventory's `vgpu` setting                                            pure
   apply.py     apply one host's part of a plan: re-read, refuse stale GPUs, checkpoint, change,
