@@ -143,3 +143,15 @@ def test_a_bad_vgpu_setting_is_refused_with_its_line(tmp_path: Path, setting: st
         load_inventory(inv, builtin_catalog())
     assert says in str(err.value), str(err.value)
     assert str(inv) in str(err.value) and ":4" in str(err.value) or "line 4" in str(err.value)
+
+
+def test_the_shipped_vgpu_example_places_every_vm_at_the_lower_bound(run) -> None:  # type: ignore[no-untyped-def]
+    root = Path(__file__).resolve().parent.parent / "examples" / "vgpu"
+    res = run("propose", "-i", str(root / "inventory.yaml"), "-p", str(root / "profiles.yaml"), "-o", "json")
+    assert res.exit_code == 0, res.output
+    vg = json.loads(res.stdout)["vgpu"]
+    assert {v["status"] for v in vg["vms"]} == {"placed"}
+    assert vg["solve"]["gpus_used"] == vg["solve"]["gpu_lower_bound"]
+    modes = {(g["host"], g["target"]["mode"]) for g in vg["gpus"] if g["target"]["slots"]}
+    assert {m for h, m in modes if h == "kvm-a100-01"} == {"mig_backed"}
+    assert {m for h, m in modes if h == "kvm-t4-01"} == {"time_sliced"}
