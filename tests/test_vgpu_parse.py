@@ -213,7 +213,7 @@ def test_hostile_listings_and_links() -> None:
 
 def test_builders_make_argv_from_validated_tokens_only() -> None:
     assert sv.vgpu_summary() == ["nvidia-smi", "vgpu"] and sv.vgpu_query() == ["nvidia-smi", "vgpu", "-q"]
-    assert sv.vgpu_supported()[-1] == "-s" and sv.vgpu_creatable()[-1] == "-c"
+    assert sv.vgpu_supported()[-2:] == ["-s", "-v"] and sv.vgpu_creatable()[-1] == "-c"
     assert sysfs.list_dir(sysfs.pci_path("/", "00000000:17:00.0")) == ["ls", "-1", "--",
                                                                         "/sys/bus/pci/devices/0000:17:00.0"]
     assert sysfs.read_file(sysfs.pci_path("/tmp/h.json.sysroot", "0000:17:00.4", "nvidia", "current_vgpu_type")) == [
@@ -250,7 +250,7 @@ def test_the_vgpu_listings_are_read_only_and_the_setters_are_not() -> None:
     from migplan.smi import vgpu as sv
 
     for argv in (sv.vgpu_summary(), sv.vgpu_query(), sv.vgpu_supported(), sv.vgpu_creatable(),
-                 [*sv.vgpu_supported(), "-v"], [*sv.vgpu_creatable(), "-i", "3"]):
+                 [*sv.vgpu_supported()[:-1], "-i", "0"], [*sv.vgpu_creatable(), "-i", "3"]):
         assert is_read_only(argv), argv
     for rest in (["-shm", "1"], ["-q", "-q"], ["-i", "x"], ["-i", "0", "-shm"], ["-c", "--reset"]):
         assert not is_read_only(["nvidia-smi", "vgpu", *rest]), rest

@@ -78,7 +78,7 @@ def read_vgpu(runner: CommandRunner, host: str, gpus: Sequence[DiscoveredGpu], n
     first = reader.batch([*fixed, *pf_dirs, mdev_dir])
     q, sup, cre = (reader.smi(a, d) for a, d in zip(fixed, first[:3], strict=True))
     active = {sysfs.bdf(x.pci_bus_id): x.vgpus for x in sv.parse_vgpu_query(q)}
-    supported = {sysfs.bdf(x.pci_bus_id): x.types for x in sv.parse_vgpu_types(sup, "nvidia-smi vgpu -s")}
+    supported = {sysfs.bdf(x.pci_bus_id): x.types for x in sv.parse_vgpu_types(sup, "nvidia-smi vgpu -s -v")}
     creatable = {sysfs.bdf(x.pci_bus_id): x.types for x in sv.parse_vgpu_types(cre, "nvidia-smi vgpu -c")}
     entries = {pf: reader.listing(a, d, notes, f"GPU {g.index}: {a[-1]}")
                for (g, pf), a, d in zip(chosen, pf_dirs, first[3:3 + len(chosen)], strict=True)}
@@ -326,6 +326,9 @@ def _record(g: DiscoveredGpu, pf: str, lay: _Layout, active: Sequence[sv.ActiveV
     for a in active:
         if a.type_id is not None:
             names.setdefault(a.type_id, a.type_name)
+    for t in supported:  # `-s -v`: every supported type's ID, also when no VF can create it any more (a full GPU)
+        if t.type_id is not None:
+            names.setdefault(t.type_id, t.name)
     devices: list[VgpuDevice] = []
     for vf in lay.vfs.get(pf, []):
         if vf not in lay.vf_type:

@@ -69,8 +69,9 @@ def vgpu_query() -> list[str]:
 
 
 def vgpu_supported() -> list[str]:
-    """`nvidia-smi vgpu -s`: the vGPU types each GPU supports."""
-    return [NVIDIA_SMI, "vgpu", "-s"]
+    """`nvidia-smi vgpu -s -v`: the vGPU types each GPU supports, each with its type ID (which names the type a VF
+    holds when the GPU is full and its VFs' `creatable_vgpu_types` list nothing)."""
+    return [NVIDIA_SMI, "vgpu", "-s", "-v"]
 
 
 def vgpu_creatable() -> list[str]:

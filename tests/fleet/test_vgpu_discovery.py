@@ -33,7 +33,7 @@ READ_ONLY = {("--query-gpu=index,uuid,name,pci.bus_id,memory.total,mig.mode.curr
              ("--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"),
              ("--query-gpu=index,driver_version", "--format=csv,noheader,nounits"), (),
              *(("mig", x) for x in ("-lgi", "-lci", "-lgip", "-lgipp")),
-             ("vgpu",), ("vgpu", "-q"), ("vgpu", "-s"), ("vgpu", "-c")}
+             ("vgpu",), ("vgpu", "-q"), ("vgpu", "-s", "-v"), ("vgpu", "-c")}
 
 
 def discover(fleet: Fleet, hosts: dict[str, dict[str, object]], sysfs_root: str | None = None) -> Snapshot:
@@ -249,3 +249,19 @@ def test_a_hostile_vm_name_stays_data(fleet: Fleet) -> None:
     (vm,) = l4.vgpus
     assert vm.vm_name is not None and vm.vm_name.startswith("evil") and "\x1b" not in vm.vm_name
     assert "\x07" not in vm.vm_name and len(vm.vm_name) <= 256
+
+
+def test_a_full_gpus_devices_are_named_from_the_supported_types_ids(fleet: Fleet) -> None:
+    """An L4 holding three L4-8C (equal-size: full) lists no creatable type on any VF, so the type a VF holds is
+    named from `nvidia-smi vgpu -s -v`'s type IDs (no VM runs: `-q` names none of them)."""
+    h = fleet.host(0)
+    vf.shims(h.bin)
+    p = vf.write_host(h.state, ["L4"], vfs_enabled=True, hostname="kvm01")
+    for _ in range(3):
+        vf.add_vgpu(p, 0, "L4-8C")
+    snap = discover(fleet, {"kvm01": fleet.host_entry(h)})
+    (rec,) = snap.hosts
+    assert rec.ok, rec.error
+    (g,) = rec.gpus
+    assert g.vgpu is not None and g.vgpu.creatable == ()
+    assert [d.type_name for d in g.vgpu.held] == ["L4-8C"] * 3
