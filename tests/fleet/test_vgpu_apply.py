@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from conftest import Fleet
 from sim_vgpu import fleet as vf
-from sim_vgpu import vgpu_table as vt
 
 from migplan.adapters.ssh import SshFleet
 from migplan.catalog import builtin_catalog, builtin_vgpu_catalog
@@ -185,11 +184,10 @@ def test_a100_mig_backed_enables_mig_and_vfs_creates_instances_and_points_vfs_at
         assert len(gis) == 2 and not any(gi.get("compute_instances") for gi in gis.values())  # no CI on the host
         now = k.observe()[0]
         assert now.layout == ("2g.10gb@0", "3g.20gb@4")
-        # each vGPU on its planned instance, with the id the simulator's own table gives its type (a full GPU lists
-        # nothing creatable, so discovery shows the ids unnamed: `type-464`)
-        ids = {t: vt.model("A100-SXM4-40GB").type(t).id for t in ("A100X-2-10C", "A100X-3-20C")}  # type: ignore[union-attr]
+        # each vGPU on its planned instance, its type named (a full GPU lists nothing creatable: discovery names the
+        # ids from `nvidia-smi vgpu -s -v`)
         assert sorted((s.type_name, s.placement) for s in now.slots) == [
-            (f"type-{ids['A100X-2-10C']}", "2g.10gb@0"), (f"type-{ids['A100X-3-20C']}", "3g.20gb@4")]
+            ("A100X-2-10C", "2g.10gb@0"), ("A100X-3-20C", "3g.20gb@4")]
         assert g.layout == [f"A100X-2-10C {vf.vfs(k.state, 0)[0]} on 2g.10gb@0",
                             f"A100X-3-20C {vf.vfs(k.state, 0)[1]} on 3g.20gb@4"]
         attrs = [w[0].rsplit("/", 1)[-1] for w in writes(k)]
