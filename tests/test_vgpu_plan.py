@@ -256,3 +256,19 @@ def test_a_held_gpu_stays_as_it_is_even_when_its_vms_could_pack_tighter() -> Non
     assert {v.gpu for v in held.vms} == {1}
     alone = plan_vgpus([g0], vms, Policy(), PulpSolver(time_limit=30), VCAT, CAT, held=frozenset({("kvm", 0)}))
     assert {v.status for v in alone.vms} == {"unplaced"} and alone.gpus[0].actions == ()
+
+
+def test_allow_disrupt_moves_a_running_vm_to_another_gpu_and_frees_its_old_vgpu() -> None:
+    """GPU 0 runs two VMs on L4-4C in equal-size mode; one now needs 7,000 MiB. GPU 0 cannot hold an 8C beside the
+    other 4C, so with --allow-disrupt that VM moves to GPU 1 as an L4-8C and its old vGPU is removed."""
+    slots = (VgpuSlot("L4-4C", vm="vm:grow", running=True, device="0000:01:00.4"),
+             VgpuSlot("L4-4C", vm="vm:stay", running=True, device="0000:01:00.5"))
+    g0 = gpu("kvm", 0, "L4", mode="time_sliced", slots=slots, vfs=32)
+    vms = [vm("vm:grow", 7000, "L4-4C", host="kvm", gpu=0), vm("vm:stay", 3000, "L4-4C", host="kvm", gpu=0)]
+    p = solve([g0, gpu("kvm", 1, "L4")], vms, allow_disrupt=True)
+    by = {v.name: v for v in p.vms}
+    assert (by["vm:grow"].gpu, by["vm:grow"].vgpu_type, by["vm:grow"].moved) == (1, "L4-8C", True)
+    assert (by["vm:stay"].gpu, by["vm:stay"].vgpu_type) == (0, "L4-4C")
+    g = p.gpu("kvm", 0)
+    assert g is not None and [a.device for a in g.actions if a.kind == "remove"] == ["0000:01:00.4"]
+    assert oracle_problems(p) == []

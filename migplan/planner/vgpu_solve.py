@@ -186,7 +186,7 @@ def _fits_fixed(p: Pattern, fixed: Sequence[VgpuSlot]) -> bool:
     return all(have[k] >= n for k, n in need.items())
 
 
-def _patterns(g: Group, wanted: set[str], vcat: VgpuCatalog, disrupt: bool) -> list[Pattern]:
+def _patterns(g: Group, wanted: set[str]) -> list[Pattern]:
     first, board = g.first, g.board
     modes = set(first.allowed) & set(board.modes)
     if first.mode is not None:
@@ -215,7 +215,7 @@ def _patterns(g: Group, wanted: set[str], vcat: VgpuCatalog, disrupt: bool) -> l
     seen, uniq = set(), []
     for p in out:
         k = (p.mode, p.slots, p.layout, p.keep)
-        if k not in seen and (disrupt or _fits_fixed(p, g.fixed)):
+        if k not in seen and _fits_fixed(p, g.fixed):
             seen.add(k)
             uniq.append(p)
     return uniq
@@ -264,7 +264,7 @@ def _classes(vms: list[Vm]) -> list[list[Vm]]:
     return out + list(alike.values())
 
 
-def build(groups: list[Group], classes: list[list[Vm]], w: Weights, disrupt: bool) -> Program:
+def build(groups: list[Group], classes: list[list[Vm]], w: Weights) -> Program:
     m = Milp()
     y: dict[tuple[int, int], int] = {}
     a: dict[tuple[int, int, str], int] = {}
@@ -272,7 +272,7 @@ def build(groups: list[Group], classes: list[list[Vm]], w: Weights, disrupt: boo
     supply: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
     for gi, g in enumerate(groups):
         row = []
-        fixed = Counter(_fixed_key(g, s) for s in g.fixed) if not disrupt else Counter()
+        fixed = Counter(_fixed_key(g, s) for s in g.fixed)  # running vGPUs no VM of the plan may take from them
         for pi, p in enumerate(g.patterns):
             v = m.var(f"y_{gi}_{pi}")
             y[gi, pi] = v
@@ -337,6 +337,7 @@ class _Gpu:
     slots: list[VgpuSlot]
     free: Counter[str]
     places: list[str]
+    movable: list[VgpuSlot] = field(default_factory=list)  # running vGPUs of VMs the plan may move (--allow-disrupt)
 
 
 def _todo(prog: Program, gi: int, vals: tuple[float, ...], placed: dict[str, VmPlan],
@@ -353,28 +354,32 @@ def _todo(prog: Program, gi: int, vals: tuple[float, ...], placed: dict[str, VmP
     return todo
 
 
-def _start(g: Group, gs: VgpuGpuState, p: Pattern, disrupt: bool) -> _Gpu:
-    # a vGPU no running VM holds is for no VM of the plan until one is given it (`_place`)
-    keep = ([s if s.running else dataclasses.replace(s, vm=None, vm_uuid=None) for s in gs.slots] if p.keep
-            else [s for s in gs.slots if s.running and (not disrupt or _fits_fixed(p, (s,)))])
+def _start(g: Group, gs: VgpuGpuState, p: Pattern) -> _Gpu:
+    """A GPU before its VMs are placed: what it keeps whatever happens (the running vGPUs fixed on it; "as it is":
+    everything), and the running vGPUs of VMs the plan may move, which stay only if their VM is given them again."""
+    if p.keep:  # a vGPU no running VM holds is for no VM of the plan until one is given it (`_place`)
+        keep = [s if s.running else dataclasses.replace(s, vm=None, vm_uuid=None) for s in gs.slots]
+    else:
+        keep = [s for s in gs.slots if s.running and s in g.fixed]
+    movable = [] if p.keep else [s for s in gs.slots if s.running and s not in g.fixed and _fits_fixed(p, (s,))]
     free = p.counts
     for s in keep:
         free[_fixed_key(g, s)] -= 1
     used = {s.placement for s in keep if s.placement}
-    return _Gpu(gs, p, keep, free, [x for x in p.layout if x not in used])
+    return _Gpu(gs, p, keep, free, [x for x in p.layout if x not in used], movable)
 
 
-def _place(g: Group, at: _Gpu, v: Vm, t: VgpuType) -> VmPlan:
+def _place(at: _Gpu, v: Vm, t: VgpuType) -> VmPlan:
     """Give VM v a vGPU of type t on this GPU: its own running vGPU where the pattern keeps it, else an idle device
     of that type (and free GPU instance), else a new one."""
     gs, p, k = at.state, at.pattern, _key(t)
     at.free[k] -= 1
     device = placement = None
-    mine = next((s for s in at.slots if s.vm == v.name and s.running), None) if v.running else None
-    holds = mine is not None and mine.type_name == t.name
-    if mine is not None and holds:
+    mine = next((s for s in at.movable if s.vm == v.name), None) if v.running else None
+    holds = mine is not None and mine.type_name == t.name and (mine.placement is None or mine.placement in at.places)
+    if mine is not None and holds:  # its own running vGPU, kept
         device, placement = mine.device, mine.placement
-        at.slots.remove(mine)
+        at.movable.remove(mine)
     else:
         pool = (at.slots if p.keep else gs.slots)
         idle = [s for s in pool if not s.running and (s.vm is None or s.vm == v.name) and s.type_name == t.name
@@ -416,14 +421,14 @@ def _finish(g: Group, at: _Gpu) -> VgpuGpuPlan:
 
 
 def _fill_group(g: Group, gpus: list[VgpuGpuState], chosen: list[Pattern], prog: Program, vals: tuple[float, ...],
-                gi: int, placed: dict[str, VmPlan], disrupt: bool) -> list[VgpuGpuPlan]:
+                gi: int, placed: dict[str, VmPlan]) -> list[VgpuGpuPlan]:
     """Give the group's GPUs their patterns and its VMs their slots (module notes)."""
     keys = {x.key for x in gpus}
-    at = [_start(g, gs, p, disrupt) for gs, p in zip(gpus, chosen, strict=True)]
+    at = [_start(g, gs, p) for gs, p in zip(gpus, chosen, strict=True)]
     for v, t in _todo(prog, gi, vals, placed, keys):
         cands = [x for x in at if x.free[_key(t)] > 0]
         if cands:
-            placed[v.name] = _place(g, next((x for x in cands if x.state.key == v.seen), cands[0]), v, t)
+            placed[v.name] = _place(next((x for x in cands if x.state.key == v.seen), cands[0]), v, t)
     return [_finish(g, x) for x in at]
 
 
@@ -497,7 +502,7 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
             groups.append(alike[sig])
     wanted = {t.name for v in items for t in v.candidates}
     for grp in groups:
-        grp.patterns = _patterns(grp, wanted, vcat, disrupt=False)
+        grp.patterns = _patterns(grp, wanted)
         if grp.first.key in held:  # as it is: nothing removed, nothing new
             grp.patterns = [Pattern(grp.first.mode, keep=True) if grp.first.slots else Pattern(None)]
     # a running VM the plan may move (--allow-disrupt) is an item; the others are fixed in their groups
@@ -505,7 +510,7 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
     fixed_running = [v for v in items if v.running and not moves(v)]
     classes = _classes(movable)
     w = policy.weights
-    prog = build(groups, classes, w, disrupt)
+    prog = build(groups, classes, w)
     res = solver.solve(prog.milp) if prog.milp.names else SolveResult(status=SolveStatus.OPTIMAL, values=())
     if not res.status.has_solution:
         raise PlanError(f"the vGPU program ended {res.status.value}: {res.message or 'no solution'}",
@@ -516,8 +521,7 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
         chosen: list[Pattern] = []
         for pi, p in enumerate(grp.patterns):
             chosen += [p] * _round(res.values[prog.y[gi, pi]])
-        plans += _fill_group(grp, sorted(grp.gpus, key=lambda s: s.key), chosen, prog, res.values, gi, placed,
-                             disrupt)
+        plans += _fill_group(grp, sorted(grp.gpus, key=lambda s: s.key), chosen, prog, res.values, gi, placed)
     vm_plans = []
     for v in items:
         if v.name in placed:
