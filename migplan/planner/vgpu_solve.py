@@ -221,22 +221,19 @@ def _patterns(g: Group, wanted: set[str]) -> list[Pattern]:
     return uniq
 
 
-def _changes(g: Group, p: Pattern) -> tuple[int, int, int, int]:
-    """(reconfigured, MIG mode changed, needs a reset, running vGPUs displaced) of pattern p on g's GPUs."""
+def _changes(g: Group, p: Pattern) -> tuple[int, int, int]:
+    """(reconfigured, MIG mode changed, needs a reset) of pattern p on g's GPUs. A pattern never drops a fixed
+    running vGPU (`_patterns` offers none that does); a movable one's move is costed on the VM (`build`)."""
     first = g.first
     if p.keep:
-        return 0, 0, 0, 0
-    idle = [s for s in first.slots if not s.running]
-    displaced = sum(1 for s in g.fixed if not _fits_fixed(p, (s,)))
+        return 0, 0, 0
     if p.mode is None:
-        changed = int(bool(first.slots))
-        return changed, 0, 0, displaced if first.slots else 0
-    same = p.mode == first.mode or first.mode is None and not idle
-    same = same and _fits_fixed(p, idle)
-    mig_change = int(p.mode is not None and (p.mode == MIG_BACKED) != first.mig_enabled)
+        return int(bool(first.slots)), 0, 0
+    idle = [s for s in first.slots if not s.running]
+    same = p.mode == first.mode and _fits_fixed(p, idle)
+    mig_change = int((p.mode == MIG_BACKED) != first.mig_enabled)
     arch = g.model.architecture if g.model is not None else ""
-    reset = int(mig_change and arch in RESET_ON_MODE_CHANGE)
-    return int(not same or first.mode is None), mig_change, reset, displaced
+    return int(not same), mig_change, int(mig_change and arch in RESET_ON_MODE_CHANGE)
 
 
 # --- the program ---------------------------------------------------------------------------------
@@ -277,9 +274,8 @@ def build(groups: list[Group], classes: list[list[Vm]], w: Weights) -> Program:
             v = m.var(f"y_{gi}_{pi}")
             y[gi, pi] = v
             row.append((v, 1.0))
-            changed, mode, reset, displaced = _changes(g, p)
-            m.cost(v, (w.gpu if p.offers else 0.0) + w.change * changed + w.mode * mode + w.reset * reset
-                   + w.disrupt * displaced)
+            changed, mode, reset = _changes(g, p)
+            m.cost(v, (w.gpu if p.offers else 0.0) + w.change * changed + w.mode * mode + w.reset * reset)
             for k, n in p.counts.items():
                 free = n - fixed[k]
                 if free > 0:
