@@ -63,7 +63,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("migplan.cli.collect_cmd:app",
                 "Collect workload memory and compute samples: NVML on this host, the fleet over SSH, or Prometheus."),
     "export": ("migplan.cli.export_cmd:app",
-               "Export a plan to NVIDIA's MIG tools (the GPU Operator's MIG manager, mig-parted) or to Slurm."),
+               "Export a plan to NVIDIA's MIG tools (the GPU Operator's MIG manager, mig-parted), to Slurm or, for VMs "
+               "on vGPU, to vSphere."),
 }
 
 

@@ -253,7 +253,7 @@ class _Gpu:
     """One GPU's change: checkpoint, actions, read-back, rollback."""
 
     def __init__(self, h: _Host, plan: VgpuGpuPlan) -> None:
-        self.h, self.plan = h, plan
+        self.ctx, self.plan = h, plan  # the host's apply: its runner, states, journal
         self.index = plan.observed.index
         self.where = f"{h.host.name}: GPU {self.index}"
         self.commands: list[str] = []
@@ -267,11 +267,11 @@ class _Gpu:
 
     @property
     def names(self) -> dict[int, str]:
-        return self.h.names.get(self.index, {})
+        return self.ctx.names.get(self.index, {})
 
     @property
     def dry(self) -> bool:
-        return self.h.options.dry_run
+        return self.ctx.options.dry_run
 
     def result(self, outcome: GpuOutcome, reason: str, state: VgpuGpuState | None = None) -> GpuResult:
         return GpuResult(self.index, outcome, reason, commands=tuple(self.commands),
@@ -280,7 +280,7 @@ class _Gpu:
     # --- the GPU's course --------------------------------------------------------------------------------------
 
     def go(self) -> GpuResult:
-        live = self.h.states.get(self.index)
+        live = self.ctx.states.get(self.index)
         if live is None:
             return self.result(GpuOutcome.REFUSED, "refused (stale): the GPU is not on the host as a vGPU GPU "
                                "(re-plan from a fresh discovery)")
@@ -288,18 +288,18 @@ class _Gpu:
             return self.result(GpuOutcome.UNCHANGED, "already as planned", live)
         stale = stale_reasons(self.plan.observed, live, self.names)
         if stale:
-            self.h.journal({"event": "refused", "gpu": self.index, "reasons": stale})
+            self.ctx.journal({"event": "refused", "gpu": self.index, "reasons": stale})
             return self.result(GpuOutcome.REFUSED, "refused (stale): changed since the plan was made: "
                                + printable("; ".join(stale), 600) + " (re-plan with 'migplan propose')")
         self.checkpoint = live
-        self.h.journal({"event": "checkpoint", "gpu": self.index, "fingerprint": live.fingerprint(),
+        self.ctx.journal({"event": "checkpoint", "gpu": self.index, "fingerprint": live.fingerprint(),
                         "state": live.canonical()})
         try:
             for a in self.plan.actions:
                 self.run(a)
         except _RunningVm as err:
             if not self.done:
-                self.h.journal({"event": "refused", "gpu": self.index, "reasons": [str(err)]})
+                self.ctx.journal({"event": "refused", "gpu": self.index, "reasons": [str(err)]})
                 return self.result(GpuOutcome.REFUSED, f"refused: {err}; nothing changed on this GPU")
             return self.roll_back(str(err))
         except (_Step, HostError, MigplanError) as err:
@@ -307,13 +307,13 @@ class _Gpu:
         if self.dry:
             return self.result(GpuOutcome.WOULD_APPLY, "would apply: " + ", ".join(map(str, self.plan.actions)))
         try:
-            self.h.read("read-back")
+            self.ctx.read("read-back")
         except (HostError, MigplanError) as err:
             return self.roll_back(f"the read-back failed: {_text(err)}")
-        now = self.h.states.get(self.index)
+        now = self.ctx.states.get(self.index)
         now = named(now, self.names) if now is not None else None
         wrong = _target_ok(self.plan, now, self.created) if now is not None else ["the GPU is gone"]
-        self.h.journal({"event": "verify", "gpu": self.index, "ok": not wrong, "found": _shown(now) if now else [],
+        self.ctx.journal({"event": "verify", "gpu": self.index, "ok": not wrong, "found": _shown(now) if now else [],
                         "problems": wrong})
         if wrong:
             return self.roll_back("the read-back differs from the plan: " + "; ".join(wrong))
@@ -321,31 +321,31 @@ class _Gpu:
         return self.result(GpuOutcome.APPLIED, "as planned" + (f" (created {made})" if made else ""), now)
 
     def roll_back(self, why: str) -> GpuResult:
-        self.h.journal({"event": "failure", "gpu": self.index, "error": why})
+        self.ctx.journal({"event": "failure", "gpu": self.index, "error": why})
         assert self.checkpoint is not None
         if self.dry:
             return self.result(GpuOutcome.FAILED, f"the dry run stopped: {why}")
         self.taken, self.vf_types, self.gi_ids = set(), None, {}
         ck = named(self.checkpoint, self.names)
         try:
-            self.h.read("rollback")
-            live = self.h.states.get(self.index)
+            self.ctx.read("rollback")
+            live = self.ctx.states.get(self.index)
             if live is None:
                 raise _Step("the GPU is no longer read as a vGPU GPU")
             for a in back_actions(named(live, self.names), ck, self.done):
                 self.run(a, rollback=True)
-            self.h.read("after the rollback")
-            now = self.h.states.get(self.index)
+            self.ctx.read("after the rollback")
+            now = self.ctx.states.get(self.index)
             now = named(now, self.names) if now is not None else None
             if now is None or held(now) != held(ck):
                 raise _Step("after the rollback the GPU is not as before: " +
                             "; ".join(stale_reasons(ck, now) if now else ["it is gone"]))
         except (_Step, _RunningVm, HostError, MigplanError) as err:
-            self.h.journal({"event": "rollback-failed", "gpu": self.index, "error": _text(err)})
+            self.ctx.journal({"event": "rollback-failed", "gpu": self.index, "error": _text(err)})
             return self.result(GpuOutcome.FAILED, f"failed: {why}; the rollback failed too: {_text(err)} (the GPU "
                                "is left as the journal shows; re-discover and re-plan)",
-                               self.h.states.get(self.index))
-        self.h.journal({"event": "rolled-back", "gpu": self.index, "slots": _shown(now)})
+                               self.ctx.states.get(self.index))
+        self.ctx.journal({"event": "rolled-back", "gpu": self.index, "slots": _shown(now)})
         return self.result(GpuOutcome.ROLLED_BACK, f"rolled back: {why}", now)
 
     # --- one action --------------------------------------------------------------------------------------------
@@ -363,7 +363,7 @@ class _Gpu:
         elif a.kind in ("mixed-on", "mixed-off"):
             self.do(vc.mixed_mode(self.index, a.kind == "mixed-on"), a.kind)
         elif a.kind == "gi-create":
-            self.do(vc.gi_create(self.h.catalog.get(st.model), self.index, str(a.placement)), a.kind)
+            self.do(vc.gi_create(self.ctx.catalog.get(st.model), self.index, str(a.placement)), a.kind)
         elif a.kind == "create":
             self.create(a)
         else:
@@ -375,8 +375,8 @@ class _Gpu:
         shown = str(cmd) if isinstance(cmd, vc.SysfsWrite) else " ".join(cmd)
         self.commands.append(shown)
         argv, stdin = (cmd.argv, cmd.stdin) if isinstance(cmd, vc.SysfsWrite) else (cmd, None)
-        done = self.h.runner.run(argv, timeout=self.h.options.timeout, stdin=stdin)
-        self.h.journal({"event": "command", "gpu": self.index, "kind": kind, "argv": list(argv),
+        done = self.ctx.runner.run(argv, timeout=self.ctx.options.timeout, stdin=stdin)
+        self.ctx.journal({"event": "command", "gpu": self.index, "kind": kind, "argv": list(argv),
                         "stdin": stdin.decode() if stdin is not None else None, "exit_code": done.exit_code,
                         "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:], "dry_run": self.dry})
         if not done.ok:
@@ -385,7 +385,7 @@ class _Gpu:
         return done.stdout
 
     def read(self, argv: list[str], what: str) -> str:
-        done = self.h.runner.run(argv, timeout=self.h.options.timeout)
+        done = self.ctx.runner.run(argv, timeout=self.ctx.options.timeout)
         if not done.ok:
             raise _Step(f"{self.where}: cannot read {what} ('{' '.join(argv)}', exit {done.exit_code}): "
                         f"{printable(done.stderr.strip(), 200) or 'no output'}")
@@ -405,9 +405,9 @@ class _Gpu:
             self.vm_check(a, dev)
         self.taken.discard(dev)
         if _is_bdf(dev):
-            self.do(vc.clear_vgpu_type(self.h.root, dev), "remove")
+            self.do(vc.clear_vgpu_type(self.ctx.root, dev), "remove")
         else:
-            self.do(vc.mdev_remove(self.h.root, dev), "remove")
+            self.do(vc.mdev_remove(self.ctx.root, dev), "remove")
 
     def vm_check(self, a: VgpuAction, dev: str) -> None:
         """`nvidia-smi vgpu -q` now: a running VM on `dev` (its mdev UUID; on a VF, more running vGPUs of the type on
@@ -430,7 +430,7 @@ class _Gpu:
         else:
             hit = next((v for v in mine if v.mdev_uuid is not None and v.mdev_uuid.lower() == dev.lower()), None)
         if hit is not None:
-            self.h.journal({"event": "running-vm", "gpu": self.index, "device": dev, "vm": hit.vm_name})
+            self.ctx.journal({"event": "running-vm", "gpu": self.index, "device": dev, "vm": hit.vm_name})
             raise _RunningVm(f"a running VM ({printable(hit.vm_name or hit.vm_uuid or '?', 80)}) holds "
                              f"{a.type_name} on {dev}, which the plan removes")
 
@@ -459,7 +459,7 @@ class _Gpu:
         if gi is None:
             self.commands.append(f"nvidia-smi mig -i {self.index} -dgi -gi <id of {placement}>")
             return
-        done = self.h.runner.run(smi.list_compute_instances(self.index, gi), timeout=self.h.options.timeout)
+        done = self.ctx.runner.run(smi.list_compute_instances(self.index, gi), timeout=self.ctx.options.timeout)
         try:  # "No compute instances found" (an exit code of its own): nothing to destroy first
             cis = smi.parse_compute_instances(done.stdout) if done.ok else []
         except smi.SmiError:
@@ -492,10 +492,10 @@ class _Gpu:
         return rows[0]
 
     def vfs(self, on: bool) -> None:
-        self.do(vc.sriov_manage(self.pf(), on, self.h.sriov), "vfs-enable" if on else "vfs-disable")
+        self.do(vc.sriov_manage(self.pf(), on, self.ctx.sriov), "vfs-enable" if on else "vfs-disable")
         if self.dry:
             return
-        out = self.read(vc.numvfs(self.h.root, self.pf()), "sriov_numvfs")
+        out = self.read(vc.numvfs(self.ctx.root, self.pf()), "sriov_numvfs")
         n = sysfs.parse_count(out, "sriov_numvfs", 4096)
         if (n > 0) != on:  # sriov-manage exits 0 when its write failed
             raise _Step(f"{self.where}: sriov_numvfs is {n} after sriov-manage {'-e' if on else '-d'}")
@@ -521,11 +521,11 @@ class _Gpu:
         return free
 
     def read_vfs(self) -> list[tuple[str, int]]:
-        g = self.h.gpu(self.index)
+        g = self.ctx.gpu(self.index)
         if self.dry or (g is not None and g.vgpu is not None and g.vgpu.devices and not self.done):
             return [(d.address, d.type_id) for d in (g.vgpu.devices if g is not None and g.vgpu is not None else ())
                     if d.kind == "vf"]
-        pf, root = self.pf(), self.h.root
+        pf, root = self.pf(), self.ctx.root
         try:
             fns = sysfs.virtfns(sysfs.parse_listing(self.read(sysfs.list_dir(sysfs.pci_path(root, pf)), pf), pf))
             if not fns:
@@ -553,37 +553,37 @@ class _Gpu:
         if not vfs or (placement is not None and gi is None):  # a dry run before the VFs or the instance exist
             if placement is not None:
                 self.commands.append(f"echo {gi if gi is not None else f'<id of {placement}>'} | tee "
-                                     f"{_vf_path(self.h.root, vf_text, 'gpu_instance_id')}")
+                                     f"{_vf_path(self.ctx.root, vf_text, 'gpu_instance_id')}")
             self.commands.append(f"echo <id of {name} in creatable_vgpu_types> | tee "
-                                 f"{_vf_path(self.h.root, vf_text, 'current_vgpu_type')}")
+                                 f"{_vf_path(self.ctx.root, vf_text, 'current_vgpu_type')}")
             return None
         vf = vfs[0]
         if gi is not None:
-            self.do(vc.set_gpu_instance_id(self.h.root, vf, gi), "gpu-instance-id")
-        out = self.read(vc.vf_attribute(self.h.root, vf, "creatable_vgpu_types"), f"{vf}'s creatable_vgpu_types")
+            self.do(vc.set_gpu_instance_id(self.ctx.root, vf, gi), "gpu-instance-id")
+        out = self.read(vc.vf_attribute(self.ctx.root, vf, "creatable_vgpu_types"), f"{vf}'s creatable_vgpu_types")
         try:
             types = sysfs.parse_creatable_vgpu_types(out, f"{vf}/nvidia/creatable_vgpu_types")
         except smi.SmiParseError as err:
             raise _Step(f"{self.where}: {err.message}") from None
         for i, n in types:
-            self.h.names.setdefault(self.index, {})[i] = smi_type_name(n)
+            self.ctx.names.setdefault(self.index, {})[i] = smi_type_name(n)
         ids = [i for i, n in types if smi_type_name(n) == name]
         if not ids:
             if self.dry:  # the GPU instance id was not written: the VF lists what it would list then
                 self.commands.append(f"echo <id of {name} in creatable_vgpu_types> | tee "
-                                     f"{_vf_path(self.h.root, vf, 'current_vgpu_type')}")
+                                     f"{_vf_path(self.ctx.root, vf, 'current_vgpu_type')}")
                 return None
             offered = ", ".join(smi_type_name(n) for _, n in types[:12]) or "none"
             raise _Step(f"{self.where}: {name} is not creatable on {vf} (its creatable_vgpu_types: {offered})")
-        self.do(vc.set_vgpu_type(self.h.root, vf, ids[0]), "create")
+        self.do(vc.set_vgpu_type(self.ctx.root, vf, ids[0]), "create")
         return vf
 
     def create_mdev(self, name: str, wanted: str | None) -> str | None:
         pf = self.pf()
-        listing = self.read(vc.mdev_types(self.h.root, pf), f"{pf}'s mdev_supported_types")
+        listing = self.read(vc.mdev_types(self.ctx.root, pf), f"{pf}'s mdev_supported_types")
         try:
             tids = sysfs.mdev_type_ids(sysfs.parse_listing(listing, "mdev_supported_types"))
-            text = self.read(vc.mdev_type_names(self.h.root, pf, tids), "the mdev type names") if tids else ""
+            text = self.read(vc.mdev_type_names(self.ctx.root, pf, tids), "the mdev type names") if tids else ""
             names = [sysfs.parse_one_line(line + "\n", f"{pf} mdev type name") for line in text.splitlines()]
             if len(names) != len(tids):
                 raise _Step(f"{self.where}: {len(tids)} mdev types but {len(names)} names")
@@ -593,11 +593,11 @@ class _Gpu:
         if not hit:
             raise _Step(f"{self.where}: {pf} has no mdev type named {name}")
         if self.dry and wanted is None:
-            path = sysfs.pci_path(self.h.root, pf, "mdev_supported_types", f"nvidia-{hit[0]}", "create")
+            path = sysfs.pci_path(self.ctx.root, pf, "mdev_supported_types", f"nvidia-{hit[0]}", "create")
             self.commands.append(f"echo <a new UUID> | tee {path}")
             return None
-        dev = sysfs.mdev_uuid(wanted) if wanted is not None else self.h.new_uuid()
-        self.do(vc.mdev_create(self.h.root, pf, hit[0], dev), "create")
+        dev = sysfs.mdev_uuid(wanted) if wanted is not None else self.ctx.new_uuid()
+        self.do(vc.mdev_create(self.ctx.root, pf, hit[0], dev), "create")
         return dev
 
 

@@ -243,9 +243,9 @@ class Program:
     milp: Milp
     groups: list[Group]
     classes: list[list[Vm]]
-    y: dict[tuple[int, int], int]
-    a: dict[tuple[int, int, str], int]
-    u: dict[int, int]
+    layouts: dict[tuple[int, int], int]  # (group, pattern) -> y: GPUs of the group with that pattern
+    given: dict[tuple[int, int, str], int]  # (class, group, type) -> a: VMs of the class given that type there
+    left_out: dict[int, int]  # class -> u: its VMs left out
 
 
 def _classes(vms: list[Vm]) -> list[list[Vm]]:
@@ -342,7 +342,7 @@ def _todo(prog: Program, gi: int, vals: tuple[float, ...], placed: dict[str, VmP
     todo: list[tuple[Vm, VgpuType]] = []
     for ci, members in enumerate(prog.classes):
         for t in members[0].candidates:
-            n = _round(vals[prog.a[ci, gi, t.name]]) if (ci, gi, t.name) in prog.a else 0
+            n = _round(vals[prog.given[ci, gi, t.name]]) if (ci, gi, t.name) in prog.given else 0
             taken = {x.name for x, _ in todo}
             free = [v for v in members if v.name not in placed and v.name not in taken]
             todo += [(v, t) for v in free[:n]]
@@ -516,7 +516,7 @@ def plan_vgpus(gpus: Sequence[VgpuGpuState], vms: Sequence[Workload], policy: Po
     for gi, grp in enumerate(groups):
         chosen: list[Pattern] = []
         for pi, p in enumerate(grp.patterns):
-            chosen += [p] * _round(res.values[prog.y[gi, pi]])
+            chosen += [p] * _round(res.values[prog.layouts[gi, pi]])
         plans += _fill_group(grp, sorted(grp.gpus, key=lambda s: s.key), chosen, prog, res.values, gi, placed)
     vm_plans = []
     for v in items:
