@@ -14,6 +14,7 @@ from migplan.catalog import builtin_catalog
 from migplan.documents import load_plan
 from migplan.errors import InputError
 from migplan.inventory.load import load_inventory
+from migplan.inventory.model import VgpuHost
 
 
 @pytest.fixture()
@@ -155,3 +156,13 @@ def test_the_shipped_vgpu_example_places_every_vm_at_the_lower_bound(run) -> Non
     modes = {(g["host"], g["target"]["mode"]) for g in vg["gpus"] if g["target"]["slots"]}
     assert {m for h, m in modes if h == "kvm-a100-01"} == {"mig_backed"}
     assert {m for h, m in modes if h == "kvm-t4-01"} == {"time_sliced"}
+
+
+def test_an_ansible_inventorys_migplan_vgpu_declares_a_hypervisor_host(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("all:\n  children:\n    kvm:\n      hosts:\n        kvm01:\n"
+                   "          migplan_vgpu: {board: L4, count: 2}\n        kvm02:\n"
+                   "          migplan_vgpu: {board: A100X, modes: [mig_backed]}\n")
+    hosts = {h.name: h for h in load_inventory(inv, builtin_catalog()).hosts}
+    assert (hosts["kvm01"].vgpu, hosts["kvm01"].discover) == (VgpuHost("L4", ("time_sliced",), 2), False)
+    assert (hosts["kvm02"].vgpu, hosts["kvm02"].discover) == (VgpuHost("A100-HGX-40GB", ("mig_backed",), 0), True)

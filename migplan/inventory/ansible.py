@@ -368,7 +368,9 @@ def build_hosts(source: str, entries: Mapping[str, AnsibleHost], catalog: Catalo
         layers = [(d, _settings_vars(layer)) for d, layer in entry.layers]
         merged = AnsibleHost(entry.groups, layers, node, entry.direct, entry.origins)
         settings: Settings = ansible_settings(hname, merged, catalog)
-        if "gpus" not in settings.values and "discover" not in settings.values:
+        vgpu = settings.values.get("vgpu")  # a hypervisor host's `count` declares its GPUs (inventory.settings)
+        declared = "gpus" in settings.values or (vgpu is not None and vgpu.count > 0)
+        if not declared and "discover" not in settings.values:
             settings.set("discover", True, node)  # selected but no GPU facts: read them live
         # (an explicit migplan_discover: false without migplan_gpus stays the "lists no GPUs" error)
         _become_note(source, hname, layers, settings.values.get("user"))
