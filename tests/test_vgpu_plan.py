@@ -272,3 +272,12 @@ def test_allow_disrupt_moves_a_running_vm_to_another_gpu_and_frees_its_old_vgpu(
     g = p.gpu("kvm", 0)
     assert g is not None and [a.device for a in g.actions if a.kind == "remove"] == ["0000:01:00.4"]
     assert oracle_problems(p) == []
+
+
+def test_every_maximal_mixed_size_set_of_every_shipped_board_is_enumerated() -> None:
+    from migplan.planner.vgpu_solve import MAX_MIXED_PATTERNS, _mixed_sets
+
+    for board in VCAT:
+        types = tuple(t for t in board.types_in("time_sliced_mixed") if t.max_mixed)
+        if types:
+            assert len(_mixed_sets(board, types)) < MAX_MIXED_PATTERNS, board.id

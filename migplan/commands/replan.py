@@ -38,6 +38,7 @@ from migplan.model.state import FleetState, GpuKey
 from migplan.planner import Plan, plan_problem, plan_to_dict
 from migplan.planner.plan import SizingChoice
 from migplan.planner.problem import build_problem
+from migplan.planner.vm_demand import split_vms
 from migplan.profiles import ProfileSet, Workload, check_models
 from migplan.replan import metrics
 from migplan.replan.decide import Decision, Standing, decide, in_cooldown, orphans, standing_now, standing_planned
@@ -196,7 +197,7 @@ def _profiles_and_vms(ctx: Context, req: ReplanRequest, now: dt.datetime, report
     """The measured profiles, and with hypervisor hosts the VM workloads apart (commands/vgpu_plan.py)."""
     if not hypervisors:
         return _profiles(ctx, req, now, report), ()
-    return vgpu_plan.vm_profiles(_measured(ctx, req, now, report))
+    return split_vms(_measured(ctx, req, now, report))
 
 
 def _measured(ctx: Context, req: ReplanRequest, now: dt.datetime, report: Report) -> ProfileSet:

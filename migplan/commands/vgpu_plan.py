@@ -23,7 +23,7 @@ from migplan.planner import Plan, Policy, plan
 from migplan.planner.milp import Solver
 from migplan.planner.plan import PLAN_VERSION_VGPU
 from migplan.planner.vgpu_solve import plan_vgpus
-from migplan.planner.vm_demand import check_pins, split_vms
+from migplan.planner.vm_demand import check_pins
 from migplan.profiles import ProfileSet, Workload
 from migplan.replan.decide import Decision
 
@@ -33,11 +33,6 @@ class Split:
     mig_state: FleetState  # the MIG fleet without the hypervisor hosts' GPUs
     vgpu_gpus: tuple[VgpuGpuState, ...]
     hypervisors: frozenset[str]
-
-
-def has_vgpu(snapshot: Snapshot) -> bool:
-    """Whether discovery found a GPU in vGPU mode on any host of the snapshot."""
-    return any(g.vgpu is not None for h in snapshot.hosts for g in h.gpus)
 
 
 def split(state: FleetState, inventory: Inventory | None, snapshot: Snapshot | None, report: Report) -> Split:
@@ -71,10 +66,6 @@ def plan_vms(sp: Split, vms: tuple[Workload, ...], policy: Policy, solver: Solve
     for v in left:
         report(f"warning: VM {v.name} left out: {v.reason}")
     return result
-
-
-def vm_profiles(profiles: ProfileSet) -> tuple[ProfileSet, tuple[Workload, ...]]:
-    return split_vms(profiles)
 
 
 def replan_vms(sp: Split, vms: tuple[Workload, ...], chosen: Plan, decision: Decision, policy: Policy,

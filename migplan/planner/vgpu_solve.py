@@ -33,6 +33,7 @@ Every plan is checked again in plain Python (`vgpu_check.check`), whatever the s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -51,7 +52,9 @@ from migplan.planner.vgpu_check import check
 from migplan.planner.vm_demand import VmDemand, vm_demand
 from migplan.profiles import Workload
 
-MAX_MIXED_PATTERNS = 2000  # per board: maximal mixed-size sets beyond this are not offered (a note says so)
+# per board, a bound on the maximal mixed-size sets enumerated: above the largest shipped board's count (H200: 5,875,
+# H100 PCIe 1,081, L40S 119; tests/test_vgpu_plan.py checks), so every set of the shipped catalog is offered
+MAX_MIXED_PATTERNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,8 @@ def _vm(w: Workload, policy: Policy, vcat: VgpuCatalog, catalog: Catalog,
 
 # --- patterns ------------------------------------------------------------------------------------
 
-def _mixed_sets(board: VgpuModel, types: Sequence[VgpuType]) -> list[Counter[str]]:
+@functools.lru_cache(maxsize=64)  # per board and wanted types: every group of that board asks the same
+def _mixed_sets(board: VgpuModel, types: tuple[VgpuType, ...]) -> list[Counter[str]]:
     """Maximal sets of these time-sliced types for one GPU in mixed-size mode (counts and frame buffer)."""
     cap = board.capacity_mib
     ts = sorted(types, key=lambda t: -t.frame_buffer_mib)
@@ -198,7 +202,7 @@ def _patterns(g: Group, wanted: set[str]) -> list[Pattern]:
     if TIME_SLICED in modes:
         out += [Pattern(TIME_SLICED, ((t.name, t.max_count),)) for t in ts]
     if TIME_SLICED_MIXED in modes and ts:
-        for c in _mixed_sets(board, [t for t in ts if t.max_mixed]):
+        for c in _mixed_sets(board, tuple(t for t in ts if t.max_mixed)):
             out.append(Pattern(TIME_SLICED_MIXED, tuple(sorted(c.items()))))
     if MIG_BACKED in modes and g.model is not None:
         mts = [t for t in board.types_in(MIG_BACKED)
