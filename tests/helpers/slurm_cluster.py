@@ -53,13 +53,23 @@ exec "$@"
 
 FAKE_SYSTEMCTL = r"""#!/bin/sh
 # Test double of `systemctl restart slurmd` (tests/helpers/slurm_cluster.py): stops this test's slurmd by the pid in
-# its SlurmdPidFile and starts it again the way the fixture does.
+# its SlurmdPidFile and starts it again the way the fixture does. Like systemd's stop (systemd.kill(5),
+# TimeoutStopSec= defaults to 90 s): SIGTERM, wait, SIGKILL, and start only once the old one is gone. A slurmd that
+# `scontrol reconfigure` left waiting for a gres.conf device file ignores SIGTERM until it gives up (about 20 s);
+# starting the new one beside it lost the port to it, and the node never registered (a CI run).
 [ "$*" = "restart slurmd" ] || { echo "fake systemctl: only 'restart slurmd' here, not '$*'" >&2; exit 1; }
+# The fixture's slurmd is the test process's child: once dead it stays a zombie until reaped, and kill -0 still
+# finds it, so "running" is read from /proc/PID/stat's state field.
+running() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]; }
 pid=$(cat "$ROOT/slurmd.pid" 2>/dev/null || true)
 if [ -n "$pid" ]; then
   kill "$pid" 2>/dev/null || true
   i=0
-  while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  while running "$pid" && [ $i -lt 900 ]; do sleep 0.1; i=$((i + 1)); done
+  if running "$pid"; then
+    kill -9 "$pid" 2>/dev/null || true
+    while running "$pid"; do sleep 0.1; done
+  fi
 fi
 nohup unshare -m --propagation private sh "$ROOT/ns.sh" slurmd -D -N "$NODE" >> "$ROOT/slurmd.out" 2>&1 < /dev/null &
 """
