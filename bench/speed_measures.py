@@ -88,6 +88,15 @@ MEASURES = (
 )
 
 
+def together(measures: list[Measure]) -> Measure:
+    """One measure that switches off all of `measures` in the same child (they must speed up the same run)."""
+    runs = {m.run for m in measures}
+    if len(runs) != 1:
+        raise SystemExit(f"--together: the measures speed up different runs ({', '.join(sorted(runs))})")
+    return Measure("+".join(m.name for m in measures), "; ".join(m.where for m in measures), runs.pop(),
+                   "\n".join(m.off for m in measures), measures[0].needs)  # each one's checked by main
+
+
 def _entry_point(tree: Path) -> str:
     """The tree's console script ("module:function"), from its pyproject.toml."""
     text = (tree / "pyproject.toml").read_text()
@@ -178,9 +187,17 @@ def main() -> None:
     ap.add_argument("--fleet", help="a directory with inventory.yaml and profiles/ [default: 7,000 GPUs, generated]")
     ap.add_argument("--repeat", type=int, default=3, help="on/off pairs per measure")
     ap.add_argument("--only", help="comma-separated measure names")
+    ap.add_argument("--together", help="comma-separated measure names switched off at once, as one row (e.g. "
+                                       "every measure a round retired, on the tree that still had them)")
     args = ap.parse_args()
     tree = Path(args.tree).resolve()
     chosen = [m for m in MEASURES if not args.only or m.name in args.only.split(",")]
+    if args.together:
+        parts = [m for m in MEASURES if m.name in args.together.split(",")]
+        missing = [m.name for m in parts if not _has(tree, m.needs)]
+        if missing:
+            raise SystemExit(f"--together: {tree} lacks {', '.join(missing)}")
+        chosen = [together(parts)]
     work = Path(tempfile.mkdtemp(prefix="speed-measures-"))
     try:
         if args.fleet:
