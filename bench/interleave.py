@@ -5,11 +5,12 @@
 
 Each NAME=CHECKOUT runs that checkout's own console script (the `migplan` entry of its pyproject.toml, so a
 checkout from before the console script moved runs the one it had) as `migplan propose -i INVENTORY -p
-PROFILES -o json`, stdout to /dev/null, in a fresh interpreter with the checkout first on sys.path. A round runs
-every checkout once, in turn, the order reversed every other round, so that a drift of this VM's speed (its
-CPUs are shared) falls on all of them alike. Wall is the child's; CPU is user+sys of the child and of all it
-waited for (profile workers, CBC). The table gives medians, the fastest run, and each checkout against the
-first one named. Nothing is asserted: the figures go into bench/README.md.
+PROFILES -o json`, stdout to /dev/null, in a fresh interpreter with the checkout on PYTHONPATH (the child's
+code and its timing are bench/speed_measures.py's). A round runs every checkout once, in turn, the order reversed
+every other round, so that a drift of this VM's speed (its CPUs are shared) falls on all of them alike. Wall is
+the child's; CPU is user+sys of the child and of all it waited for (profile workers, CBC). The table gives
+medians, the fastest run, and each checkout against the first one named. Nothing is asserted: the figures go into
+bench/README.md.
 
 This VM sets PYTHONDONTWRITEBYTECODE: a checkout without compiled modules would compile every module on every
 run, so each checkout's `migplan/` is compiled first (`--no-compile` skips it).
@@ -22,40 +23,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.speed_measures import entry_point, propose_code, run_child  # after the path above
 
 
 @dataclass
 class Checkout:
     name: str
     root: Path
-    entry: str  # "module:function"
     walls: list[float] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
-
-
-def console_script(root: Path) -> str:
-    """The `migplan` console script a checkout's pyproject.toml names (`module:function`)."""
-    try:
-        with open(root / "pyproject.toml", "rb") as fh:
-            entry = tomllib.load(fh)["project"]["scripts"]["migplan"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError) as err:
-        raise SystemExit(f"{root}: no migplan console script in pyproject.toml ({err})") from None
-    if not isinstance(entry, str) or entry.count(":") != 1:
-        raise SystemExit(f"{root}: the migplan console script {entry!r} is not MODULE:FUNCTION")
-    return entry
 
 
 def parse_checkout(spec: str) -> Checkout:
@@ -65,24 +51,17 @@ def parse_checkout(spec: str) -> Checkout:
     root = Path(path).resolve()
     if not (root / "migplan" / "__init__.py").is_file():
         raise SystemExit(f"{spec!r}: {root} is not a migplan checkout (no migplan/__init__.py)")
-    return Checkout(name, root, console_script(root))
+    entry_point(root)  # its console script, or the reason it has none, before any run
+    return Checkout(name, root)
 
 
-def run_once(c: Checkout, argv: list[str]) -> tuple[float, float]:
-    """One run of `c`'s console script: (wall s, CPU s of the child and its children)."""
-    module, function = c.entry.split(":")
-    code = (f"import sys; sys.path.insert(0, {str(c.root)!r}); sys.argv = ['migplan', *{argv!r}]; "
-            f"from {module} import {function}; {function}()")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, env=dict(os.environ, MIGPLAN_NO_PROGRESS="1"), check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace")[-800:]
-        raise SystemExit(f"{c.name} ({c.root}) failed with exit {proc.returncode}:\n{tail}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def run_once(c: Checkout, fleet: Path) -> tuple[float, float]:
+    """One `migplan propose -o json` of `c`'s console script on `fleet`: (wall s, CPU s of it and all it waited
+    for); a failed run stops everything, naming the checkout."""
+    try:
+        return run_child(c.root, propose_code(c.root, fleet))
+    except SystemExit as err:
+        raise SystemExit(f"{c.name} ({c.root}): {err}") from None
 
 
 def table(checkouts: list[Checkout]) -> str:
@@ -124,11 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             for c in checkouts:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(c.root / "migplan")],
                                stdout=subprocess.DEVNULL, check=False)
-        command = ["propose", "-i", str(inventory), "-p", str(profiles), "-o", "json"]
         print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
         for r in range(args.rounds):
             for c in checkouts if r % 2 == 0 else checkouts[::-1]:
-                wall, cpu = run_once(c, command)
+                wall, cpu = run_once(c, fleet)
                 c.walls.append(wall)
                 c.cpus.append(cpu)
             print(f"round {r + 1}: " + "  ".join(f"{c.name} {c.walls[-1]:.2f} s / {c.cpus[-1]:.2f} s CPU"

@@ -97,7 +97,7 @@ def together(measures: list[Measure]) -> Measure:
                    "\n".join(m.off for m in measures), measures[0].needs)  # each one's checked by main
 
 
-def _entry_point(tree: Path) -> str:
+def entry_point(tree: Path) -> str:
     """The tree's console script ("module:function"), from its pyproject.toml."""
     text = (tree / "pyproject.toml").read_text()
     found = re.search(r'^migplan\s*=\s*"([\w.]+:\w+)"', text, re.M)
@@ -127,13 +127,18 @@ def _child_code(tree: Path, measure: Measure, off: bool, fleet: Path, plan: Path
     setup = measure.off if off else ""
     if measure.run == "load_plan":
         return f"{setup}\nfrom migplan import documents\ndocuments.load_plan({str(plan)!r})\n"
-    module, _, fn = _entry_point(tree).partition(":")
-    fmt = "table" if measure.run == "table" else "json"
+    return propose_code(tree, fleet, "table" if measure.run == "table" else "json", setup)
+
+
+def propose_code(tree: Path, fleet: Path, fmt: str = "json", setup: str = "") -> str:
+    """`python -c` code that runs `tree`'s own console script as `migplan propose -o FMT` on `fleet` (its
+    inventory.yaml and profiles/), after the lines `setup`."""
+    module, _, fn = entry_point(tree).partition(":")
     argv = ["migplan", "propose", "-i", str(fleet / "inventory.yaml"), "-p", str(fleet / "profiles"), "-o", fmt]
     return f"import sys\n{setup}\nsys.argv = {argv!r}\nfrom {module} import {fn} as main\nmain()\n"
 
 
-def _run(tree: Path, code: str) -> tuple[float, float]:
+def run_child(tree: Path, code: str) -> tuple[float, float]:
     """(wall s, CPU s of the child and everything it waited for)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", code], env=_env(tree), cwd=str(tree),
@@ -165,8 +170,8 @@ def measure(tree: Path, m: Measure, fleet: Path, plan: Path, repeat: int) -> dic
     speeds = []
     for _ in range(repeat):
         speeds.append(_speed())
-        on.append(_run(tree, _child_code(tree, m, False, fleet, plan)))
-        off.append(_run(tree, _child_code(tree, m, True, fleet, plan)))
+        on.append(run_child(tree, _child_code(tree, m, False, fleet, plan)))
+        off.append(run_child(tree, _child_code(tree, m, True, fleet, plan)))
     med = statistics.median
     return {"speed": med(speeds), "on_wall": med(w for w, _ in on), "off_wall": med(w for w, _ in off),
             "on_cpu": med(c for _, c in on), "off_cpu": med(c for _, c in off)}
@@ -210,11 +215,11 @@ def main() -> None:
             write_instance(7000, str(fleet))
         plan = work / "plan.json"
         if any(m.run == "load_plan" for m in chosen):
-            module, _, fn = _entry_point(tree).partition(":")
+            module, _, fn = entry_point(tree).partition(":")
             argv = ["migplan", "propose", "-i", str(fleet / "inventory.yaml"), "-p", str(fleet / "profiles"),
                     "--out", str(plan)]
-            _run(tree, f"import sys\nsys.argv = {argv!r}\nfrom {module} import {fn} as main\nmain()\n")
-        print(f"tree {tree} (console script {_entry_point(tree)}), fleet {fleet}, {args.repeat} pairs each, "
+            run_child(tree, f"import sys\nsys.argv = {argv!r}\nfrom {module} import {fn} as main\nmain()\n")
+        print(f"tree {tree} (console script {entry_point(tree)}), fleet {fleet}, {args.repeat} pairs each, "
               f"load average {os.getloadavg()[0]:.1f}")
         print("| measure | code | speed s | wall s: on / off | CPU s: on / off | buys |")
         print("|---|---|---|---|---|---|")

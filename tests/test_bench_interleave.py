@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_console_script_is_read_from_the_checkouts_pyproject() -> None:
-    assert interleave.console_script(ROOT) == "migplan.cli.app:main"
+    assert interleave.entry_point(ROOT) == "migplan.cli.app:main"
 
 
 def test_a_checkout_spec_without_a_name_or_a_checkout_is_refused(tmp_path: Path) -> None:
@@ -31,7 +31,9 @@ def test_two_rounds_run_each_checkout_twice_and_compare_with_the_first(tmp_path:
     assert interleave.main(["--rounds", "2", "--fleet", str(tmp_path), "--no-compile",
                             f"before={ROOT}", f"after={ROOT}"]) == 0
     out = capsys.readouterr().out
-    assert "round 1: before" in out and "round 2: before" in out
+    rounds = [line for line in out.splitlines() if line.startswith("round ")]
+    assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"]
+    assert all(" before " in r and " after " in r for r in rounds)  # each round ran both checkouts
     rows = [line for line in out.splitlines() if line.startswith("| before |") or line.startswith("| after |")]
     assert len(rows) == 2
     assert rows[0].endswith("| +0.0% | +0.0% |")  # the baseline against itself
@@ -40,5 +42,5 @@ def test_two_rounds_run_each_checkout_twice_and_compare_with_the_first(tmp_path:
 def test_a_failing_run_stops_with_the_checkouts_name_and_its_error(tmp_path: Path) -> None:
     (tmp_path / "inventory.yaml").write_text("version: 1\nhosts: [\n")  # not YAML: migplan exits 2
     (tmp_path / "profiles").mkdir()
-    with pytest.raises(SystemExit, match=r"broken \(.*\) failed with exit 2"):
+    with pytest.raises(SystemExit, match=r"broken \(.*\): the child failed \(2\)"):
         interleave.main(["--rounds", "1", "--fleet", str(tmp_path), "--no-compile", f"broken={ROOT}"])
