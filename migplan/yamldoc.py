@@ -1,8 +1,10 @@
 """Strict reading of YAML documents with file, key path and line in every error.
 
 PyYAML's `safe_load` forgets where a value came from and silently keeps the last of two
-duplicate keys. We compose the node tree ourselves and read it through `Node`, so that each
-error can say `inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad input").
+duplicate keys. We compose the document ourselves, from the parser's events straight into dicts,
+lists and converted scalars with their lines kept beside them (`_Map`, `_Seq`: one object per
+collection, none per scalar), and read it through `Node`, so that each error can say
+`inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad input").
 
 How a document is read (every refusal is an `InputError` with file and line, never a traceback):
 
@@ -12,7 +14,7 @@ How a document is read (every refusal is an `InputError` with file and line, nev
   raises or lowers it), UTF-8, without control characters.
 * Parsing: libyaml's C parser (`yaml.cyaml.CParser`, the parser of `CSafeLoader`) when PyYAML was built
   with it, else PyYAML's pure-Python parser.
-  Both only produce events; the same iterative composer below builds the tree from them, so tags,
+  Both only produce events; the same iterative composer below builds the values from them, so tags,
   anchors, merge keys, limits and values are handled identically. Where the two parsers differ
   (libyaml accepts tabs after tokens, `#` right after `|` or `>`, and a byte-order mark anywhere)
   the text goes to PyYAML alone; when the libyaml path refuses a document of at most
@@ -111,40 +113,85 @@ _NON_PRINTABLE = Reader.NON_PRINTABLE
 _QUOTE_HINT = "quote the value if it is text, e.g. '...'"
 
 
-class _Scalar(yaml.ScalarNode):
-    """A scalar node with its converted value (`data`)."""
+class _Map(dict):  # type: ignore[type-arg]  # keys are str, values anything composed
+    """A composed mapping: its entries (keys as written) in order, and where they came from.
 
-    def __init__(self, tag: str, value: str, start_mark: Any, end_mark: Any, style: str | None,
-                 data: Any) -> None:  # no super().__init__: this runs once per scalar of a file
-        self.tag = tag
-        self.value = value
-        self.start_mark = start_mark
-        self.end_mark = end_mark
-        self.style = style
-        self.data = data
+    `line`: the mapping's first line; `klines`: each key's line, in the entries' order; `vlines`: a scalar
+    value's line where it is not its key's (None when there is none); `texts`: a value's text as written where
+    the value is not a string or a plain decimal integer (None when there is none); `dups`: the first duplicate
+    key (the number of entries before it, the key, its line), which `Node.items` refuses where it is reached;
+    `size` and `height`: nodes and levels, counted through aliases, measured when an alias first names it
+    (`_measure`; 0 until then)."""
 
-
-class _Collection:
-    """Mixin: the expanded size (nodes, through aliases) and height of a finished collection."""
-
-    size = 1
-    height = 1
-
-
-class _Mapping(yaml.MappingNode, _Collection):
-    pass
+    __slots__ = ("dups", "height", "klines", "line", "size", "texts", "vlines")
+    line: int
+    klines: list[int]
+    vlines: dict[str, int] | None
+    texts: dict[Any, str] | None
+    dups: tuple[int, str, int] | None
+    size: int
+    height: int
 
 
-class _Sequence(yaml.SequenceNode, _Collection):
-    pass
+class _Seq(list):  # type: ignore[type-arg]  # items are anything composed
+    """A composed list: its items, each item's line (`lines`), texts as `_Map` keeps them (by index), and the
+    size and height."""
+
+    __slots__ = ("height", "line", "lines", "size", "texts")
+    line: int
+    lines: list[int]
+    texts: dict[Any, str] | None
+    size: int
+    height: int
+
+
+def _new_map(line: int) -> _Map:
+    m = _Map()
+    m.line, m.klines, m.vlines, m.texts, m.dups, m.size, m.height = line, [], None, None, None, 0, 0
+    return m
+
+
+def _new_seq(line: int) -> _Seq:
+    s = _Seq()
+    s.line, s.lines, s.texts, s.size, s.height = line, [], None, 0, 0
+    return s
+
+
+def _event_line(event: Any) -> int:
+    """An event's first line, from 1 (the parsers give every event its marks)."""
+    return int(event.start_mark.line) + 1
+
+
+def _keep_text(coll: _Map | _Seq, at: Any, text: str) -> None:
+    if coll.texts is None:
+        coll.texts = {}
+    coll.texts[at] = text
+
+
+def _keep_entry(m: _Map, key: str, value: Any, kline: int, vline: int | None, text: str | None) -> None:
+    """A mapping's new entry; `vline`: a scalar value's line when it is not the key's."""
+    m[key] = value
+    m.klines.append(kline)
+    if vline is not None:
+        if m.vlines is None:
+            m.vlines = {}
+        m.vlines[key] = vline
+    if text is not None:
+        _keep_text(m, key, text)
+
+
+_COLLECTIONS = frozenset((_Map, _Seq))
+
+
+def _is_collection(value: Any) -> bool:
+    return type(value) is _Map or type(value) is _Seq
 
 
 def _tag_name(tag: str) -> str:
     return "!!" + tag[len(_Y):] if tag.startswith(_Y) else tag
 
 
-def _fail_at(source: str, mark: Any, message: str, hint: str | None = None, key: str | None = None) -> NoReturn:
-    line = mark.line + 1 if mark is not None else None
+def _fail_at(source: str, line: int | None, message: str, hint: str | None = None, key: str | None = None) -> NoReturn:
     raise InputError(message, source=source, line=line, hint=hint, key=key or None)
 
 
@@ -168,6 +215,8 @@ _DECIMAL = re.compile(r"[-+]?[1-9][0-9]*|0")  # the common integers, converted w
 # The common floats (`0.135`, `-2.5`): YAML 1.1 reads them as !!float and the constructor's result is float(value).
 _SIMPLE_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
 _NUMBER_START = frozenset("0123456789-+")
+_DIGITS = frozenset("0123456789")
+_UNSIGNED_DECIMAL = re.compile(r"[1-9][0-9]*|0")  # written as Python writes its value: no text kept
 # Floats with an exponent that YAML 1.1 reads as strings (no dot, or no sign after the `e`): `1e-05` and
 # `1e+20` are how JSON writers (Python's repr, migplan's own plans) write 0.00001 and 10**20, and YAML 1.2's
 # core schema reads them as floats. Read as numbers, so that a plan with such a value is not refused.
@@ -204,7 +253,7 @@ def _matches(tag: str, value: str) -> bool:
     return any(t == tag and r.match(value) for t, r in _IMPLICIT.get(key, ()))
 
 
-def _convert(tag: str, value: str, node: yaml.ScalarNode, explicit: bool) -> Any:
+def _convert(tag: str, value: str, explicit: bool) -> Any:
     """A scalar's Python value; `_Problem` when it is not what its tag says."""
     if tag == STR or tag in _STRING_TAGS:
         return value
@@ -212,6 +261,7 @@ def _convert(tag: str, value: str, node: yaml.ScalarNode, explicit: bool) -> Any
         if explicit and value not in ("", "~", "null", "Null", "NULL"):
             raise _Problem(f"{_short(value)} is not null (tagged !!null)")
         return None
+    node = yaml.ScalarNode(tag, value)  # what PyYAML's constructors read
     if tag == BOOL:
         if explicit and not _matches(BOOL, value):
             raise _Problem(f"{_short(value)} is not true or false (tagged !!bool)")
@@ -243,282 +293,343 @@ def _short(value: str) -> str:
     return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
 
 
-def _scalar_node(event: ev.ScalarEvent) -> _Scalar:
+# A composed scalar: (value, its text as written or None, is the merge key `<<`). The text is kept only where
+# the value's own text may differ from it (`007`, `1.50`, `yes`, `~`, a date): a string is its own text, and a
+# plain decimal integer without a sign is written as Python writes it (`_written`).
+_ScalarValue = tuple[Any, "str | None", bool]
+
+
+def _scalar(event: ev.ScalarEvent) -> _ScalarValue:
+    """A scalar event's value, resolved and converted as YAML 1.1 reads it; `_Problem` when it does not convert."""
     tag, value = event.tag, event.value
     if tag == "!":  # the non-specific tag: a string, never resolved (YAML spec; libyaml agrees, PyYAML not)
-        return _Scalar(STR, value, event.start_mark, None, event.style, value)
+        return value, None, False
     if tag is None:
         if not event.implicit[0]:
-            return _Scalar(STR, value, event.start_mark, None, event.style, value)  # quoted: a string
-        return _plain_scalar(value, event.start_mark, event.style)
-    node = _Scalar(tag, value, event.start_mark, None, event.style, value)
-    if tag != MERGE:  # `<<` is a merge key as a key, else the text "<<"
-        node.data = _convert(tag, value, node, True)
-    return node
+            return value, None, False  # quoted: a string
+        return _plain_scalar(value)
+    if tag == MERGE:  # `!!merge <<`: a merge key as a key, else the text
+        return value, None, True
+    data = _convert(tag, value, True)
+    return data, None if type(data) is str else value, False
 
 
-def _plain_scalar(value: str, mark: Any, style: str | None = None) -> _Scalar:
-    """A plain scalar (no tag, no quotes), resolved and converted as YAML 1.1 reads it; `_Problem` when it
-    does not convert (`2026-02-30`)."""
+def _plain_scalar(value: str) -> _ScalarValue:
+    """A plain scalar (no tag, no quotes), resolved and converted as YAML 1.1 reads it."""
     if value and value[0] not in _RESOLVERS:
-        return _Scalar(STR, value, mark, None, style, value)  # most strings
+        return value, None, False  # most strings
     if value[:1] in _NUMBER_START and len(value) < 19:  # most numbers: what the resolver and constructor give
         if _DECIMAL.fullmatch(value):
-            return _Scalar(INT, value, mark, None, style, int(value))
+            return int(value), value if value[0] == "+" else None, False
         if _SIMPLE_FLOAT.fullmatch(value):
-            return _Scalar(FLOAT, value, mark, None, style, float(value))
+            return float(value), value, False
     tag = _resolve_plain(value)
-    if tag == INT and len(value) < 19 and _DECIMAL.fullmatch(value):
-        return _Scalar(INT, value, mark, None, style, int(value))
-    if tag not in _SCALAR_TAGS and tag != MERGE:  # `=` and the like: text
-        tag = STR
-    node = _Scalar(tag, value, mark, None, style, value)
-    if tag != MERGE:  # `<<` is a merge key as a key, else the text "<<"
-        node.data = _convert(tag, value, node, False)
-    return node
+    if tag == MERGE:  # `<<` is a merge key as a key, else the text "<<"
+        return value, None, True
+    if tag not in _SCALAR_TAGS or tag == STR:  # `=` and the like: text
+        return value, None, False
+    return _convert(tag, value, False), value, False
+
+
+def _written(value: Any) -> str:
+    """The text of a scalar whose text was not kept: a string, or a decimal integer as Python writes it."""
+    return value if type(value) is str else builtins.str(value)
 
 
 # --- composition --------------------------------------------------------------------------------
 
 class _Frame:
-    """A collection being composed: its children so far, a mapping's pending key, and the expanded size and
-    height of the children so far (kept as they are added, so closing the collection costs nothing more)."""
+    """A collection being composed: the collection, a mapping's pending key (its text, line and whether it is
+    `<<`) and the merge keys' values seen."""
 
-    __slots__ = ("height", "is_map", "items", "key", "node", "size")
+    __slots__ = ("coll", "is_map", "key", "kline", "kmerge", "merges")
 
-    def __init__(self, node: _Mapping | _Sequence, is_map: bool) -> None:
-        self.node = node
+    def __init__(self, coll: Any, is_map: bool) -> None:  # coll: a `_Map` when is_map, else a `_Seq`
+        self.coll = coll
         self.is_map = is_map
-        self.items: list[Any] = []
-        self.key: yaml.Node | None = None
-        self.size = 1
-        self.height = 0
+        self.key: str | None = None
+        self.kline = 0
+        self.kmerge = False
+        self.merges: list[tuple[Any, int, int]] | None = None  # (value, its line, the key's line)
+
+
+_Root = tuple[Any, int, "str | None"]  # a document's value, its line, its text as written (see `_scalar`)
 
 
 def _path(stack: list[_Frame]) -> str:
-    """The key path of the next node to be added (as `Node` writes it: `a.b[0].c`)."""
+    """The key path of the next value to be added (as `Node` writes it: `a.b[0].c`)."""
     out = ""
     for frame in stack:
-        if isinstance(frame.node, _Mapping):
+        if frame.is_map:
             if frame.key is None:
                 break
-            key = _key_text(frame.key)
-            out = f"{out}.{key}" if out else key
+            out = f"{out}.{frame.key}" if out else frame.key
         else:
-            out = f"{out}[{len(frame.items)}]"
+            out = f"{out}[{len(frame.coll)}]"
     return out if len(out) <= 120 else out[:117] + "..."
 
 
+def _measure(value: Any) -> tuple[int, int]:
+    """Nodes (each key counts one) and levels of a composed value, counted through aliases; kept on each
+    collection measured (it is closed: an alias names only closed collections), so that every collection is
+    walked once however many aliases name it. The bounds on aliases are checked with it (`_Composer._alias`);
+    the recursion is at most `MAX_DEPTH` deep, the depth the composer allows."""
+    if type(value) is _Map:
+        children: Any = value.values()
+        size, height = 1 + len(value), 1 if value else 0
+    elif type(value) is _Seq:
+        children, size, height = value, 1, 0
+    else:
+        return 1, 1
+    if value.size:
+        return value.size, value.height
+    for child in children:
+        s, h = _measure(child)
+        size += s
+        height = max(height, h)
+    value.size, value.height = size, height + 1
+    return value.size, value.height
+
+
 class _Composer:
-    """Builds a node tree from parser events iteratively (no recursion, so no depth limit of
-    Python's), resolving and converting scalars, and bounding depth and alias expansion."""
+    """Builds the document's values from parser events iteratively (no recursion, so no depth limit of
+    Python's): dicts and lists with the lines beside them (`_Map`, `_Seq`), scalars resolved and converted;
+    depth and alias expansion bounded."""
 
     def __init__(self, next_event: Callable[[], Any], source: str) -> None:
         self.next_event = next_event
         self.source = source
-        self.anchors: dict[str, yaml.Node] = {}
-        self.open: set[int] = set()  # ids of collections still being composed
+        self.anchors: dict[str, Any] = {}  # a collection, or a scalar's (value, text as written, line, text, merge)
+        self.open: set[int] = set()  # ids of anchored collections still being composed
         self.alias_nodes = 0
         self.stack: list[_Frame] = []
+        self.root: _Root | None = None
 
-    def fail(self, mark: Any, message: str, hint: str | None = None) -> NoReturn:
-        _fail_at(self.source, mark, message, hint, _path(self.stack))
+    def fail(self, line: int | None, message: str, hint: str | None = None) -> NoReturn:
+        _fail_at(self.source, line, message, hint, _path(self.stack))
 
-    def compose(self) -> yaml.Node | None:
+    def compose(self) -> _Root | None:
+        """The document's (value, line, text as written or None), or None for an empty stream."""
         nxt = self.next_event
         nxt()  # StreamStart
         event = nxt()
         if isinstance(event, ev.StreamEndEvent):
             return None
-        root = self._document()
+        self._document()
         event = nxt()
         if not isinstance(event, ev.StreamEndEvent):
-            self.fail(event.start_mark, "found a second document (after '---'); a migplan file holds one document",
+            self.fail(event.start_mark.line + 1,
+                      "found a second document (after '---'); a migplan file holds one document",
                       "remove the extra '---' line or split the file")
-        return root
+        return self.root
 
-    def _document(self) -> yaml.Node:
+    def _document(self) -> None:
         stack = self.stack
-        root: yaml.Node | None = None
-        next_event, add = self.next_event, self._add
-        scalar_event, alias_event, resolvers = ev.ScalarEvent, ev.AliasEvent, _RESOLVERS
-        starts = (ev.MappingStartEvent, ev.SequenceStartEvent)
-        ends = (ev.MappingEndEvent, ev.SequenceEndEvent)
+        next_event, place = self.next_event, self._place
+        scalar_event, resolvers = ev.ScalarEvent, _RESOLVERS
+        digits, decimal = _DIGITS, _UNSIGNED_DECIMAL.fullmatch
         while True:
             event = next_event()
             kind = type(event)
-            node: yaml.Node
             if kind is scalar_event:
                 value = event.value
+                line = event.start_mark.line + 1
                 if event.tag is None and (not event.implicit[0] or (value and value[0] not in resolvers)):
-                    # most keys and strings: `_scalar_node`'s first case, without the call
-                    node = _Scalar(STR, value, event.start_mark, None, event.style, value)
+                    data, text, merge = value, None, False  # most keys and strings: `_scalar`'s first cases
+                elif event.tag is None and value[:1] in digits and len(value) < 19 and decimal(value):
+                    data, text, merge = int(value), None, False  # most numbers: `_plain_scalar`'s first case
                 else:
                     try:
-                        node = _scalar_node(event)
+                        data, text, merge = _scalar(event)
                     except _Problem as problem:
-                        self.fail(event.start_mark, problem.message, problem.hint)
+                        self.fail(line, problem.message, problem.hint)
                 if event.anchor is not None:
-                    self._anchor(event.anchor, node, event)
-                elif stack:
-                    # the common case, inline: a plain value or a key that is not empty and not `<<`
+                    self._anchor(event.anchor, (data, value, line, text, merge), line)
+                    continue
+                if stack and not merge:
+                    # the common cases, inline: a list item, a value on its key's line, or a key that is not empty
                     top = stack[-1]
+                    coll = top.coll
                     if not top.is_map:
-                        top.items.append(node)
-                        top.size += 1
-                        top.height = top.height or 1
+                        coll.append(data)
+                        coll.lines.append(line)
+                        if text is not None:
+                            _keep_text(coll, len(coll) - 1, text)
                         continue
-                    if top.key is not None:
-                        top.items.append((top.key, node))
+                    key = top.key
+                    if key is None:
+                        if value != "":
+                            top.key, top.kline = value, line
+                            continue
+                    elif line == top.kline and not top.kmerge and key not in coll:
+                        coll[key] = data
+                        coll.klines.append(line)
+                        if text is not None:
+                            _keep_text(coll, key, text)
                         top.key = None
-                        top.size += 2
-                        top.height = top.height or 1
                         continue
-                    if node.value != "" and node.tag != MERGE:
-                        top.key = node
-                        continue
-            elif kind in ends:
-                node = self._end(event)
-            elif kind in starts:
-                self._start(event)
-                continue
-            elif kind is alias_event:
-                node = self._alias(event)
-            elif kind is ev.DocumentEndEvent:
-                assert root is not None
-                return root
-            else:  # DocumentStart: structure only
-                continue
-            if stack:
-                add(stack[-1], node)
+                place(data, value, line, text, merge)
+            elif self._structure(event, kind):
+                return
+
+    def _structure(self, event: Any, kind: type) -> bool:
+        """A start, end or alias event handled; True at the document's end."""
+        if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+            coll = self._end()
+            self._place(coll, None, coll.line, None, False)
+        elif kind is ev.MappingStartEvent or kind is ev.SequenceStartEvent:
+            self._start(event)
+        elif kind is ev.AliasEvent:
+            self._alias(event)
+        return kind is ev.DocumentEndEvent  # DocumentStart: structure only
+
+    def _place(self, data: Any, raw: str | None, line: int, text: str | None, merge: bool) -> None:
+        """Add a finished value (`raw`: a scalar's text as written, None for a collection) where the stack is."""
+        stack = self.stack
+        if not stack:
+            self.root = (data, line, text)
+            return
+        top = stack[-1]
+        coll = top.coll
+        if not top.is_map:
+            coll.append(data)
+            coll.lines.append(line)
+            if text is not None:
+                _keep_text(coll, len(coll) - 1, text)
+        elif top.key is None:
+            if raw is None:
+                self.fail(line, "a key must be a name, not a list or mapping", "write the key as plain text")
+            if not merge and raw == "":
+                self.fail(line, "a key is empty", "give the key a name")
+            top.key, top.kline, top.kmerge = raw, line, merge
+            return
+        else:
+            key, kline = top.key, top.kline
+            top.key = None
+            if top.kmerge:
+                top.kmerge = False
+                if top.merges is None:
+                    top.merges = []
+                top.merges.append((data, line, kline))
+            elif key in coll:
+                if coll.dups is None:
+                    coll.dups = (len(coll), key, kline)
             else:
-                root = node
+                _keep_entry(coll, key, data, kline, line if raw is not None and line != kline else None, text)
 
     def _start(self, event: ev.CollectionStartEvent) -> None:
-        mark: Any = event.start_mark
+        line = _event_line(event)
         if len(self.stack) >= MAX_DEPTH:
-            self.fail(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} levels deep",
+            self.fail(line, f"lists and mappings are nested more than {MAX_DEPTH} levels deep",
                       "migplan files need only a few levels; check for runaway brackets")
-        coll: _Mapping | _Sequence
-        if isinstance(event, ev.MappingStartEvent):
-            coll = _Mapping(self._collection_tag(event, MAP), [], mark, None, event.flow_style)
+        coll: _Map | _Seq
+        is_map = isinstance(event, ev.MappingStartEvent)
+        if is_map:
+            self._collection_tag(event, MAP)
+            coll = _new_map(line)
         else:
-            coll = _Sequence(self._collection_tag(event, SEQ), [], mark, None, event.flow_style)
+            self._collection_tag(event, SEQ)
+            coll = _new_seq(line)
         if event.anchor is not None:
-            self._anchor(event.anchor, coll, event)
-        self.open.add(id(coll))
-        self.stack.append(_Frame(coll, isinstance(coll, _Mapping)))
+            self._anchor(event.anchor, coll, line)
+            self.open.add(id(coll))
+        self.stack.append(_Frame(coll, is_map))
 
-    def _end(self, event: ev.CollectionEndEvent) -> yaml.Node:
+    def _end(self) -> _Map | _Seq:
         frame = self.stack[-1]
-        node = frame.node
-        node.end_mark = None  # only start lines are reported; one object fewer per node
-        if frame.is_map:
-            merged = self._merge(frame.items)
-            if merged is not frame.items:  # merge keys: the merged entries count, the `<<` key and its value not
-                frame.size, frame.height = 1, 0
-                for pair in merged:
-                    for child in pair:
-                        s, h = _size(child)
-                        frame.size += s
-                        frame.height = max(frame.height, h)
-            node.value = merged
-        else:
-            node.value = frame.items
-        node.size, node.height = frame.size, frame.height + 1
-        self.open.discard(id(node))
+        coll: _Map | _Seq = frame.coll
+        if frame.merges is not None:
+            self._merge(frame)
+        if self.open:
+            self.open.discard(id(coll))
         self.stack.pop()
-        return node
+        return coll
 
-    def _add(self, top: _Frame, node: yaml.Node) -> None:
-        if not top.is_map:
-            top.items.append(node)
-        elif top.key is not None:
-            top.items.append((top.key, node))
-            top.size += _size(top.key)[0]
-            top.key = None
-        elif not isinstance(node, yaml.ScalarNode):
-            self.fail(node.start_mark, "a key must be a name, not a list or mapping", "write the key as plain text")
-        elif node.tag != MERGE and _key_text(node) == "":
-            self.fail(node.start_mark, "a key is empty", "give the key a name")
-        else:
-            top.key = node
-            return
-        size, height = _size(node)
-        top.size += size
-        top.height = max(top.height, height)
-
-    def _collection_tag(self, event: ev.CollectionStartEvent, default: str) -> str:
+    def _collection_tag(self, event: ev.CollectionStartEvent, default: str) -> None:
         tag = event.tag
         if tag is None or tag == "!" or tag == default:
-            return default
+            return
         what = "mapping" if default == MAP else "list"
         hint = ("a tag for a single value cannot stand on a list or mapping" if tag in _SCALAR_TAGS
                 else "remove the tag; migplan reads plain lists and mappings")
-        self.fail(event.start_mark, f"the tag {_tag_name(tag)} is not supported on a {what}", hint)
+        self.fail(_event_line(event), f"the tag {_tag_name(tag)} is not supported on a {what}", hint)
 
-    def _anchor(self, anchor: str, node: yaml.Node, event: Any) -> None:
+    def _anchor(self, anchor: str, value: Any, line: int) -> None:
         if anchor in self.anchors:
-            first = self.anchors[anchor].start_mark.line + 1
-            self.fail(event.start_mark, f"anchor &{anchor} is defined twice (first at line {first})",
+            first = self.anchors[anchor]
+            first_line = first.line if _is_collection(first) else first[2]
+            self.fail(line, f"anchor &{anchor} is defined twice (first at line {first_line})",
                       "give each anchor its own name")
-        self.anchors[anchor] = node
+        self.anchors[anchor] = value
+        if not _is_collection(value):  # a scalar: placed now (a collection is placed when it ends)
+            data, raw, _, text, merge = value
+            self._place(data, raw, line, text, merge)
 
-    def _alias(self, event: ev.AliasEvent) -> yaml.Node:
+    def _alias(self, event: ev.AliasEvent) -> None:
         name = event.anchor
+        line = _event_line(event)
         target = self.anchors.get(name) if name is not None else None
         if target is None:
-            self.fail(event.start_mark, f"alias *{name} names no anchor defined above it",
+            self.fail(line, f"alias *{name} names no anchor defined above it",
                       f"define '&{name}' on a value before this line")
+        if not _is_collection(target):
+            data, raw, at, text, merge = target
+            if len(self.stack) + 1 > MAX_DEPTH:
+                self.fail(line, f"alias *{name} nests lists and mappings more than {MAX_DEPTH} levels deep")
+            self.alias_nodes += 1
+            if self.alias_nodes > MAX_ALIAS_NODES:
+                self.fail(line, f"aliases expand to more than {MAX_ALIAS_NODES} values (at *{name})",
+                          "this looks like an alias bomb; write the repeated values out or use fewer aliases")
+            self._place(data, raw, at, text, merge)  # an alias has its anchor's line, as PyYAML's nodes do
+            return
         if id(target) in self.open:
-            self.fail(event.start_mark, f"alias *{name} is inside the collection &{name} it names (a recursive alias)",
+            self.fail(line, f"alias *{name} is inside the collection &{name} it names (a recursive alias)",
                       "an alias may only repeat a value defined and closed before it")
-        size, height = _size(target)
+        size, height = _measure(target)
         if len(self.stack) + height > MAX_DEPTH:
-            self.fail(event.start_mark, f"alias *{name} nests lists and mappings more than {MAX_DEPTH} levels deep")
+            self.fail(line, f"alias *{name} nests lists and mappings more than {MAX_DEPTH} levels deep")
         self.alias_nodes += size
         if self.alias_nodes > MAX_ALIAS_NODES:
-            self.fail(event.start_mark, f"aliases expand to more than {MAX_ALIAS_NODES} values (at *{name})",
+            self.fail(line, f"aliases expand to more than {MAX_ALIAS_NODES} values (at *{name})",
                       "this looks like an alias bomb; write the repeated values out or use fewer aliases")
-        return target
+        self._place(target, None, target.line, None, False)
 
-    def _merge(self, pairs: list[tuple[yaml.Node, yaml.Node]]) -> list[tuple[yaml.Node, yaml.Node]]:
-        """YAML 1.1 merge keys: merged entries first (an earlier merged mapping wins), explicit keys win."""
-        merges = [(k, v) for k, v in pairs if k.tag == MERGE]
-        if not merges:
-            return pairs
+    def _merge(self, frame: _Frame) -> None:
+        """YAML 1.1 merge keys: merged entries first (an earlier merged mapping wins), explicit keys win. The
+        mapping is rebuilt in place (an anchor may name it already)."""
+        merges = frame.merges
+        assert merges is not None
         if len(merges) > 1:
-            first = merges[0][0].start_mark.line + 1
-            self.fail(merges[1][0].start_mark, f"duplicate key '<<' (first at line {first})",
+            self.fail(merges[1][2], f"duplicate key '<<' (first at line {merges[0][2]})",
                       "merge several mappings with one key: '<<: [*a, *b]'")
-        value = merges[0][1]
-        sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
-        for src in sources:
-            if not isinstance(src, yaml.MappingNode):
-                self.fail(src.start_mark, "'<<' merges a mapping or a list of mappings, such as '<<: *common'",
+        value, line, _ = merges[0]
+        sources = ([(src, src.line if _is_collection(src) else at) for src, at in zip(value, value.lines, strict=True)]
+                   if type(value) is _Seq else [(value, line)])
+        for src, at in sources:
+            if type(src) is not _Map:
+                self.fail(at, "'<<' merges a mapping or a list of mappings, such as '<<: *common'",
                           "point '<<' at an anchored mapping (&common)")
-        explicit = [(k, v) for k, v in pairs if k.tag != MERGE]
-        taken = {_key_text(k) for k, _ in explicit}
-        merged: list[tuple[yaml.Node, yaml.Node]] = []
-        for src in sources:
-            for k, v in src.value:
-                text = _key_text(k)
-                if text not in taken:
-                    taken.add(text)
-                    merged.append((k, v))
-        return merged + explicit
-
-
-def _size(node: yaml.Node) -> tuple[int, int]:
-    """Expanded node count and height of a composed node."""
-    if isinstance(node, _Collection):
-        return node.size, node.height
-    return 1, 1
-
-
-def _key_text(node: yaml.Node) -> str:
-    """A mapping key as written: the source text of a plain scalar, the value of a quoted one."""
-    return node.value if isinstance(node.value, str) else "?"
+        coll = frame.coll
+        assert type(coll) is _Map
+        explicit = list(zip(coll.items(), coll.klines, strict=True))
+        vlines, texts = coll.vlines or {}, coll.texts or {}
+        coll.clear()
+        coll.klines, coll.vlines, coll.texts = [], None, None
+        taken = {key for (key, _), _ in explicit}
+        entries: list[tuple[str, Any, int, int | None, str | None]] = []
+        for src, _ in sources:
+            src_vlines, src_texts = src.vlines or {}, src.texts or {}
+            for (key, v), kline in zip(src.items(), src.klines, strict=True):
+                if key not in taken:
+                    taken.add(key)
+                    entries.append((key, v, kline, src_vlines.get(key), src_texts.get(key)))
+        merged = len(entries)
+        entries += [(key, v, kline, vlines.get(key), texts.get(key)) for (key, v), kline in explicit]
+        for key, v, kline, vline, text in entries:
+            _keep_entry(coll, key, v, kline, vline, text)
+        if coll.dups is not None:
+            at, key, kline = coll.dups
+            coll.dups = (at + merged, key, kline)
 
 
 class _PyParser(Reader, Scanner, Parser):
@@ -563,7 +674,7 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _compose_with(parser: Any, source: str) -> yaml.Node | None:
+def _compose_with(parser: Any, source: str) -> _Root | None:
     try:
         with paused_gc():
             return _Composer(parser.get_event, source).compose()
@@ -587,8 +698,9 @@ def _libyaml_lenient(text: str) -> bool:
     return ("|" in text or ">" in text) and _LIBYAML_LENIENT.search(text) is not None
 
 
-def compose(text: str, source: str) -> yaml.Node | None:
-    """The composed node tree of YAML text (None for an empty stream), checked as the module says."""
+def compose(text: str, source: str) -> _Root | None:
+    """The composed document of YAML text: (value, line, text as written or None), None for an empty stream;
+    checked as the module says."""
     return _compose_checked(checked_text(text, source), source)
 
 
@@ -617,7 +729,7 @@ def checked_text(text: str, source: str) -> str:
     return text
 
 
-def _compose_checked(text: str, source: str) -> yaml.Node | None:
+def _compose_checked(text: str, source: str) -> _Root | None:
     if USE_LIBYAML and _CParser is not None and not _libyaml_lenient(text):
         try:
             return _compose_with(_CParser(text), source)
@@ -636,36 +748,24 @@ def _compose_checked(text: str, source: str) -> yaml.Node | None:
         raise InputError("document nested too deeply", source=source) from None
 
 
-# --- reading nodes ------------------------------------------------------------------------------
-
-def _data(node: yaml.ScalarNode, source: str) -> Any:
-    if isinstance(node, _Scalar):
-        return node.data
-    # A node composed elsewhere (yaml.compose): resolve and convert it the same way.
-    tag = node.tag
-    if tag in (None, "!"):
-        tag = _resolve_plain(node.value) if node.style is None else STR
-    if tag == MERGE:
-        return node.value
-    try:
-        return _convert(tag, node.value, node, explicit=False)
-    except _Problem as problem:
-        _fail_at(source, node.start_mark, problem.message, problem.hint)
-
+# --- reading values -----------------------------------------------------------------------------
 
 class Node:
     """A value from a YAML file that knows its source, key path and line."""
 
-    def __init__(self, node: yaml.Node, source: str, path: str = "", *, key_line: int | None = None) -> None:
-        self._node = node
+    def __init__(self, value: Any, source: str, path: str = "", line: int = 1, key_line: int | None = None,
+                 text: str | None = None) -> None:
+        self._v = value  # as composed: a `_Map`, a `_Seq` or a scalar's value
         self.source = source
         self.path = path
+        self._line = line
         self._key_line = key_line
+        self._text = text  # a scalar's text as written, where it may differ from its value's (see `_scalar`)
 
     # -- location and errors -------------------------------------------------------
     @property
     def line(self) -> int:
-        return int(self._node.start_mark.line) + 1
+        return self._line
 
     @property
     def key_line(self) -> int:
@@ -686,33 +786,43 @@ class Node:
             return f"{self.path}[{key}]"
         return f"{self.path}.{key}" if self.path else str(key)
 
+    def replaced(self, text: builtins.str) -> Node:
+        """The plain scalar `text` at this value's place (same source, key path and lines): a value a reader
+        rewrites (Ansible's `--list` gives INI variables as strings) read as if it had been written so."""
+        try:
+            value, written, _ = _plain_scalar(text)
+        except _Problem as problem:
+            self.fail(problem.message, hint=problem.hint)
+        return Node(value, self.source, self.path, self.line, key_line=self.key_line, text=written)
+
     # -- kinds ---------------------------------------------------------------------
     @property
     def is_map(self) -> bool:
-        return isinstance(self._node, yaml.MappingNode)
+        return type(self._v) is _Map
 
     @property
     def is_list(self) -> bool:
-        return isinstance(self._node, yaml.SequenceNode)
+        return type(self._v) is _Seq
 
     @property
     def is_scalar(self) -> bool:
-        return isinstance(self._node, yaml.ScalarNode)
+        return not _is_collection(self._v)
 
     @property
     def is_null(self) -> bool:
-        return isinstance(self._node, yaml.ScalarNode) and _data(self._node, self.source) is None
+        return self._v is None
 
     @property
     def text(self) -> builtins.str | None:
         """A scalar's text as written in the file (None for a list or mapping)."""
-        return self._node.value if isinstance(self._node, yaml.ScalarNode) else None
+        if _is_collection(self._v):
+            return None
+        return self._text if self._text is not None else _written(self._v)
 
     def value(self, kind: builtins.str | None = None) -> Any:
         """Plain Python value; with `kind`, check its type first."""
-        if isinstance(self._node, yaml.ScalarNode):
-            val = _data(self._node, self.source)
-        else:
+        val = self._v
+        if type(val) is _Map or type(val) is _Seq:
             val = _to_plain(self)
         if kind is not None:
             ok = isinstance(val, _KINDS[kind]) and not (kind in ("int", "number") and isinstance(val, bool))
@@ -724,16 +834,18 @@ class Node:
     def str(self) -> builtins.str:
         """A string. Plain numbers and dates are read as written (`007` stays "007"); booleans and
         null are refused with a hint to quote them."""
-        node = self._node
-        if not isinstance(node, yaml.ScalarNode):
+        v = self._v
+        if type(v) is builtins.str:
+            return v
+        if _is_collection(v):
             self.fail(f"expected a string, got {_describe_value(self.value())}")
-        v = _data(node, self.source)
+        text = self.text
         if isinstance(v, bool) or v is None:
             self.fail(f"expected a string, got {_describe_value(v)}",
-                      hint=f"quote it if it is text: '{node.value}'" if v is not None or node.value else None)
+                      hint=f"quote it if it is text: '{text}'" if v is not None or text else None)
         if isinstance(v, builtins.str):
             return v
-        return builtins.str(node.value)  # a number or date: as written
+        return builtins.str(text)  # a number or date: as written
 
     def int(self, *, minimum: builtins.int | None = None, maximum: builtins.int | None = None) -> builtins.int:
         v: builtins.int = self.value("int")
@@ -765,38 +877,54 @@ class Node:
     # -- containers ----------------------------------------------------------------
     def items(self) -> Iterator[tuple[builtins.str, Node]]:
         """Key/value pairs of a mapping (keys as written), refusing duplicate keys."""
-        if not self.is_map:
+        m = self._v
+        if type(m) is not _Map:
             self.fail(f"expected a mapping, got {_describe_value(self.value())}")
-        seen: dict[builtins.str, builtins.int] = {}
-        for k, v in self._node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise InputError("a key must be a name, not a list or mapping", source=self.source,
-                                 key=self.path or None, line=k.start_mark.line + 1)
-            key = _key_text(k)
-            if key in seen:
-                raise InputError(
-                    f"duplicate key {key!r} (first at line {seen[key]})",
-                    source=self.source, key=self._child_path(key), line=k.start_mark.line + 1,
-                    hint="each name may appear once; remove or rename one of them",
-                )
-            seen[key] = k.start_mark.line + 1
-            yield key, Node(v, self.source, self._child_path(key), key_line=seen[key])
+        stop = m.dups[0] if m.dups is not None else -1
+        for i, (key, kline) in enumerate(zip(m, m.klines, strict=True)):
+            if i == stop:
+                self._duplicate(m)
+            yield key, self._child(m, key, kline)
+        if stop == len(m):
+            self._duplicate(m)
+
+    def _child(self, m: _Map, key: builtins.str, kline: builtins.int) -> Node:
+        v = m[key]
+        if type(v) is _Map or type(v) is _Seq:
+            line = v.line
+        else:
+            line = (m.vlines.get(key) if m.vlines is not None else None) or kline
+        text = m.texts.get(key) if m.texts is not None else None
+        return Node(v, self.source, self._child_path(key), line, key_line=kline, text=text)
+
+    def _duplicate(self, m: _Map) -> NoReturn:
+        assert m.dups is not None
+        _, key, line = m.dups
+        first = m.klines[list(m).index(key)]
+        raise InputError(f"duplicate key {key!r} (first at line {first})", source=self.source,
+                         key=self._child_path(key), line=line,
+                         hint="each name may appear once; remove or rename one of them")
 
     def _entries(self) -> dict[builtins.str, Node]:
         """`dict(self.items())`, built in one loop (every mapping of a file is read through `fields`)."""
-        node = self._node
-        if not isinstance(node, yaml.MappingNode):
+        m = self._v
+        if type(m) is not _Map or m.dups is not None:
             return dict(self.items())  # the error `items` gives
         source, prefix = self.source, f"{self.path}." if self.path else ""
+        vlines, texts = m.vlines, m.texts
         out: dict[builtins.str, Node] = {}
-        scalar, text = yaml.ScalarNode, builtins.str
-        for k, v in node.value:
-            key = k.value
-            if not isinstance(k, scalar) or key in out:
-                return dict(self.items())  # the error `items` gives, at the same entry
-            if not isinstance(key, text):
-                key = "?"
-            out[key] = Node(v, source, prefix + key, key_line=k.start_mark.line + 1)
+        if vlines is None and texts is None:  # most mappings: every scalar on its key's line, every text its value's
+            node, collections = Node, _COLLECTIONS
+            for (key, v), kline in zip(m.items(), m.klines, strict=True):
+                out[key] = node(v, source, prefix + key, v.line if type(v) in collections else kline, kline)
+            return out
+        for (key, v), kline in zip(m.items(), m.klines, strict=True):
+            if type(v) is _Map or type(v) is _Seq:
+                line = v.line
+            else:
+                line = (vlines.get(key) if vlines is not None else None) or kline
+            out[key] = Node(v, source, prefix + key, line, key_line=kline,
+                            text=texts.get(key) if texts is not None else None)
         return out
 
     def plain(self) -> Any:
@@ -806,9 +934,14 @@ class Node:
         return None
 
     def list(self) -> list[Node]:
-        if not self.is_list:
+        s = self._v
+        if type(s) is not _Seq:
             self.fail(f"expected a list, got {_describe_value(self.value())}")
-        return [Node(v, self.source, self._child_path(i)) for i, v in enumerate(self._node.value)]
+        source, path, texts = self.source, self.path, s.texts
+        if texts is None:
+            return [Node(v, source, f"{path}[{i}]", line) for i, (v, line) in enumerate(zip(s, s.lines, strict=True))]
+        return [Node(v, source, f"{path}[{i}]", line, text=texts.get(i))
+                for i, (v, line) in enumerate(zip(s, s.lines, strict=True))]
 
     def fields(self, allowed: set[builtins.str] | frozenset[builtins.str],
                required: set[builtins.str] | frozenset[builtins.str] = frozenset()) -> dict[builtins.str, Node]:
@@ -869,7 +1002,10 @@ def parse(text: str, source: str) -> Node | None:
 def parse_checked(text: str, source: str) -> Node | None:
     """`parse` of a text `checked_text` returned (`migplan.yamljson` reads JSON plans first, then this)."""
     composed = _compose_checked(text, source)
-    return None if composed is None else Node(composed, source)
+    if composed is None:
+        return None
+    value, line, written = composed
+    return Node(value, source, "", line, text=written)
 
 
 # --- files --------------------------------------------------------------------------------------

@@ -38,8 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from migplan import host_patterns, yamldoc
 from migplan.catalog import Catalog
 from migplan.errors import InputError
@@ -423,9 +421,7 @@ def _coerced(key: str, n: Node) -> Node:
 
 def _replaced(n: Node, text: str) -> Node:
     """A plain scalar `text` at the place of `n` (same source, key path and line)."""
-    old = n._node
-    return Node(yaml.ScalarNode(None, text,  # type: ignore[arg-type]  # untagged: resolved as plain
-                                 old.start_mark, old.end_mark), n.source, n.path, key_line=n.key_line)
+    return n.replaced(text)
 
 
 # --- reading a source: a file, stdin, or anything ansible-core reads --------------------------------
