@@ -168,6 +168,13 @@ def _keep_text(coll: _Map | _Seq, at: Any, text: str) -> None:
     coll.texts[at] = text
 
 
+def _append(s: _Seq, value: Any, line: int, text: str | None) -> None:
+    s.append(value)
+    s.lines.append(line)
+    if text is not None:
+        _keep_text(s, len(s) - 1, text)
+
+
 def _keep_entry(m: _Map, key: str, value: Any, kline: int, vline: int | None, text: str | None) -> None:
     """A mapping's new entry; `vline`: a scalar value's line when it is not the key's."""
     m[key] = value
@@ -451,10 +458,7 @@ class _Composer:
                     top = stack[-1]
                     coll = top.coll
                     if not top.is_map:
-                        coll.append(data)
-                        coll.lines.append(line)
-                        if text is not None:
-                            _keep_text(coll, len(coll) - 1, text)
+                        _append(coll, data, line, text)
                         continue
                     key = top.key
                     if key is None:
@@ -492,10 +496,7 @@ class _Composer:
         top = stack[-1]
         coll = top.coll
         if not top.is_map:
-            coll.append(data)
-            coll.lines.append(line)
-            if text is not None:
-                _keep_text(coll, len(coll) - 1, text)
+            _append(coll, data, line, text)
         elif top.key is None:
             if raw is None:
                 self.fail(line, "a key must be a name, not a list or mapping", "write the key as plain text")
