@@ -117,7 +117,7 @@ def load(path: str | os.PathLike[str]) -> yamldoc.Node:
 
 def read(text: str, source: str) -> JsonNode | None:
     """The document as a `JsonNode` tree, or None when it should be read as YAML (see the module docstring).
-    `text` has passed `yamldoc.compose`'s character checks and starts with `{` or `[` after whitespace."""
+    `text` has passed `yamldoc.checked_text`'s character checks and starts with `{` or `[` after whitespace."""
     doubtful = _DOUBTFUL_ASCII if text.isascii() else _DOUBTFUL_CHARS  # the others cannot be in ASCII text
     if any(c in text for c in doubtful) or _KEY_SPACE.search(text):
         return None

@@ -413,15 +413,10 @@ def _coerced(key: str, n: Node) -> Node:
         return n
     value = text.strip()
     if key in _INT_VARS and value.isascii() and value.isdigit():
-        return _replaced(n, value)
+        return n.replaced(value)
     if key in _BOOL_VARS and value.lower() in _TRUE | _FALSE:
-        return _replaced(n, "true" if value.lower() in _TRUE else "false")
+        return n.replaced("true" if value.lower() in _TRUE else "false")
     return n
-
-
-def _replaced(n: Node, text: str) -> Node:
-    """A plain scalar `text` at the place of `n` (same source, key path and line)."""
-    return n.replaced(text)
 
 
 # --- reading a source: a file, stdin, or anything ansible-core reads --------------------------------
