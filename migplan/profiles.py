@@ -50,7 +50,7 @@ from migplan import names, yamldoc
 from migplan.catalog import Catalog
 from migplan.catalog.vgpu import parse_type_name, smi_type_name
 from migplan.errors import CatalogError, InputError
-from migplan.yamldoc import Node
+from migplan.yamldoc import Entries, Node
 
 PROFILES_VERSION = 1
 MAX_PRIORITY = 10_000
@@ -229,9 +229,9 @@ class ProfileSet:
         return len(self.workloads)
 
 
-def _timestamp(node: Node) -> tuple[str, dt.datetime]:
+def _timestamp(f: Entries, key: str) -> tuple[str, dt.datetime]:
     """The time as written (datetimes normalised to ISO 8601) and as an aware datetime (naive: UTC)."""
-    v = node.value()
+    v = f.value(key)
     if isinstance(v, dt.datetime):
         text = v.isoformat() if v.tzinfo is not None else v.replace(tzinfo=dt.timezone.utc).isoformat()
         text = text.replace("+00:00", "Z")
@@ -242,22 +242,22 @@ def _timestamp(node: Node) -> tuple[str, dt.datetime]:
         try:
             v = dt.datetime.fromisoformat(v.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            node.fail(f"{v!r} is not an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
+            f.node(key).fail(f"{v!r} is not an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
     else:
-        node.fail("expected an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
+        f.node(key).fail("expected an ISO 8601 time such as 2026-11-01T00:00:00Z", hint=_TIME_HINT)
     if v.tzinfo is None:
         v = v.replace(tzinfo=dt.timezone.utc)
     try:
         v = v.astimezone(dt.timezone.utc)
     except (OverflowError, ValueError):
-        node.fail(f"{text!r} is out of the range of times", hint=_TIME_HINT)
+        f.node(key).fail(f"{text!r} is out of the range of times", hint=_TIME_HINT)
     return text, v
 
 
-def _ordered(node: Node, fields: dict[str, Node], order: list[str], values: list[float], unit: str) -> None:
+def _ordered(f: Entries, order: list[str], values: list[float], unit: str) -> None:
     for (a, va), (b, vb) in itertools.pairwise(zip(order, values, strict=True)):
         if va > vb:
-            fields[b].fail(f"{b} ({vb:g}{unit}) is below {a} ({va:g}{unit}); percentiles must not decrease")
+            f.node(b).fail(f"{b} ({vb:g}{unit}) is below {a} ({va:g}{unit}); percentiles must not decrease")
 
 
 def _decimal(text: str) -> decimal.Decimal | None:
@@ -268,10 +268,14 @@ def _decimal(text: str) -> decimal.Decimal | None:
     return d if d.is_finite() else None
 
 
-def _mib(node: Node) -> tuple[float, int]:
+def _mib(f: Entries, key: str) -> tuple[float, int]:
     """A memory value as written (for messages and the order check) and in whole MiB, rounded UP:
     15400.2 MiB needs 15401 MiB. The ceiling is taken of the decimal text where it parses, so a
     fraction too small for a binary float (14000.0000000000001) still rounds up, never down."""
+    raw = f.value(key)
+    if type(raw) is int and 0 <= raw <= names.MAX_MEMORY_MIB:  # the common case, as the checks below find it
+        return float(raw), raw
+    node = f.node(key)
     raw = node.value("number")
     if isinstance(raw, int):
         whole = raw
@@ -290,127 +294,128 @@ def _mib(node: Node) -> tuple[float, int]:
     return float(raw), whole
 
 
+_STATS = {"p50", "p95", "p99", "max"}
+_COMPUTE_REQUIRED = {"p50", "p95", "max"}
+
+
 def _memory(node: Node) -> MemoryStats:
     keys = ["p50", "p95", "p99", "max"]
-    f = node.fields(set(keys), set(keys))
-    read = [_mib(f[k]) for k in keys]
-    _ordered(node, f, keys, [r for r, _ in read], " MiB")
+    f = node.entries(_STATS, _STATS)
+    read = [_mib(f, k) for k in keys]
+    _ordered(f, keys, [r for r, _ in read], " MiB")
     return MemoryStats(*(w for _, w in read))
 
 
 def _compute(node: Node) -> ComputeStats:
     """p50, p95 and max are required; p99 is optional (profiles written before it was collected)."""
-    f = node.fields({"p50", "p95", "p99", "max"}, {"p50", "p95", "max"})
+    f = node.entries(_STATS, _COMPUTE_REQUIRED)
     keys: list[str] = [k for k in ("p50", "p95", "p99", "max") if k in f]
-    vals = [f[k].number(minimum=0.0, maximum=1.0) for k in keys]
-    _ordered(node, f, keys, vals, "")
+    vals = [f.number(k, minimum=0.0, maximum=1.0) for k in keys]
+    _ordered(f, keys, vals, "")
     got = dict(zip(keys, vals, strict=True))
     return ComputeStats(p50=got["p50"], p95=got["p95"], max=got["max"], p99=got.get("p99"))
 
 
-def _profile_name(node: Node, example: str) -> str:
-    name = node.str()
+def _profile_name(f: Entries, key: str, example: str) -> str:
+    name = f.str(key)
     if name != name.strip() or names.profile_size(name) is None:
-        node.fail(f"{name!r} is not a MIG profile name such as {example}")
+        f.node(key).fail(f"{name!r} is not a MIG profile name such as {example}")
     return name
 
 
-def _host(node: Node) -> str:
-    host = node.str()
+def _host(f: Entries, key: str) -> str:
+    host = f.str(key)
     if not names.HOST_NAME.fullmatch(host):
-        node.fail(f"{host!r} is not a host name")
+        f.node(key).fail(f"{host!r} is not a host name")
     return host
 
 
-def _gpu_index(node: Node) -> int:
-    i = node.int(minimum=0)
+def _gpu_index(f: Entries, key: str) -> int:
+    i = f.int(key, minimum=0)
     if i > names.MAX_GPU_INDEX:
-        node.fail(f"GPU index {i} is out of range 0..{names.MAX_GPU_INDEX}",
-                  hint=f"a host has at most {names.MAX_GPUS_PER_HOST} GPUs, numbered from 0 as nvidia-smi lists them")
+        f.node(key).fail(f"GPU index {i} is out of range 0..{names.MAX_GPU_INDEX}",
+                         hint=f"a host has at most {names.MAX_GPUS_PER_HOST} GPUs, numbered from 0 as nvidia-smi "
+                              "lists them")
     return i
 
 
-def _vgpu_type(node: Node) -> str:
+def _vgpu_type(f: Entries, key: str) -> str:
     """A vGPU type name of NVIDIA's grammar (`A100-3-20C`, `L4-8C`; `GRID `/`NVIDIA ` as nvidia-smi prints it is
     dropped). Whether a board has it is the vGPU catalog's to say, at plan time."""
-    raw = node.str()
+    raw = f.str(key)
     name = smi_type_name(raw)
     try:
         parse_type_name(name)
     except CatalogError as err:
-        node.fail(f"{raw!r} is not a vGPU type name", hint=err.hint)
+        f.node(key).fail(f"{raw!r} is not a vGPU type name", hint=err.hint)
     return name
 
 
-def _vm_uuid(node: Node) -> str:
-    text = node.str()
+def _vm_uuid(f: Entries, key: str) -> str:
+    text = f.str(key)
     if not _UUID.fullmatch(text):
-        node.fail(f"{text!r} is not a VM UUID such as 10a12241-1e83-4b70-bc59-a33d7c6d063c")
+        f.node(key).fail(f"{text!r} is not a VM UUID such as 10a12241-1e83-4b70-bc59-a33d7c6d063c")
     return text.lower()
 
 
-def _opt(f: dict[str, Node], key: str) -> Node | None:
-    node = f.get(key)
-    return None if node is None or node.is_null else node
+_PLACE_KEYS = {"host", "gpu", "gpu_model", "mig_profile", "mig_start", "samples", "first_seen", "last_seen",
+               "vgpu_type", "vm_uuid"}
 
 
 def _place(node: Node, *, vm: bool = False) -> ObservedPlace:
-    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "samples", "first_seen", "last_seen",
-                     "vgpu_type", "vm_uuid"})
+    f = node.entries(_PLACE_KEYS)
     _vm_keys(f, vm)
-    vgpu_type, vm_uuid = _opt(f, "vgpu_type"), _opt(f, "vm_uuid")
     return ObservedPlace(
-        host=_host(f["host"]) if "host" in f and not f["host"].is_null else None,
-        gpu=_gpu_index(f["gpu"]) if "gpu" in f and not f["gpu"].is_null else None,
-        gpu_model=f["gpu_model"].str() if "gpu_model" in f and not f["gpu_model"].is_null else None,
-        mig_profile=(_profile_name(f["mig_profile"], "3g.20gb")
-                     if "mig_profile" in f and not f["mig_profile"].is_null else None),
-        mig_start=(f["mig_start"].int(minimum=0, maximum=names.MAX_MIG_SLICES - 1)
-                   if "mig_start" in f and not f["mig_start"].is_null else None),
-        samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
-        first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
-        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None,
-        vgpu_type=_vgpu_type(vgpu_type) if vgpu_type is not None else None,
-        vm_uuid=_vm_uuid(vm_uuid) if vm_uuid is not None else None)
+        host=_host(f, "host") if f.present("host") else None,
+        gpu=_gpu_index(f, "gpu") if f.present("gpu") else None,
+        gpu_model=f.str("gpu_model") if f.present("gpu_model") else None,
+        mig_profile=_profile_name(f, "mig_profile", "3g.20gb") if f.present("mig_profile") else None,
+        mig_start=f.int("mig_start", minimum=0, maximum=names.MAX_MIG_SLICES - 1) if f.present("mig_start") else None,
+        samples=f.int("samples", minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
+        first_seen=_timestamp(f, "first_seen")[0] if "first_seen" in f else None,
+        last_seen=_timestamp(f, "last_seen")[0] if "last_seen" in f else None,
+        vgpu_type=_vgpu_type(f, "vgpu_type") if f.present("vgpu_type") else None,
+        vm_uuid=_vm_uuid(f, "vm_uuid") if f.present("vm_uuid") else None)
 
 
-def _vm_keys(f: dict[str, Node], vm: bool) -> None:
+def _vm_keys(f: Entries, vm: bool) -> None:
     for key in ("vgpu_type", "vm_uuid"):
         if key in f and not vm:
-            f[key].fail_key(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
+            f.node(key).fail_key(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
+
+
+_OBSERVATION_KEYS = {"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples", "first_seen",
+                     "last_seen", "places", "compute_samples", "notes", "vgpu_type", "vm_uuid"}
+_WINDOW_KEYS = {"start", "end"}
 
 
 def _observation(node: Node, *, vm: bool = False) -> Observation:
-    f = node.fields({"host", "gpu", "gpu_model", "mig_profile", "mig_start", "window", "samples",
-                     "first_seen", "last_seen", "places", "compute_samples", "notes", "vgpu_type", "vm_uuid"})
+    f = node.entries(_OBSERVATION_KEYS)
     _vm_keys(f, vm)
-    vgpu_type, vm_uuid = _opt(f, "vgpu_type"), _opt(f, "vm_uuid")
-    has_profile = "mig_profile" in f and not f["mig_profile"].is_null
-    profile = _profile_name(f["mig_profile"], "3g.20gb") if has_profile else None
+    profile = _profile_name(f, "mig_profile", "3g.20gb") if f.present("mig_profile") else None
     start, end = None, None
     if "window" in f:
-        wf = f["window"].fields({"start", "end"}, {"start", "end"})
-        (start, t0), (end, t1) = _timestamp(wf["start"]), _timestamp(wf["end"])
+        wf = f.node("window").entries(_WINDOW_KEYS, _WINDOW_KEYS)
+        (start, t0), (end, t1) = _timestamp(wf, "start"), _timestamp(wf, "end")
         if t1 < t0:
-            wf["end"].fail("the window ends before it starts")
+            wf.node("end").fail("the window ends before it starts")
     return Observation(
-        host=_host(f["host"]) if "host" in f else None,
-        gpu=_gpu_index(f["gpu"]) if "gpu" in f and not f["gpu"].is_null else None,
-        gpu_model=f["gpu_model"].str() if "gpu_model" in f else None,
+        host=_host(f, "host") if "host" in f else None,
+        gpu=_gpu_index(f, "gpu") if f.present("gpu") else None,
+        gpu_model=f.str("gpu_model") if "gpu_model" in f else None,
         mig_profile=profile,
-        mig_start=(f["mig_start"].int(minimum=0, maximum=names.MAX_MIG_SLICES - 1)
-                   if "mig_start" in f and not f["mig_start"].is_null else None),
+        mig_start=f.int("mig_start", minimum=0, maximum=names.MAX_MIG_SLICES - 1) if f.present("mig_start") else None,
         window_start=start,
         window_end=end,
-        samples=f["samples"].int(minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
-        first_seen=_timestamp(f["first_seen"])[0] if "first_seen" in f else None,
-        last_seen=_timestamp(f["last_seen"])[0] if "last_seen" in f else None,
-        places=tuple(_place(n, vm=vm) for n in f["places"].list()) if "places" in f else (),
-        compute_samples=(f["compute_samples"].int(minimum=0, maximum=MAX_SAMPLES)
+        samples=f.int("samples", minimum=0, maximum=MAX_SAMPLES) if "samples" in f else 0,
+        first_seen=_timestamp(f, "first_seen")[0] if "first_seen" in f else None,
+        last_seen=_timestamp(f, "last_seen")[0] if "last_seen" in f else None,
+        places=tuple(_place(n, vm=vm) for n in f.node("places").list()) if "places" in f else (),
+        compute_samples=(f.int("compute_samples", minimum=0, maximum=MAX_SAMPLES)
                          if "compute_samples" in f else None),
-        notes=tuple(n.str() for n in f["notes"].list()) if "notes" in f else (),
-        vgpu_type=_vgpu_type(vgpu_type) if vgpu_type is not None else None,
-        vm_uuid=_vm_uuid(vm_uuid) if vm_uuid is not None else None,
+        notes=tuple(n.str() for n in f.node("notes").list()) if "notes" in f else (),
+        vgpu_type=_vgpu_type(f, "vgpu_type") if f.present("vgpu_type") else None,
+        vm_uuid=_vm_uuid(f, "vm_uuid") if f.present("vm_uuid") else None,
     )
 
 
@@ -419,6 +424,8 @@ _WORKLOAD_KEYS = {"name", "observed", "memory_mib", "compute", "priority", "pin"
 KIND_PROCESS = "process"  # processes on a bare-metal host (MIG instances or whole GPUs): the default
 KIND_VM = "vm"  # a virtual machine on NVIDIA vGPU (issue 26)
 KINDS = (KIND_PROCESS, KIND_VM)
+_WORKLOAD_REQUIRED = {"name", "memory_mib"}
+_PIN_KEYS = {"host", "gpu"}
 _VM_ONLY = ("vgpu_type", "min_vgpu_type")
 _UUID = re.compile(r"(?a)[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # `min_profile: whole`: the workload needs a whole GPU with MIG disabled (NVLink, profiling tools and
@@ -427,55 +434,56 @@ WHOLE_GPU = "whole"
 
 
 def _workload(node: Node) -> Workload:
-    f = node.fields(_WORKLOAD_KEYS, {"name", "memory_mib"})  # no `compute`: not measured (UNKNOWN_COMPUTE)
-    name = f["name"].str()
+    f = node.entries(_WORKLOAD_KEYS, _WORKLOAD_REQUIRED)  # no `compute`: not measured (UNKNOWN_COMPUTE)
+    name = f.str("name")
     if not names.WORKLOAD_NAME.fullmatch(name):
-        f["name"].fail(f"workload name {name!r} must start with a letter or digit and use letters, digits, "
-                       "'.', '_', '/', ':' or '-'")
+        f.node("name").fail(f"workload name {name!r} must start with a letter or digit and use letters, digits, "
+                            "'.', '_', '/', ':' or '-'")
     pin = None
     if "pin" in f:
-        pf = f["pin"].fields({"host", "gpu"})
-        pin = Pin(host=_host(pf["host"]) if "host" in pf else None,
-                  gpu=_gpu_index(pf["gpu"]) if "gpu" in pf else None)
+        pf = f.node("pin").entries(_PIN_KEYS)
+        pin = Pin(host=_host(pf, "host") if "host" in pf else None,
+                  gpu=_gpu_index(pf, "gpu") if "gpu" in pf else None)
         if pin.gpu is not None and pin.host is None:
-            f["pin"].fail("a GPU pin needs a host too", hint="write pin: {host: NAME, gpu: INDEX}")
+            f.node("pin").fail("a GPU pin needs a host too", hint="write pin: {host: NAME, gpu: INDEX}")
     kind = KIND_PROCESS
     if "kind" in f:
-        kind = f["kind"].str()
+        kind = f.str("kind")
         if kind not in KINDS:
-            f["kind"].fail(f"kind {kind!r} is not one of {', '.join(KINDS)}",
-                           hint="process: processes on a bare-metal host (the default); vm: a virtual machine on vGPU")
-    observed = _observation(f["observed"], vm=kind == KIND_VM) if "observed" in f else Observation()
+            f.node("kind").fail(f"kind {kind!r} is not one of {', '.join(KINDS)}",
+                                hint="process: processes on a bare-metal host (the default); vm: a virtual machine "
+                                     "on vGPU")
+    observed = _observation(f.node("observed"), vm=kind == KIND_VM) if "observed" in f else Observation()
     if kind == KIND_VM:
         if "min_profile" in f:
-            f["min_profile"].fail("a VM is given a vGPU type, not a MIG instance",
-                                  hint="write min_vgpu_type: (a vGPU type such as A100-2-10C) instead")
+            f.node("min_profile").fail("a VM is given a vGPU type, not a MIG instance",
+                                       hint="write min_vgpu_type: (a vGPU type such as A100-2-10C) instead")
         if "vgpu_type" in f and "min_vgpu_type" in f:
-            f["min_vgpu_type"].fail("give vgpu_type (exactly this type) or min_vgpu_type (at least this one), "
-                                    "not both")
+            f.node("min_vgpu_type").fail("give vgpu_type (exactly this type) or min_vgpu_type (at least this one), "
+                                         "not both")
     else:
         for key in _VM_ONLY:
             if key in f:
-                f[key].fail(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
+                f.node(key).fail(f"{key} is for virtual machines", hint="add 'kind: vm' to this workload")
     min_profile = None
     if "min_profile" in f:
-        min_profile = (WHOLE_GPU if f["min_profile"].str() == WHOLE_GPU
-                       else _profile_name(f["min_profile"], "2g.10gb (or 'whole' for a whole MIG-disabled GPU)"))
+        min_profile = (WHOLE_GPU if f.str("min_profile") == WHOLE_GPU
+                       else _profile_name(f, "min_profile", "2g.10gb (or 'whole' for a whole MIG-disabled GPU)"))
     return Workload(
         name=name,
         observed=observed,
-        memory=_memory(f["memory_mib"]),
-        compute=_compute(f["compute"]) if "compute" in f else UNKNOWN_COMPUTE,
-        priority=f["priority"].int(minimum=0, maximum=MAX_PRIORITY) if "priority" in f else 1,
+        memory=_memory(f.node("memory_mib")),
+        compute=_compute(f.node("compute")) if "compute" in f else UNKNOWN_COMPUTE,
+        priority=f.int("priority", minimum=0, maximum=MAX_PRIORITY) if "priority" in f else 1,
         pin=pin,
-        anti_affinity=f["anti_affinity"].str() if "anti_affinity" in f else None,
+        anti_affinity=f.str("anti_affinity") if "anti_affinity" in f else None,
         min_profile=min_profile,
-        replicas=f["replicas"].int(minimum=1, maximum=MAX_REPLICAS) if "replicas" in f else 1,
+        replicas=f.int("replicas", minimum=1, maximum=MAX_REPLICAS) if "replicas" in f else 1,
         source=f"{node.source}:{node.line}",
-        movable=f["movable"].bool() if "movable" in f else True,
+        movable=f.bool("movable") if "movable" in f else True,
         kind=kind,
-        vgpu_type=_vgpu_type(f["vgpu_type"]) if "vgpu_type" in f else None,
-        min_vgpu_type=_vgpu_type(f["min_vgpu_type"]) if "min_vgpu_type" in f else None,
+        vgpu_type=_vgpu_type(f, "vgpu_type") if "vgpu_type" in f else None,
+        min_vgpu_type=_vgpu_type(f, "min_vgpu_type") if "min_vgpu_type" in f else None,
     )
 
 
