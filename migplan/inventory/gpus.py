@@ -53,28 +53,35 @@ _LAYOUTS: dict[tuple[str, ...], Layout] = {}
 
 
 
+_GPU_KEYS = {"index", "model", "uuid", "mig", "layout"}
+_GPU_REQUIRED = {"index", "model"}
+
+
 def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
-    f = node.fields({"index", "model", "uuid", "mig", "layout"}, {"index", "model"})
+    f = node.entries(_GPU_KEYS, _GPU_REQUIRED)
     try:
-        model = catalog.get(f["model"].str())
+        model = catalog.get(f.str("model"))
     except CatalogError as err:
-        f["model"].fail(err.message, hint=err.hint)
+        f.node("model").fail(err.message, hint=err.hint)
     uuid = None
     if "uuid" in f:
-        uuid = f["uuid"].str()
+        uuid = f.str("uuid")
         if not names.GPU_UUID.fullmatch(uuid):
-            f["uuid"].fail(f"{uuid!r} is not a GPU UUID (GPU-xxxxxxxx-...)")
-    mig = f["mig"].bool() if "mig" in f else None
+            f.node("uuid").fail(f"{uuid!r} is not a GPU UUID (GPU-xxxxxxxx-...)")
+    mig = f.bool("mig") if "mig" in f else None
     layout = None
     if "layout" in f:
         if mig is False:
-            f["layout"].fail("a GPU with 'mig: false' has no layout", hint="remove 'layout' or set 'mig: true'")
-        entries = f["layout"].list()
-        texts = tuple(n.str() for n in entries)
+            f.node("layout").fail("a GPU with 'mig: false' has no layout", hint="remove 'layout' or set 'mig: true'")
+        written = f.value("layout")
+        if isinstance(written, list) and all(type(t) is str for t in written):
+            texts = tuple(written)
+        else:  # not a list, or entries that are no strings: as the Nodes read them (or refuse them)
+            texts = tuple(n.str() for n in f.node("layout").list())
         layout = _LAYOUTS.get(texts)
         if layout is None:
             insts = []
-            for n, text in zip(entries, texts, strict=True):
+            for n, text in zip(f.node("layout").list(), texts, strict=True):
                 try:
                     insts.append(Instance.parse(text))
                 except InputError as err:
@@ -84,10 +91,13 @@ def _gpu(node: Node, catalog: Catalog) -> DeclaredGpu:
                 _LAYOUTS[texts] = layout
         conflicts = _layout_conflicts(model, layout)
         if conflicts:
-            f["layout"].fail("invalid layout: " + "; ".join(c.message for c in conflicts),
-                             hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
+            f.node("layout").fail("invalid layout: " + "; ".join(c.message for c in conflicts),
+                                  hint=f"list valid layouts with 'migplan catalog layouts {model.id}'")
         mig = True
-    return DeclaredGpu(index=_gpu_index(f["index"]), model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
+    index = f.value("index")
+    if not (type(index) is int and 0 <= index <= names.MAX_GPU_INDEX):  # else as the Node reads it (or refuses it)
+        index = _gpu_index(f.node("index"))
+    return DeclaredGpu(index=index, model=model.id, uuid=uuid, mig_enabled=mig, layout=layout)
 
 
 
