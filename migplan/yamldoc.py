@@ -4,7 +4,9 @@ PyYAML's `safe_load` forgets where a value came from and silently keeps the last
 duplicate keys. We compose the document ourselves, from the parser's events straight into dicts,
 lists and converted scalars with their lines kept beside them (`_Map`, `_Seq`: one object per
 collection, none per scalar), and read it through `Node`, so that each error can say
-`inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad input").
+`inventory/x.yaml:12: hosts.gpu01.gpus[1].index: ...` (README "Bad input"). Readers of large documents (the
+profiles, an inventory's GPUs) read a mapping through `Node.entries`: the same checks, with a `Node` made only
+for a value that needs one (a collection read further, or a value whose check fails).
 
 How a document is read (every refusal is an `InputError` with file and line, never a traceback):
 
