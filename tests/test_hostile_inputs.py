@@ -124,23 +124,24 @@ def test_patterns_are_anchored_for_match_and_fullmatch() -> None:
      "is not an instance"),
     ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [1g.5gb@" + "9" * 5000 + "]}", 6,
      "hosts.h1.gpus[0].layout[0]", "out of range 0..255"),
-    # a layout's entries are texts: anything else is read (a number as written) or refused as the Node reads it
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: 1g.5gb@0}", 6, "hosts.h1.gpus[0].layout",
-     "expected a list, got a string"),
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [1g.5gb@0, 5]}", 6, "hosts.h1.gpus[0].layout[1]",
-     "'5' is not an instance"),
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [~]}", 6, "hosts.h1.gpus[0].layout[0]",
-     "expected a string, got nothing"),
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [1g.5gb@0, yes]}", 6, "hosts.h1.gpus[0].layout[1]",
-     "expected a string, got a boolean"),
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [[1g.5gb@0]]}", 6, "hosts.h1.gpus[0].layout[0]",
-     "expected a string, got a list"),
-    ("model: A100-SXM4-40GB}", "model: A100-SXM4-40GB, layout: [1g.5gb@0, 1g.5gb@0]}", 6,
-     "hosts.h1.gpus[0].layout", "invalid layout"),
 ])
 def test_inventory_numbers_are_bounded(tmp_path: Path, old: str, new: str, line: int, key: str, match: str) -> None:
     assert old in NATIVE
     refused(inventory, write(tmp_path, NATIVE.replace(old, new, 1)), line, key, match)
+
+
+# a layout's entries are texts: anything else is read (a number as written) or refused as its Node reads it
+@pytest.mark.parametrize(("layout", "entry", "match"), [
+    ("1g.5gb@0", "", "expected a list, got a string"),
+    ("[1g.5gb@0, 5]", "[1]", "'5' is not an instance"),
+    ("[~]", "[0]", "expected a string, got nothing"),
+    ("[1g.5gb@0, yes]", "[1]", "expected a string, got a boolean"),
+    ("[[1g.5gb@0]]", "[0]", "expected a string, got a list"),
+    ("[1g.5gb@0, 1g.5gb@0]", "", "invalid layout"),
+])
+def test_a_layout_is_a_list_of_instance_texts(tmp_path: Path, layout: str, entry: str, match: str) -> None:
+    text = NATIVE.replace("model: A100-SXM4-40GB}", f"model: A100-SXM4-40GB, layout: {layout}}}", 1)
+    refused(inventory, write(tmp_path, text), 6, f"hosts.h1.gpus[0].layout{entry}", match)
 
 
 def test_gpu_index_and_count_at_the_bound(tmp_path: Path) -> None:
